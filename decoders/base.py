@@ -1,0 +1,106 @@
+"""The decoder interface: bytes in, a tensor out, steered by a `DecodeHint`.
+
+A decoder spec (what the user writes: ``mp.decoders.image(...)``) is a small,
+picklable description; each worker turns it into a live decoder through the
+registry, so "auto" can pick a backend for the device that the worker sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import torch
+
+from mediapipe.rng import SampleRNG
+from mediapipe.sample import Blob, SampleMeta
+
+
+@dataclass(frozen=True)
+class DecodeHint:
+    """What the op after a decoder needs, so the decoder can skip work it would throw away.
+
+    roi: (top, left, height, width) in the source's pixels: decode only this region.
+    size: (height, width) the region will be resized to; a decoder may decode at a
+        reduced scale (DCT scaling) as long as the region stays at least this large,
+        or resize the region to exactly this size itself.
+    frames: frame indices to decode (video); time window in seconds (audio).
+    """
+
+    roi: tuple[int, int, int, int] | None = None
+    size: tuple[int, int] | None = None
+    frames: tuple[int, ...] | None = None
+    window: tuple[float, float] | None = None
+    antialias: bool = True
+
+
+NO_HINT = DecodeHint()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Stops decompression bombs before memory is spent: checked against headers."""
+
+    max_pixels: int | None = 178_956_970  # Pillow's own default warning threshold x2
+    max_frames: int | None = 100_000
+    max_duration: float | None = 4 * 3600.0
+
+
+class Decoder:
+    """A live decoder of one media kind. Subclasses register with `registry.register`."""
+
+    kind: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    priority: ClassVar[int] = 100  # lower wins "auto"
+    collate: ClassVar[str] = "stack"  # "stack": equal shapes; "pad": pad the last dim, add <field>_lengths
+
+    def __init__(self, *, device: torch.device | None = None, limits: Limits = Limits(), **options: Any):
+        self.device = device
+        self.limits = limits
+        if options:
+            raise TypeError(f"{type(self).__name__} got unknown options {sorted(options)}")
+
+    @classmethod
+    def available(cls, device: torch.device | None) -> bool:
+        """Whether this backend can run here (its library imports, its device exists)."""
+        return True
+
+    def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
+        """Cheap metadata from the header (height/width, frames...), without decoding."""
+        return {}
+
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
+        """Decode ``blob``; honour ``hint`` where the backend can. Raise `DecodeError` on bad input."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """What the user writes: a media kind, a backend name ("auto") and backend options."""
+
+    kind: str
+    backend: str = "auto"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def create(self, device: torch.device | None = None, limits: Limits = Limits()) -> Decoder:
+        from mediapipe.decoders.registry import create
+
+        return create(self.kind, self.backend, device=device, limits=limits, **self.options)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "backend": self.backend, **self.options}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> DecoderSpec:
+        config = dict(config)
+        return cls(kind=config.pop("kind"), backend=config.pop("backend", "auto"), options=config)
+
+    @property
+    def collate(self) -> str:
+        from mediapipe.decoders.registry import decoder_class
+
+        return decoder_class(self.kind, self.backend).collate
+
+
+def _dataclass_options(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}

@@ -1,0 +1,81 @@
+"""Decoder backends by (kind, name); third parties add theirs through entry points.
+
+Install a package that declares, in the entry-point group ``mediapipe.decoders``,
+a module or class to import; importing it runs its ``@register`` decorators.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, TypeVar
+
+import torch
+
+from mediapipe.decoders.base import Decoder, Limits
+
+log = logging.getLogger(__name__)
+
+D = TypeVar("D", bound=type[Decoder])
+_REGISTRY: dict[tuple[str, str], type[Decoder]] = {}  # (kind, name) -> class
+_entry_points_loaded = False
+
+
+def register(kind: str, name: str) -> Callable[[D], D]:
+    """Class decorator: make a decoder backend known as ``name`` for media ``kind``."""
+
+    def add(cls: D) -> D:
+        if (kind, name) in _REGISTRY:
+            raise ValueError(f"{kind} decoder {name!r} is already registered by {_REGISTRY[kind, name].__module__}")
+        cls.kind, cls.name = kind, name
+        _REGISTRY[kind, name] = cls
+        return cls
+
+    return add
+
+
+def _load_entry_points_once() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group="mediapipe.decoders"):
+        try:
+            ep.load()
+        except Exception as err:  # a broken plugin must not break the built-in backends
+            log.warning("decoder plugin %r failed to load: %s", ep.name, err)
+
+
+def backends(kind: str) -> dict[str, type[Decoder]]:
+    """The registered backends of one kind, by name, best (lowest priority) first."""
+    _load_entry_points_once()
+    found = {n: c for (k, n), c in _REGISTRY.items() if k == kind}
+    return dict(sorted(found.items(), key=lambda item: item[1].priority))
+
+
+def decoder_class(kind: str, backend: str = "auto", device: torch.device | None = None) -> type[Decoder]:
+    """The class that `create` would instantiate."""
+    candidates = backends(kind)
+    if not candidates:
+        raise ValueError(f"no decoders of kind {kind!r}; kinds known: {sorted({k for k, _ in _REGISTRY})}")
+    if backend != "auto":
+        if backend not in candidates:
+            raise ValueError(f"no {kind} decoder {backend!r}; known: {sorted(candidates)}")
+        return candidates[backend]
+    for cls in candidates.values():
+        if cls.available(device):
+            return cls
+    raise RuntimeError(f"no {kind} decoder can run on {device}; tried {sorted(candidates)}")
+
+
+def create(
+    kind: str, backend: str = "auto", *, device: torch.device | None = None, limits: Limits = Limits(), **options: Any
+) -> Decoder:
+    """A live decoder: the named backend, or for "auto" the best one available on ``device``."""
+    cls = decoder_class(kind, backend, device)
+    if backend == "auto":
+        log.info("%s decoder: chose %r for device %s", kind, cls.name, device)
+    elif not cls.available(device):
+        raise RuntimeError(f"{kind} decoder {backend!r} cannot run on {device} here")
+    return cls(device=device, limits=limits, **options)

@@ -1,0 +1,6 @@
+"""Sources, samplers and the loader that hands device batches to a training loop."""
+
+from mediapipe.loaders.samplers import EpochBatchSampler, PlannedBatch
+from mediapipe.loaders.sources import FolderSource, ManifestSource, Source, folder, manifest
+
+__all__ = ["EpochBatchSampler", "FolderSource", "ManifestSource", "PlannedBatch", "Source", "folder", "manifest"]

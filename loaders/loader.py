@@ -1,0 +1,197 @@
+"""The loader: batches of a pipeline, built by workers, finished on the device, resumable.
+
+``for batch in pipe.loader(num_workers=2): ...`` yields dicts of tensors on the
+pipeline's device. Workers run the sample stage and collate whole batches (one IPC
+hop per batch); the consumer pins, copies to the device on a side stream, and runs
+the batch-stage ops there, one batch ahead of the training loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mediapipe.errors import PipelineError
+from mediapipe.graph import HostBatch, Plan, StageStats
+from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
+from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads
+
+if TYPE_CHECKING:
+    from mediapipe.pipeline import Pipeline
+
+WORKER_TYPES = ("process", "thread")
+
+
+def distributed_rank_and_size() -> tuple[int, int]:
+    """(rank, world size) of the initialised torch.distributed process group, else (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class Loader:
+    """An iterable of device batches with ``len()``, ``set_epoch()``, ``state_dict()`` and ``stats``.
+
+    After a full pass the epoch advances by itself; ``set_epoch(e)`` chooses one. A
+    ``state_dict()`` taken between batches resumes at the next batch: the batches after
+    it equal an uninterrupted run's, and nothing before it is decoded again.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        num_workers: int = 0,
+        shuffle: bool = True,
+        drop_last: bool | None = None,
+        last_batch: str = "partial",
+        prefetch: int = 2,
+        pin_memory: bool | None = None,
+        worker_type: str = "process",
+        sampler: BatchSampler | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        timeout: float = 0.0,
+        multiprocessing_context: str | None = None,
+    ) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers={num_workers}: expected >= 0")
+        if worker_type not in WORKER_TYPES:
+            raise ValueError(f"worker_type={worker_type!r}: expected one of {WORKER_TYPES}")
+        if prefetch < 1:
+            raise ValueError(f"prefetch={prefetch}: expected >= 1")
+        if drop_last is not None:
+            last_batch = "drop" if drop_last else last_batch
+        if rank is None or world_size is None:
+            auto_rank, auto_size = distributed_rank_and_size()
+            rank = auto_rank if rank is None else rank
+            world_size = auto_size if world_size is None else world_size
+        self.pipeline = pipeline
+        self.plan: Plan = pipeline.plan
+        self.device = pipeline.device
+        self.num_workers, self.prefetch, self.worker_type = num_workers, prefetch, worker_type
+        self.pin_memory = self.device.type == "cuda" if pin_memory is None else pin_memory
+        self.timeout, self.multiprocessing_context = timeout, multiprocessing_context
+        self.sampler: BatchSampler = sampler or EpochBatchSampler(
+            len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
+            rank=rank, world_size=world_size, last_batch=last_batch,
+        )
+        self.stats = StageStats()
+        self._pool: ProcessPool | None = None
+
+    # -- the contract -----------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        sampler = self.sampler
+        epoch = sampler.epoch
+        planned = sampler.batches()
+        start = sampler.position
+        if start > len(planned):
+            raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
+        tasks = ((start + i, epoch, b.indices, b.valid) for i, b in enumerate(planned[start:]))
+        host_batches = self._host_batches(tasks)
+        try:
+            for batch in self._on_device(host_batches):
+                sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
+                yield batch
+        finally:
+            self._close_pool()
+        if sampler.epoch == epoch and sampler.position >= len(planned):
+            sampler.set_epoch(epoch + 1)
+
+    # -- workers ----------------------------------------------------------------------
+    def _host_batches(self, tasks: Iterator[tuple]) -> Iterator[HostBatch]:
+        fn = self.plan.load_batch
+        if self.num_workers == 0:
+            return run_inline(fn, tasks)
+        if self.worker_type == "thread":
+            return run_threads(fn, tasks, self.num_workers, self.prefetch)
+        self._pool = ProcessPool(fn, self.num_workers, context=self.multiprocessing_context, timeout=self.timeout)
+        return self._pool.map(tasks, self.prefetch)
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __del__(self) -> None:
+        self._close_pool()
+
+    # -- device -----------------------------------------------------------------------
+    def _on_device(self, host_batches: Iterator[HostBatch]) -> Iterator[dict[str, Any]]:
+        """Copy each batch to the device and run the batch stage, one batch ahead (CUDA)."""
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        ahead: tuple[dict[str, Any], Any] | None = None
+        it = iter(host_batches)
+        while True:
+            t0 = time.perf_counter()
+            host = next(it, None)
+            t1 = time.perf_counter()
+            if host is None:
+                break
+            self.stats.seconds["wait"] += t1 - t0
+            self.stats.merge(host.stats)
+            batch, event = self._finish(host, stream)
+            if ahead is not None:
+                yield self._ready(*ahead)
+            ahead = (batch, event)
+        if ahead is not None:
+            yield self._ready(*ahead)
+
+    def _finish(self, host: HostBatch, stream: Any) -> tuple[dict[str, Any], Any]:
+        t0 = time.perf_counter()
+        if stream is None:
+            data = _to_device(host.data, self.device, pin=False)
+            params = {k: _to_device(v, self.device, pin=False) for k, v in host.params.items()}
+            t1 = time.perf_counter()
+            data = self.plan.run_batch_ops(data, params)
+            self.stats.seconds["transfer"] += t1 - t0
+            self.stats.seconds["batch_ops"] += time.perf_counter() - t1
+            return data, None
+        with torch.cuda.stream(stream):
+            data = _to_device(host.data, self.device, pin=self.pin_memory)
+            params = {k: _to_device(v, self.device, pin=self.pin_memory) for k, v in host.params.items()}
+            t1 = time.perf_counter()
+            data = self.plan.run_batch_ops(data, params)
+            event = torch.cuda.Event()
+            event.record(stream)
+        self.stats.seconds["transfer"] += t1 - t0
+        self.stats.seconds["batch_ops"] += time.perf_counter() - t1
+        return data, event
+
+    def _ready(self, batch: dict[str, Any], event: Any) -> dict[str, Any]:
+        if event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
+            for value in batch.values():
+                if isinstance(value, torch.Tensor) and value.device.type == "cuda":
+                    value.record_stream(torch.cuda.current_stream(self.device))
+        return batch
+
+
+def _to_device(data: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, torch.Tensor) and v.device != device:
+            if pin and not v.is_pinned():
+                v = v.pin_memory()
+            v = v.to(device, non_blocking=pin)
+        out[k] = v
+    return out

@@ -1,0 +1,181 @@
+"""Sources: random-access lists of samples (a folder of class sub-folders, a JSON-lines manifest).
+
+A source is cheap to pickle and to index: ``len(source)``, ``source.ref(i)`` and the
+metadata known without decoding, so samplers shuffle, shard and bucket without I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mediapipe.errors import SourceError
+from mediapipe.sample import Blob, SampleMeta, SampleRef, kind_of_extension
+
+_SOURCES: dict[str, type[Source]] = {}
+
+
+class Source:
+    """Base of the sources: random access by index, a config round trip."""
+
+    kind: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            _SOURCES[cls.kind] = cls
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def ref(self, index: int) -> SampleRef:
+        raise NotImplementedError
+
+    def meta(self, index: int) -> SampleMeta:
+        """What is known about sample ``index`` without reading it (may be empty)."""
+        return self.ref(index).meta
+
+    @property
+    def classes(self) -> list[str] | None:
+        return None
+
+    def to_config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def source_from_config(config: dict[str, Any]) -> Source:
+    config = dict(config)
+    kind = config.pop("kind")
+    if kind not in _SOURCES:
+        raise ValueError(f"unknown source kind {kind!r}; known: {sorted(_SOURCES)}")
+    return _SOURCES[kind](**config)
+
+
+def _media_files(root: Path, extensions: Iterable[str] | None) -> list[Path]:
+    wanted = {e.lower().lstrip(".") for e in extensions} if extensions is not None else None
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+            if (wanted is None and kind_of_extension(ext) is not None) or (wanted is not None and ext in wanted):
+                found.append(Path(dirpath, name))
+    return found
+
+
+class FolderSource(Source):
+    """Media files under ``root``; files in class sub-folders get the class's index as label.
+
+    Class names are the sorted names of ``root``'s sub-folders (``source.classes``);
+    files directly under ``root`` get no label. The media kind comes from the extension.
+    """
+
+    kind = "folder"
+
+    def __init__(self, root: str | os.PathLike, extensions: Iterable[str] | None = None) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise SourceError(str(root), "not a directory")
+        self.extensions = sorted(extensions) if extensions is not None else None
+        files = _media_files(self.root, self.extensions)
+        if not files:
+            raise SourceError(str(root), "no media files found")
+        self._classes = sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+        index = {name: i for i, name in enumerate(self._classes)}
+        self._paths = [str(p) for p in files]
+        self._labels = []
+        for p in files:
+            rel = p.relative_to(self.root)
+            self._labels.append(index[rel.parts[0]] if len(rel.parts) > 1 else None)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self._classes)
+
+    def ref(self, index: int) -> SampleRef:
+        path = self._paths[index]
+        ext = path.rsplit(".", 1)[-1].lower()
+        key = os.path.relpath(path, self.root)
+        return SampleRef(index=index, key=key, blobs={ext: Blob(path, path=path)}, label=self._labels[index])
+
+    def to_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"kind": self.kind, "root": str(self.root)}
+        if self.extensions is not None:
+            config["extensions"] = list(self.extensions)
+        return config
+
+
+class ManifestSource(Source):
+    """A JSON-lines file: one object per sample with ``path`` (relative to the manifest's
+    folder, or absolute), optional integer ``label``, and other fields: numbers are passed
+    through to the batch, and ``width``/``height``/``duration``/``frames``/``fps``/
+    ``sample_rate``/``num_samples`` also serve as metadata for samplers."""
+
+    kind = "manifest"
+    META_KEYS = ("width", "height", "duration", "frames", "fps", "sample_rate", "num_samples", "channels")
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        base = self.path.parent
+        self._rows: list[dict[str, Any]] = []
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from err
+                    if not isinstance(row, dict) or "path" not in row:
+                        raise SourceError(f"{path}:{lineno}", "each line must be an object with a 'path'")
+                    p = Path(row["path"])
+                    row["path"] = str(p if p.is_absolute() else base / p)
+                    self._rows.append(row)
+        except OSError as err:
+            raise SourceError(str(path), err.strerror or str(err)) from err
+        if not self._rows:
+            raise SourceError(str(path), "manifest lists no samples")
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def ref(self, index: int) -> SampleRef:
+        row = self._rows[index]
+        path = row["path"]
+        ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else "bin"
+        label = row.get("label")
+        meta = {k: row[k] for k in self.META_KEYS if k in row}
+        fields = {
+            k: v for k, v in row.items()
+            if k not in ("path", "label", "key") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        return SampleRef(index=index, key=str(row.get("key", path)), blobs={ext: Blob(path, path=path)},
+                         label=None if label is None else int(label), meta=meta, fields=fields)
+
+    def meta(self, index: int) -> SampleMeta:
+        row = self._rows[index]
+        return {k: row[k] for k in self.META_KEYS if k in row}
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path)}
+
+
+def folder(root: str | os.PathLike, extensions: Iterable[str] | None = None) -> FolderSource:
+    """A folder of media files; class sub-folders become integer labels (sorted names)."""
+    return FolderSource(root, extensions)
+
+
+def manifest(path: str | os.PathLike) -> ManifestSource:
+    """A JSON-lines manifest of media files with labels and numeric fields."""
+    return ManifestSource(path)

@@ -1,0 +1,384 @@
+"""The compiled pipeline: ops ordered and placed, geometry fused into decoders, and the
+two halves that run it: the sample stage (in a worker) and the batch stage (on the device).
+
+Placement: an op runs in the *sample* stage when it changes a sample's shape, or when a
+later sample-stage op reads a field it writes; everything else runs once per batch on the
+device. The first op to read a decoded field is fused into the decoder when it offers a
+`DecodeHint` (region of interest, DCT-scaled size, frame indices).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from mediapipe.augment.base import Op, Params, Stage
+from mediapipe.decoders.base import NO_HINT, Decoder, DecoderSpec, Limits
+from mediapipe.errors import DecodeError, MediapipeError, PipelineError
+from mediapipe.loaders.sources import Source
+from mediapipe.rng import BATCH_INDEX_BASE, DECODER_OP_INDEX_BASE, REPLACEMENT_OP_INDEX, SampleRNG
+from mediapipe.sample import SampleRef
+
+ON_ERROR = ("raise", "skip", "replace")
+MAX_REPLACEMENT_TRIES = 16
+STAGE_NAMES = ("read", "decode", "sample_ops", "collate")
+
+
+@dataclass(frozen=True)
+class PlacedOp:
+    index: int  # position in the user's list: the op's RNG key
+    op: Op
+    stage: Stage
+
+
+@dataclass
+class StageStats:
+    """Counts and seconds per stage, merged from every worker into `Loader.stats`."""
+
+    samples: int = 0
+    batches: int = 0
+    bytes: int = 0
+    seconds: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)  # reason -> count
+    failed: list[str] = field(default_factory=list)  # "path: reason", the first few
+
+    def merge(self, other: StageStats) -> None:
+        self.samples += other.samples
+        self.batches += other.batches
+        self.bytes += other.bytes
+        self.seconds.update(other.seconds)
+        self.errors.update(other.errors)
+        self.failed.extend(other.failed[: max(0, 100 - len(self.failed))])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "batches": self.batches, "bytes": self.bytes,
+                "seconds": dict(self.seconds), "errors": dict(self.errors), "failed": list(self.failed)}
+
+
+@dataclass
+class HostBatch:
+    """What a worker sends: collated tensors, the batch-stage parameters, and its stats."""
+
+    number: int
+    epoch: int
+    data: dict[str, Any]
+    params: dict[int, Params]  # op index -> stacked params
+    stats: StageStats
+
+
+def _error_reason(err: BaseException) -> str:
+    if isinstance(err, DecodeError):
+        return f"{type(err).__name__}: {err.reason}"
+    return f"{type(err).__name__}: {err}"
+
+
+class Plan:
+    """A validated pipeline: decoders per field, ops in order with their stage, fusions."""
+
+    def __init__(
+        self,
+        source: Source,
+        decode: dict[str, DecoderSpec],
+        ops: list[Op],
+        *,
+        seed: int,
+        on_error: str = "raise",
+        limits: Limits = Limits(),
+    ) -> None:
+        if not decode:
+            raise PipelineError("decode: name at least one field, e.g. {'image': mp.decoders.image()}")
+        if on_error not in ON_ERROR:
+            raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
+        self.source, self.decode, self.ops = source, dict(decode), list(ops)
+        self.seed, self.on_error, self.limits = seed, on_error, limits
+        self.placed = self._place()
+        self.fused = self._fusions()
+        self.shape_source = self._shape_sources()
+        self._decoders: dict[str, Decoder] | None = None
+
+    # -- compile ------------------------------------------------------------------------
+    def _base_fields(self) -> set[str]:
+        return set(self.decode) | {"label", "index"}
+
+    def _place(self) -> list[PlacedOp]:
+        available = self._base_fields()
+        for i, op in enumerate(self.ops):
+            if not isinstance(op, Op):
+                raise PipelineError(f"augment[{i}] is {op!r}, not an op")
+            missing = [f for f in op.reads() if f not in available]
+            if missing:
+                raise PipelineError(
+                    f"augment[{i}] {type(op).__name__} reads {missing}, which no decoder or earlier op "
+                    f"produces; fields here: {sorted(available)}"
+                )
+            available |= set(op.writes())
+        placed: list[PlacedOp] = []
+        needed_in_samples: set[str] = set()
+        for i in reversed(range(len(self.ops))):
+            op = self.ops[i]
+            sample = op.stage is Stage.SAMPLE or bool(set(op.writes()) & needed_in_samples)
+            if sample and op.batch_only:
+                raise PipelineError(
+                    f"augment[{i}] {type(op).__name__} works on whole batches, but a later sample-stage op "
+                    f"reads {sorted(set(op.writes()) & needed_in_samples)}: move it after that op"
+                )
+            if sample:
+                needed_in_samples |= set(op.reads())
+            placed.append(PlacedOp(i, op, Stage.SAMPLE if sample else Stage.BATCH))
+        return placed[::-1]
+
+    def _fusions(self) -> dict[str, PlacedOp]:
+        fused = {}
+        for name in self.decode:
+            for p in self.placed:
+                if name in p.op.reads():
+                    overrides = type(p.op).decode_hint is not Op.decode_hint
+                    if p.stage is Stage.SAMPLE and overrides and p.op.reads() == p.op.inputs:
+                        fused[name] = p
+                    break
+        return fused
+
+    def _shape_sources(self) -> dict[str, str]:
+        """For each field an op writes, the field whose sample-stage shape it has."""
+        source = {f: f for f in self._base_fields()}
+        for p in self.placed:
+            for src, dst in zip(p.op.inputs, p.op.outputs):
+                if p.stage is Stage.BATCH and dst not in source:
+                    source[dst] = source.get(src, src)
+                elif p.stage is Stage.SAMPLE:
+                    source[dst] = dst
+        return source
+
+    @property
+    def sample_ops(self) -> list[PlacedOp]:
+        return [p for p in self.placed if p.stage is Stage.SAMPLE]
+
+    @property
+    def batch_ops(self) -> list[PlacedOp]:
+        return [p for p in self.placed if p.stage is Stage.BATCH]
+
+    def describe(self) -> str:
+        """One line per op: its stage and whether it is fused into a decoder."""
+        fused_ops = {id(p) for p in self.fused.values()}
+        lines = [f"decode {name}: {spec.kind} ({spec.backend})" for name, spec in self.decode.items()]
+        for p in self.placed:
+            tag = " (fused into decode)" if id(p) in fused_ops else ""
+            lines.append(f"[{p.index}] {type(p.op).__name__}: {p.stage.value}{tag}")
+        return "\n".join(lines)
+
+    # -- sample stage (in a worker) -----------------------------------------------------
+    def decoders(self) -> dict[str, Decoder]:
+        """Live decoders, created once per process (CPU backends: workers never touch the GPU)."""
+        if self._decoders is None:
+            self._decoders = {name: spec.create(None, self.limits) for name, spec in self.decode.items()}
+        return self._decoders
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_decoders"] = None  # rebuilt in each worker
+        return state
+
+    def load_sample(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
+        """Read, decode and run the sample-stage ops for one sample."""
+        ref = self.source.ref(index)
+        data: dict[str, Any] = {"index": index}
+        if ref.label is not None:
+            data["label"] = ref.label
+        data.update(ref.fields)
+        params_cache: dict[int, Params] = {}
+        done: set[tuple[int, str]] = set()
+        for field_index, (name, decoder) in enumerate(self.decoders().items()):
+            self._decode_field(ref, name, field_index, decoder, epoch, data, params_cache, done, stats)
+        t0 = time.perf_counter()
+        for p in self.sample_ops:
+            params = params_cache.get(p.index)
+            if params is None:
+                meta = {**ref.meta, "size": tuple(data[p.op.inputs[0]].shape[-2:]),
+                        "shape": tuple(data[p.op.inputs[0]].shape)}
+                params = p.op.sample_params(SampleRNG(self.seed, epoch, index, p.index), meta)
+            todo = [(s, d) for s, d in zip(p.op.inputs, p.op.outputs) if (p.index, s) not in done]
+            if len(todo) == len(p.op.inputs):
+                p.op.apply_fields(data, params)
+            else:
+                for src, dst in todo:
+                    data[dst] = p.op.apply(data[src], params)
+        stats.seconds["sample_ops"] += time.perf_counter() - t0
+        return data
+
+    def _decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
+                      data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats) -> None:
+        t0 = time.perf_counter()
+        blob = ref.blob(decoder.kind)
+        if getattr(decoder, "reads_whole", True) and blob.data is None:
+            blob = replace(blob, data=blob.read())
+        stats.bytes += blob.nbytes()
+        t1 = time.perf_counter()
+        stats.seconds["read"] += t1 - t0
+        hint, fused = NO_HINT, self.fused.get(name)
+        meta = dict(ref.meta)
+        if fused is not None:
+            probe = decoder.probe(blob)
+            meta.update(probe)
+            if "height" in meta and "width" in meta:
+                meta["size"] = (meta["height"], meta["width"])
+            params = params_cache.get(fused.index)
+            if params is None:
+                params = fused.op.sample_params(SampleRNG(self.seed, epoch, ref.index, fused.index), meta)
+                params_cache[fused.index] = params
+            hint = fused.op.decode_hint(params, meta) or NO_HINT
+        rng = SampleRNG(self.seed, epoch, ref.index, DECODER_OP_INDEX_BASE + field_index)
+        x = decoder.decode(blob, hint, rng, meta)
+        t2 = time.perf_counter()
+        stats.seconds["decode"] += t2 - t1
+        if fused is not None and hint is not NO_HINT:
+            x = fused.op.apply_decoded(x, params_cache[fused.index])
+            done.add((fused.index, name))
+            dst = fused.op.outputs[fused.op.inputs.index(name)]
+            data[dst] = x
+            if dst != name:
+                data[name] = x  # the op wrote a new field; the decoded field is what the decoder gave
+            stats.seconds["sample_ops"] += time.perf_counter() - t2
+        else:
+            data[name] = x
+
+    def load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int) -> HostBatch:
+        """The sample stage for one batch, then collate; applies the ``on_error`` policy."""
+        stats = StageStats()
+        samples: list[dict[str, Any] | None] = []
+        for position, index in enumerate(indices.tolist()):
+            samples.append(self._load_with_policy(index, epoch, stats))
+            stats.samples += position < valid
+        t0 = time.perf_counter()
+        data = collate(samples, {n: s.collate for n, s in self.decode.items()})
+        if valid < len(indices) or self.on_error == "replace":
+            mask = torch.tensor([s is not None for s in samples], dtype=torch.bool)
+            mask[valid:] = False
+            data["valid"] = mask
+        params = self._batch_params(number, epoch, indices, samples, data)
+        stats.seconds["collate"] += time.perf_counter() - t0
+        stats.batches += 1
+        return HostBatch(number, epoch, data, params, stats)
+
+    def _load_with_policy(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any] | None:
+        try:
+            return self.load_sample(index, epoch, stats)
+        except MediapipeError as err:
+            if self.on_error == "raise":
+                raise
+            self._count(err, stats)
+            if self.on_error == "replace":
+                return None
+        # "skip": a deterministic replacement, keyed by the failed sample's index
+        rng = SampleRNG(self.seed, epoch, index, REPLACEMENT_OP_INDEX)
+        for _ in range(MAX_REPLACEMENT_TRIES):
+            other = rng.integers(0, len(self.source))
+            try:
+                return self.load_sample(other, epoch, stats)
+            except MediapipeError as err:
+                self._count(err, stats)
+        raise PipelineError(f"on_error='skip': {MAX_REPLACEMENT_TRIES} replacements for sample {index} failed too")
+
+    @staticmethod
+    def _count(err: MediapipeError, stats: StageStats) -> None:
+        stats.errors[_error_reason(err)] += 1
+        if len(stats.failed) < 100:
+            stats.failed.append(str(err))
+
+    def _batch_params(self, number: int, epoch: int, indices: np.ndarray, samples: list, data: dict) -> dict:
+        out: dict[int, Params] = {}
+        for p in self.batch_ops:
+            if p.op.per_batch:
+                rng = SampleRNG(self.seed, epoch, BATCH_INDEX_BASE + number, p.index)
+                out[p.index] = p.op.batch_params(rng, len(indices))
+                continue
+            shape_field = self.shape_source.get(p.op.inputs[0], p.op.inputs[0])
+            drawn = []
+            for position, index in enumerate(indices.tolist()):
+                sample = samples[position]
+                x = sample.get(shape_field) if sample is not None else None
+                if x is None and isinstance(data.get(shape_field), torch.Tensor):
+                    x = data[shape_field][position]
+                meta = {} if x is None else {"size": tuple(x.shape[-2:]), "shape": tuple(x.shape)}
+                real_index = sample["index"] if sample is not None else index
+                drawn.append(p.op.sample_params(SampleRNG(self.seed, epoch, real_index, p.index), meta))
+            out[p.index] = stack_params(drawn)
+        return out
+
+    # -- batch stage (on the device) ----------------------------------------------------
+    def run_batch_ops(self, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:
+        for p in self.batch_ops:
+            p.op.apply_fields(data, params[p.index])
+        return data
+
+
+def stack_params(drawn: list[Params]) -> Params:
+    """Per-sample parameter dicts to one dict of tensors with a leading batch dim."""
+    if not drawn or not drawn[0]:
+        return {}
+    out = {}
+    for name in drawn[0]:
+        values = [d[name] for d in drawn]
+        first = values[0]
+        if isinstance(first, torch.Tensor):
+            out[name] = torch.stack(values)
+        elif isinstance(first, bool):
+            out[name] = torch.tensor(values, dtype=torch.bool)
+        elif isinstance(first, int):
+            out[name] = torch.tensor(values, dtype=torch.int64)
+        elif isinstance(first, float):
+            out[name] = torch.tensor(values, dtype=torch.float32)
+        else:
+            out[name] = torch.as_tensor(np.asarray(values))
+    return out
+
+
+def collate(samples: list[dict[str, Any] | None], policies: dict[str, str]) -> dict[str, Any]:
+    """Stack each field over the batch; "pad" fields are padded on their last dim and get
+    ``<field>_lengths``; a missing sample (on_error="replace") becomes zeros."""
+    present = [s for s in samples if s is not None]
+    if not present:
+        raise PipelineError("every sample of a batch failed to load")
+    out: dict[str, Any] = {}
+    for name, first in present[0].items():
+        values = [s[name] if s is not None else None for s in samples]
+        if isinstance(first, torch.Tensor):
+            out.update(_collate_tensors(name, values, policies.get(name, "stack")))
+        elif isinstance(first, (bool, int, float, np.integer, np.floating)):
+            dtype = torch.int64 if isinstance(first, (int, np.integer)) and not isinstance(first, bool) else None
+            filled = [v if v is not None else (-1 if name == "label" else 0) for v in values]
+            out[name] = torch.tensor(filled, dtype=dtype if dtype is not None else torch.float32)
+        else:
+            out[name] = values
+    return out
+
+
+def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str) -> dict[str, torch.Tensor]:
+    present = [v for v in values if v is not None]
+    first = present[0]
+    if policy == "pad":
+        length = max(v.shape[-1] for v in present)
+        out = first.new_zeros((len(values), *first.shape[:-1], length))
+        lengths = torch.zeros(len(values), dtype=torch.int64)
+        for i, v in enumerate(values):
+            if v is not None:
+                out[i, ..., : v.shape[-1]] = v
+                lengths[i] = v.shape[-1]
+        return {name: out, f"{name}_lengths": lengths}
+    shapes = {tuple(v.shape) for v in present}
+    if len(shapes) > 1:
+        raise PipelineError(
+            f"field {name!r} has shapes {sorted(shapes)[:4]} in one batch: add a sample-stage op that gives "
+            "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)"
+        )
+    out = torch.empty((len(values), *first.shape), dtype=first.dtype)
+    for i, v in enumerate(values):
+        if v is None:
+            out[i].zero_()
+        else:
+            out[i].copy_(v)
+    return {name: out}
