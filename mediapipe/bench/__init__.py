@@ -1,0 +1,1 @@
+"""`mediapipe bench`: training-input throughput, with peers measured in the same run."""

@@ -1,0 +1,1 @@
+"""Subcommands of the ``mediapipe`` command line, one module each."""
