@@ -103,7 +103,9 @@ class Plan:
 
     # -- compile ------------------------------------------------------------------------
     def _base_fields(self) -> set[str]:
-        return set(self.decode) | {"label", "index"}
+        fields = set(self.decode) | {"label", "index"}
+        fields |= {f"{name}_lengths" for name, spec in self.decode.items() if spec.collate == "pad"}
+        return fields
 
     def _place(self) -> list[PlacedOp]:
         available = self._base_fields()
