@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import Decoder, DecoderSpec, DecodeHint, Limits
+from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.errors import LimitError
 
 MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale

@@ -16,7 +16,7 @@ import torch
 
 from mediapipe.errors import PipelineError
 from mediapipe.graph import HostBatch, Plan, StageStats
-from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
+from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler
 from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads
 
 if TYPE_CHECKING:
@@ -106,7 +106,8 @@ class Loader:
         start = sampler.position
         if start > len(planned):
             raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
-        tasks = ((start + i, epoch, b.indices, b.valid) for i, b in enumerate(planned[start:]))
+        with_valid = getattr(sampler, "last_batch", None) == "pad"
+        tasks = ((start + i, epoch, b.indices, b.valid, with_valid) for i, b in enumerate(planned[start:]))
         host_batches = self._host_batches(tasks)
         try:
             for batch in self._on_device(host_batches):

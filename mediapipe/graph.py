@@ -248,16 +248,21 @@ class Plan:
         else:
             data[name] = x
 
-    def load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int) -> HostBatch:
-        """The sample stage for one batch, then collate; applies the ``on_error`` policy."""
+    def load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int,
+                   with_valid: bool = False) -> HostBatch:
+        """The sample stage for one batch, then collate; applies the ``on_error`` policy.
+
+        ``batch["valid"]`` (bool (B,)) marks real samples; it is present when asked
+        (``last_batch="pad"``), when padding happened, or with ``on_error="replace"``."""
         stats = StageStats()
         samples: list[dict[str, Any] | None] = []
         for position, index in enumerate(indices.tolist()):
             samples.append(self._load_with_policy(index, epoch, stats))
             stats.samples += position < valid
         t0 = time.perf_counter()
-        data = collate(samples, {n: s.collate for n, s in self.decode.items()})
-        if valid < len(indices) or self.on_error == "replace":
+        policies = {n: s.collate for n, s in self.decode.items()}
+        data = collate(samples, policies, [int(i) for i in indices] if self.on_error == "replace" else None)
+        if with_valid or valid < len(indices) or self.on_error == "replace":
             mask = torch.tensor([s is not None for s in samples], dtype=torch.bool)
             mask[valid:] = False
             data["valid"] = mask
@@ -339,15 +344,19 @@ def stack_params(drawn: list[Params]) -> Params:
     return out
 
 
-def collate(samples: list[dict[str, Any] | None], policies: dict[str, str]) -> dict[str, Any]:
+def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
+            indices: list[int] | None = None) -> dict[str, Any]:
     """Stack each field over the batch; "pad" fields are padded on their last dim and get
-    ``<field>_lengths``; a missing sample (on_error="replace") becomes zeros."""
+    ``<field>_lengths``. A failed sample (None, under on_error="replace") becomes zeros,
+    label -1, and keeps its own ``index``."""
     present = [s for s in samples if s is not None]
     if not present:
         raise PipelineError("every sample of a batch failed to load")
     out: dict[str, Any] = {}
     for name, first in present[0].items():
-        values = [s[name] if s is not None else None for s in samples]
+        values = [s.get(name) if s is not None else None for s in samples]
+        if name == "index" and indices is not None:
+            values = list(indices)
         if isinstance(first, torch.Tensor):
             out.update(_collate_tensors(name, values, policies.get(name, "stack")))
         elif isinstance(first, (bool, int, float, np.integer, np.floating)):

@@ -1,0 +1,157 @@
+"""Bad input under each on_error policy, pixel limits, and workers that fail or die."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.augment.base import Op
+from tests.conftest import write_image_folder
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` pixels (with one tiny IDAT)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
+
+
+BAD_FILES = {
+    "truncated.jpg": lambda good: good[: len(good) // 2],
+    "empty.jpg": lambda good: b"",
+    "text.jpg": lambda good: b"this is not an image, just some text\n" * 10,
+    "bomb.png": lambda good: png_declaring(100_000, 100_000),
+}
+
+
+@pytest.fixture(scope="module")
+def folder_with(tmp_path_factory) -> callable:
+    """A clean 10-image folder plus one bad file in class0."""
+
+    def make(bad_name: str) -> Path:
+        root = tmp_path_factory.mktemp("bad")
+        write_image_folder(root, 10, classes=2, seed=7)
+        good = next(root.rglob("*.jpg")).read_bytes()
+        (root / "class0" / bad_name).write_bytes(BAD_FILES[bad_name](good))
+        return root
+
+    return make
+
+
+def pipeline(root: Path, on_error: str, backend: str = "auto", **kwargs) -> mp.Pipeline:
+    return mp.Pipeline(mp.loaders.folder(root), {"image": mp.decoders.image(backend)},
+                       [A.RandomResizedCrop(24)], batch_size=4, device="cpu", on_error=on_error, **kwargs)
+
+
+@pytest.mark.parametrize("backend", ["turbo", "pillow"])
+@pytest.mark.parametrize("bad_name", sorted(BAD_FILES))
+def test_raise_names_the_file_and_the_reason(folder_with, bad_name, backend):
+    root = folder_with(bad_name)
+    with pytest.raises(mp.DecodeError) as info:
+        for _ in pipeline(root, "raise", backend).loader(num_workers=0, shuffle=False):
+            pass
+    err = info.value
+    assert err.path.endswith(bad_name)
+    assert bad_name in str(err) and err.reason
+    if bad_name == "bomb.png":
+        assert isinstance(err, mp.LimitError) and "100000x100000" in str(err)
+
+
+def test_raise_crosses_the_worker_boundary(folder_with):
+    root = folder_with("truncated.jpg")
+    with pytest.raises(mp.DecodeError, match="truncated.jpg"):
+        for _ in pipeline(root, "raise").loader(num_workers=2):
+            pass
+
+
+@pytest.mark.parametrize("bad_name", sorted(BAD_FILES))
+def test_skip_keeps_batch_size_with_a_deterministic_replacement(folder_with, bad_name):
+    root = folder_with(bad_name)
+    bad_index = next(i for i, p in enumerate(mp.loaders.folder(root)._paths) if p.endswith(bad_name))
+    runs = []
+    for workers in (0, 2):
+        loader = pipeline(root, "skip").loader(num_workers=workers, shuffle=False)
+        batches = list(loader)
+        runs.append(torch.cat([b["index"] for b in batches]))
+        assert [b["image"].shape[0] for b in batches] == [4, 4, 3]
+        assert sum(loader.stats.errors.values()) == 1
+        assert any(bad_name in f for f in loader.stats.failed)
+    assert torch.equal(runs[0], runs[1])
+    assert bad_index not in runs[0].tolist()  # the slot holds another, real sample
+
+
+def test_replace_flags_the_slot_as_invalid(folder_with):
+    root = folder_with("text.jpg")
+    bad_index = next(i for i, p in enumerate(mp.loaders.folder(root)._paths) if p.endswith("text.jpg"))
+    loader = pipeline(root, "replace").loader(shuffle=False)
+    batches = list(loader)
+    valid = torch.cat([b["valid"] for b in batches])
+    index = torch.cat([b["index"] for b in batches])
+    assert valid.tolist() == [i != bad_index for i in range(11)]
+    assert index.tolist() == list(range(11))
+    image = torch.cat([b["image"] for b in batches])
+    assert int(image[bad_index].abs().sum()) == 0 and int(image[~valid].numel()) > 0
+    assert loader.stats.errors and "text.jpg" in loader.stats.failed[0]
+
+
+def test_max_pixels_is_checked_before_decoding(tmp_path):
+    write_image_folder(tmp_path, 4, classes=1, seed=3)
+    with pytest.raises(mp.LimitError, match="max_pixels=1000"):
+        next(iter(pipeline(tmp_path, "raise", max_pixels=1000).loader()))
+
+
+@dataclass(frozen=True)
+class _DieInWorker(Op):
+    """Kills its own process: stands for a segfault in a C library."""
+
+    from typing import ClassVar
+
+    from mediapipe.augment.base import Stage
+
+    stage: ClassVar[Stage] = Stage.SAMPLE
+
+    def apply(self, x, params):
+        if os.environ.get("MEDIAPIPE_TEST_MAIN") != str(os.getpid()):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+def test_a_dead_worker_raises_instead_of_hanging(image_folder, monkeypatch):
+    monkeypatch.setenv("MEDIAPIPE_TEST_MAIN", str(os.getpid()))
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                       [A.Resize((16, 16)), _DieInWorker()], batch_size=4, device="cpu")
+    with pytest.raises(mp.WorkerError, match="exited unexpectedly"):
+        for _ in pipe.loader(num_workers=2):
+            pass
+
+
+def test_unknown_field_is_rejected_at_build_time(image_folder):
+    with pytest.raises(mp.PipelineError, match="mask"):
+        mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                    [A.HorizontalFlip(keys=("image", "mask"))])
+
+
+def test_unequal_shapes_explain_the_fix(image_folder):
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()}, [A.Resize(20)],
+                       batch_size=8, device="cpu")
+    with pytest.raises(mp.PipelineError, match="one size"):
+        next(iter(pipe.loader(shuffle=False)))
+
+
+def test_missing_folder_names_it(tmp_path):
+    with pytest.raises(mp.SourceError, match="nothing-here"):
+        mp.loaders.folder(tmp_path / "nothing-here")
+    shutil.rmtree(tmp_path)

@@ -1,0 +1,149 @@
+"""The loader contract: determinism across workers and resume, epochs, last-batch policies, stats."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+
+
+def make_pipeline(root, seed: int = 0, batch_size: int = 5, **kwargs) -> mp.Pipeline:
+    return mp.Pipeline(
+        source=mp.loaders.folder(root),
+        decode={"image": mp.decoders.image()},
+        augment=[A.RandomResizedCrop(32, scale=(0.2, 1.0)), A.HorizontalFlip(), A.Normalize()],
+        batch_size=batch_size, seed=seed, device="cpu", **kwargs,
+    )
+
+
+def collect(loader) -> list[dict]:
+    return [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], torch.Tensor):
+                assert torch.equal(x[k], y[k]), k
+            else:
+                assert x[k] == y[k], k
+
+
+def test_batches_are_bit_identical_across_worker_counts(image_folder):
+    pipe = make_pipeline(image_folder)
+    inline = collect(pipe.loader(num_workers=0))
+    assert_same(inline, collect(pipe.loader(num_workers=1)))
+    assert_same(inline, collect(pipe.loader(num_workers=2)))
+    assert_same(inline, collect(pipe.loader(num_workers=2, worker_type="thread")))
+
+
+def test_batch_contents(image_folder):
+    pipe = make_pipeline(image_folder)
+    loader = pipe.loader(num_workers=0, shuffle=False)
+    batches = collect(loader)
+    assert len(batches) == len(loader) == 5  # 24 samples, batch 5, partial last batch
+    assert [b["image"].shape[0] for b in batches] == [5, 5, 5, 5, 4]
+    first = batches[0]
+    assert first["image"].dtype == torch.float32 and first["image"].shape[1:] == (3, 32, 32)
+    assert first["label"].dtype == torch.int64
+    assert torch.equal(torch.cat([b["index"] for b in batches]), torch.arange(24))
+    source = pipe.source
+    labels = torch.cat([b["label"] for b in batches])
+    assert labels.tolist() == [source.ref(i).label for i in range(24)]
+    # normalised ImageNet statistics put photographic content in a few units around zero
+    assert -3.0 < float(first["image"].min()) and float(first["image"].max()) < 3.0
+
+
+def test_seeds_and_epochs_change_the_batches(image_folder):
+    a = collect(make_pipeline(image_folder, seed=0).loader())
+    b = collect(make_pipeline(image_folder, seed=1).loader())
+    assert not torch.equal(a[0]["image"], b[0]["image"])
+    loader = make_pipeline(image_folder, seed=0).loader()
+    epoch0 = collect(loader)
+    assert loader.epoch == 1  # a full pass advances the epoch
+    epoch1 = collect(loader)
+    assert not torch.equal(epoch0[0]["index"], epoch1[0]["index"])
+    loader.set_epoch(0)
+    assert_same(epoch0, collect(loader))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_gives_the_remaining_batches(image_folder, workers):
+    pipe = make_pipeline(image_folder)
+    full = collect(pipe.loader(num_workers=workers))
+    loader = pipe.loader(num_workers=workers)
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.state_dict()
+    del it
+    resumed = pipe.loader(num_workers=workers)
+    resumed.load_state_dict(state)
+    decoded_before = resumed.stats.samples
+    rest = collect(resumed)
+    assert_same(full[2:], rest)
+    assert resumed.stats.samples - decoded_before == sum(b["image"].shape[0] for b in rest)  # nothing re-decoded
+
+
+def test_resume_refuses_a_different_run(image_folder):
+    state = make_pipeline(image_folder, seed=0).loader().state_dict()
+    other = make_pipeline(image_folder, seed=1).loader()
+    with pytest.raises(ValueError, match="seed"):
+        other.load_state_dict(state)
+
+
+def test_last_batch_policies(image_folder):
+    pipe = make_pipeline(image_folder, batch_size=7)
+    drop = collect(pipe.loader(drop_last=True))
+    assert [b["image"].shape[0] for b in drop] == [7, 7, 7]
+    pad = pipe.loader(last_batch="pad")
+    padded = collect(pad)
+    assert len(pad) == len(padded) == 4
+    assert all(b["image"].shape[0] == 7 for b in padded)
+    assert padded[-1]["valid"].tolist() == [True, True, True, False, False, False, False]
+    assert padded[0]["valid"].all()
+    assert torch.equal(padded[-1]["index"][3:], padded[-1]["index"][2].repeat(4))
+
+
+def test_sharding_by_rank_is_disjoint_and_covers(image_folder):
+    pipe = make_pipeline(image_folder, batch_size=4)
+    seen = []
+    for rank in range(3):
+        loader = pipe.loader(rank=rank, world_size=3)
+        seen.append(torch.cat([b["index"] for b in collect(loader)]).tolist())
+    flat = [i for s in seen for i in s]
+    assert sorted(flat) == list(range(24))
+
+
+def test_stats_count_samples_bytes_and_stage_times(image_folder):
+    loader = make_pipeline(image_folder).loader(num_workers=2)
+    collect(loader)
+    stats = loader.stats.as_dict()
+    assert stats["samples"] == 24 and stats["batches"] == 5
+    total = sum(p.stat().st_size for p in image_folder.rglob("*.jpg"))
+    assert stats["bytes"] == total
+    for stage in ("read", "decode", "sample_ops", "collate", "batch_ops"):
+        assert stats["seconds"][stage] > 0, stage
+
+
+def test_dataset_matches_the_loader(image_folder):
+    pipe = make_pipeline(image_folder)
+    batch = next(iter(pipe.loader(shuffle=False)))
+    dataset = pipe.dataset()
+    sample = dataset[0]
+    assert torch.equal(sample["image"], batch["image"][0])
+    assert int(sample["label"]) == int(batch["label"][0])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=5, num_workers=0)
+    assert torch.equal(next(iter(loader))["image"], batch["image"])
+
+
+def test_manifest_fields_pass_through(image_manifest):
+    pipe = mp.Pipeline(mp.loaders.manifest(image_manifest), {"image": mp.decoders.image()},
+                       [A.Resize((20, 24))], batch_size=4, device="cpu")
+    batch = next(iter(pipe.loader(shuffle=False)))
+    assert batch["image"].shape == (4, 3, 20, 24) and batch["image"].dtype == torch.uint8
+    assert batch["weight"].tolist() == [0.5, 1.5, 2.5, 3.5]
+    assert batch["label"].dtype == torch.int64
