@@ -1,0 +1,345 @@
+"""The DALI backend: ``pipe.loader(backend="dali")`` runs the same pipeline spec on NVIDIA DALI.
+
+The sample order is ours: `EpochBatchSampler` plans each epoch's batches (shuffle, rank
+shard, last-batch policy) exactly as the torch loader does, and the file bytes are fed to
+DALI in that order through ``fn.external_source``; DALI decodes (``mixed`` = nvJPEG on a
+GPU, ``cpu`` with ``device_id=None``) and runs the lowered ops (see `dali_lowering`).
+Labels, indices and manifest fields never enter DALI: they are attached on the host from
+the planned batch, so they cannot drift from the images.
+
+What differs from the torch backend: random parameters (crop windows, flips) are drawn by
+DALI's generators, not by our keyed `SampleRNG`, so random ops give other numbers (same
+distributions); the samples of each batch are identical. DALI's generators are seeded per
+``(seed, rank, epoch)`` (one DALI pipeline per epoch), so an epoch's draws do not depend on
+earlier epochs, and a mid-epoch ``state_dict()`` carries a DALI checkpoint
+(``enable_checkpointing``) that restores them: a resumed run equals an uninterrupted one.
+
+Importing this module does not import DALI; building a `DaliLoader` does.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from mediapipe.errors import PipelineError
+from mediapipe.graph import StageStats
+from mediapipe.loaders.dali_lowering import LOWERINGS, FieldNode, LoweringContext, lowering_table, unsupported
+from mediapipe.loaders.loader import distributed_rank_and_size
+from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
+from mediapipe.sample import SampleRef
+
+if TYPE_CHECKING:
+    from mediapipe.pipeline import Pipeline
+
+INSTALL_HINT = "pip install mediapipe-loader[dali]"
+DALI_DECODE_KINDS = ("image",)
+
+
+def dali_available() -> bool:
+    """Whether NVIDIA DALI is installed (without importing it)."""
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def import_dali() -> tuple[Any, Any, Any]:
+    """(nvidia.dali.pipeline.Pipeline, nvidia.dali.fn, nvidia.dali.types), or an ImportError
+    that says how to install DALI."""
+    try:
+        from nvidia.dali import fn, types
+        from nvidia.dali.pipeline import Pipeline as DaliPipeline
+    except ImportError as err:
+        raise ImportError(f"backend='dali' needs NVIDIA DALI, which is not installed: {INSTALL_HINT} "
+                          f"(or use backend='torch'); {err}") from err
+    return DaliPipeline, fn, types
+
+
+def check_lowerable(pipeline: Pipeline) -> None:
+    """Raise `PipelineError` listing everything in the spec that DALI cannot run as specified."""
+    problems = unsupported(pipeline.augment)
+    problems += [f"decode[{name!r}] {spec.kind}" for name, spec in pipeline.decode.items()
+                 if spec.kind not in DALI_DECODE_KINDS]
+    if pipeline.on_error != "raise":
+        problems.append(f"on_error={pipeline.on_error!r} (DALI stops on a bad sample)")
+    if problems:
+        raise PipelineError(
+            f"backend='dali' has no DALI counterpart for: {', '.join(problems)}. "
+            f"Use backend='torch' for this pipeline, or drop these ops. Lowered ops: {sorted(LOWERINGS)}"
+        )
+
+
+def dali_seed(seed: int, rank: int, epoch: int) -> int:
+    """DALI's pipeline seed for one (seed, rank, epoch): a 31-bit int DALI accepts."""
+    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class HostSample:
+    """One sample as the feed sees it: its ref, its bytes per decoded field, header sizes."""
+
+    def __init__(self, ref: SampleRef, data: dict[str, np.ndarray], probe: dict[str, Any]) -> None:
+        self.ref, self.data, self._probe, self._sizes = ref, data, probe, {}
+
+    def size(self, name: str) -> tuple[int, int]:
+        """(height, width) of field ``name`` as decoded, from its header (no decoding)."""
+        if name not in self._sizes:
+            meta = self._probe[name](self)
+            self._sizes[name] = (int(meta["height"]), int(meta["width"]))
+        return self._sizes[name]
+
+
+class _Feed:
+    """External-source callbacks, one per DALI input, fed in lockstep from planned batches.
+
+    Each input pulls its own queue; when a queue is empty the next planned batch is read
+    and every queue gets its part, so the order in which DALI calls them does not matter.
+    """
+
+    def __init__(self, loader: DaliLoader) -> None:
+        self.loader = loader
+        self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
+        self.queues: dict[str, collections.deque] = {}
+        self.planned: Iterator[PlannedBatch] = iter(())
+        self.host: collections.deque = collections.deque()  # (PlannedBatch, refs) per batch fed
+
+    def add(self, name: str, compute: Any) -> Any:
+        self.inputs[name] = compute
+        self.queues[name] = collections.deque()
+
+        def source() -> list[np.ndarray]:
+            if not self.queues[name]:
+                self._next_batch()
+            return self.queues[name].popleft()
+
+        return source
+
+    def start(self, planned: list[PlannedBatch]) -> None:
+        self.planned = iter(planned)
+        for q in self.queues.values():
+            q.clear()
+        self.host.clear()
+
+    def _next_batch(self) -> None:
+        batch = next(self.planned)  # StopIteration ends DALI's epoch
+        source, plan = self.loader.pipeline.source, self.loader.plan
+        refs = [source.ref(int(i)) for i in batch.indices]
+        samples = []
+        for ref in refs:
+            data = {}
+            for name, spec in plan.decode.items():
+                blob = ref.blob(spec.kind)
+                data[name] = np.frombuffer(blob.read(), dtype=np.uint8)
+            samples.append(HostSample(ref, data, self.loader._probes))
+        for name, compute in self.inputs.items():
+            self.queues[name].append([compute(s) for s in samples])
+        self.host.append((batch, refs))
+
+
+class DaliLoader:
+    """`Loader`'s contract on DALI: the same batches (dict of tensors on the pipeline's device),
+    ``len()``, ``set_epoch()``, ``last_batch``, rank sharding, ``state_dict()``.
+
+    Args beyond `Loader`'s: ``num_workers`` sets DALI's ``num_threads``; ``prefetch`` its
+    ``prefetch_queue_depth``; ``device_id`` the GPU (default: the pipeline's CUDA device, or
+    None, CPU only, when the pipeline's device is the CPU).
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        num_workers: int = 0,
+        shuffle: bool = True,
+        drop_last: bool | None = None,
+        last_batch: str = "partial",
+        prefetch: int = 2,
+        sampler: BatchSampler | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        device_id: int | None = None,
+    ) -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers={num_workers}: expected >= 0")
+        if prefetch < 1:
+            raise ValueError(f"prefetch={prefetch}: expected >= 1")
+        check_lowerable(pipeline)
+        self._dali = import_dali()
+        if drop_last is not None:
+            last_batch = "drop" if drop_last else last_batch
+        if rank is None or world_size is None:
+            auto_rank, auto_size = distributed_rank_and_size()
+            rank = auto_rank if rank is None else rank
+            world_size = auto_size if world_size is None else world_size
+        self.pipeline, self.plan, self.device = pipeline, pipeline.plan, pipeline.device
+        self.rank, self.num_threads, self.prefetch = rank, max(1, num_workers), prefetch
+        if self.device.type == "cuda":
+            self.device_id = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self.device_id = self.device_id if device_id is None else device_id
+        else:
+            self.device_id = None
+        self.sampler: BatchSampler = sampler or EpochBatchSampler(
+            len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
+            rank=rank, world_size=world_size, last_batch=last_batch,
+        )
+        self.stats = StageStats()
+        decoders = self.plan.decoders()
+        self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.ref.blob(d.kind), s.data[n].tobytes()))
+                        for name in self.plan.decode}
+        self._live: tuple[Any, int] | None = None  # (DALI pipeline, epoch) that delivered the last batch
+        self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
+
+    # -- the contract -----------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+        self._live = self._checkpoint = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's position and, mid-epoch, DALI's checkpoint (its generators' state)."""
+        state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
+        checkpoint = self._current_checkpoint()
+        if checkpoint is not None:
+            state["dali"] = {"checkpoint": checkpoint, "epoch": self.sampler.epoch,
+                             "position": self.sampler.position}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.sampler.load_state_dict(state.pop("sampler"))
+        self._live, self._checkpoint = None, None
+        dali = state.pop("dali", None)
+        if dali is not None:
+            self._checkpoint = (dali["checkpoint"], dali["epoch"], dali["position"])
+        if state:
+            raise ValueError(f"unexpected keys in DALI loader state: {sorted(state)}")
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        sampler = self.sampler
+        epoch, start = sampler.epoch, sampler.position
+        planned = sampler.batches()
+        if start > len(planned):
+            raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
+        checkpoint = self._current_checkpoint() if start > 0 else None
+        if start > 0 and checkpoint is None:
+            warnings.warn(f"DaliLoader resumes at batch {start} without a DALI checkpoint: the samples are the "
+                          "same, DALI's random draws are not those of an uninterrupted run", stacklevel=2)
+        self._live = self._checkpoint = None
+        pipe, feed = self._build(epoch, checkpoint)
+        feed.start(planned[start:])
+        for _ in range(len(planned) - start):
+            outputs = pipe.run()
+            batch, refs = feed.host.popleft()
+            out = self._to_torch(outputs, batch, refs)
+            self.stats.samples += batch.valid
+            self.stats.batches += 1
+            sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
+            self._live = (pipe, epoch)
+            yield out
+        if sampler.epoch == epoch and sampler.position >= len(planned):
+            sampler.set_epoch(epoch + 1)
+            self._live = None
+
+    # -- DALI graph -------------------------------------------------------------------
+    def _current_checkpoint(self) -> str | None:
+        position, epoch = self.sampler.position, self.sampler.epoch
+        if self._checkpoint is not None and self._checkpoint[1:] == (epoch, position):
+            return self._checkpoint[0]
+        if self._live is not None and self._live[1] == epoch and position > 0:
+            return self._live[0].checkpoint()
+        return None
+
+    def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:
+        DaliPipeline, fn, types = self._dali
+        feed = _Feed(self)
+        seed = dali_seed(self.pipeline.seed, self.rank, epoch)
+        pipe = DaliPipeline(batch_size=self.pipeline.batch_size, num_threads=self.num_threads,
+                            device_id=self.device_id, seed=seed, prefetch_queue_depth=self.prefetch,
+                            enable_checkpointing=True, checkpoint=checkpoint)
+        counter = iter(range(1 << 30))
+
+        def host_input(name: str, compute: Any) -> Any:
+            unique = f"{next(counter)}:{name}"
+            return fn.external_source(source=feed.add(unique, compute), batch=True, name=unique)
+
+        ctx = LoweringContext(fn, types, "gpu" if self.device_id is not None else "cpu", host_input)
+        with warnings.catch_warnings():
+            # DALI warns that it cannot checkpoint a callable source: our feed restarts
+            # at the sampler's position itself.
+            warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline with external source")
+            self._define(pipe, ctx)
+            pipe.build()
+        return pipe, feed
+
+    def _define(self, pipe: Any, ctx: LoweringContext) -> None:
+        fn = ctx.fn
+        with pipe:
+            for name, spec in self.plan.decode.items():
+                encoded = ctx.host_input(f"{name}.bytes", lambda s, n=name: s.data[n])
+                ctx.fields[name] = FieldNode(encoded, spec.kind, decoded=False, options=dict(spec.options),
+                                             size_of=lambda s, n=name: s.size(n))
+            for op in self.plan.ops:
+                try:
+                    LOWERINGS[type(op).__name__].lower(op, ctx)
+                except NotImplementedError as err:
+                    raise PipelineError(f"backend='dali': {err}; use backend='torch' for this pipeline") from err
+            self._field_names = list(ctx.fields)
+            outputs = []
+            for name in self._field_names:
+                f = ctx.decoded(name)
+                ctx.flush_mirror(f)
+                if f.layout == "HWC":  # this library's layout: (C, H, W)
+                    f.node = fn.transpose(f.node, perm=[2, 0, 1])
+                outputs.append(f.node)
+            pipe.set_outputs(*outputs)
+
+    # -- to torch ---------------------------------------------------------------------
+    def _to_torch(self, outputs: tuple, batch: PlannedBatch, refs: list[SampleRef]) -> dict[str, Any]:
+        from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
+
+        out: dict[str, Any] = {}
+        for name, tl in zip(self._field_names, outputs):
+            shapes = {tuple(s) for s in tl.shape()}
+            if len(shapes) > 1:
+                raise PipelineError(
+                    f"field {name!r} has shapes {sorted(shapes)[:4]} in one batch: add a sample-stage op that gives "
+                    "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)")
+            shape = (len(tl), *next(iter(shapes)))
+            is_gpu = type(tl).__name__.endswith("GPU")
+            tensor = torch.empty(shape, dtype=to_torch_type[tl.dtype],
+                                 device=torch.device("cuda", self.device_id) if is_gpu else "cpu")
+            stream = torch.cuda.current_stream(tensor.device) if is_gpu else None
+            feed_ndarray(tl.as_tensor(), tensor, cuda_stream=stream)
+            out[name] = tensor.to(self.device, non_blocking=True)
+        out.update({k: v.to(self.device) for k, v in host_fields(refs).items()})
+        if batch.valid < len(batch.indices):
+            valid = torch.zeros(len(batch.indices), dtype=torch.bool)
+            valid[: batch.valid] = True
+            out["valid"] = valid.to(self.device)
+        return out
+
+
+def host_fields(refs: list[SampleRef]) -> dict[str, torch.Tensor]:
+    """``index``, ``label`` and the manifest's numeric fields, collated as the torch backend does."""
+    out = {"index": torch.tensor([r.index for r in refs], dtype=torch.int64)}
+    if refs[0].label is not None:
+        out["label"] = torch.tensor([-1 if r.label is None else r.label for r in refs], dtype=torch.int64)
+    for name, first in refs[0].fields.items():
+        dtype = torch.int64 if isinstance(first, int) and not isinstance(first, bool) else torch.float32
+        out[name] = torch.tensor([r.fields.get(name, 0) for r in refs], dtype=dtype)
+    return out
+
+
+__all__ = ["DaliLoader", "check_lowerable", "dali_available", "import_dali", "lowering_table"]
