@@ -1,0 +1,157 @@
+"""`shards(path)`: a converted dataset (tar shards + DALI indices) as a random-access source.
+
+Opening reads manifest.json, samples.jsonl.gz and the small .idx files, never the tars.
+Each sample's media is a byte range of its shard, read in one call (with the tar header
+in front of it, which is checked) in the worker that decodes it; nothing is extracted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mediapipe import shard_format as sf
+from mediapipe.errors import SourceError
+from mediapipe.loaders.sources import Source
+from mediapipe.sample import Blob, SampleMeta, SampleRef
+
+META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
+             "channels", "codec", "kind", "bytes")
+
+
+@dataclass(frozen=True)
+class ShardBlob(Blob):
+    """A tar member's bytes, read together with its 512-byte header, which must agree with
+    the index (regular file, same name and size, valid checksum)."""
+
+    def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
+        try:
+            with open(self.path, "rb") as f:  # type: ignore[arg-type]
+                f.seek(self.offset - sf.BLOCK)
+                raw = f.read(sf.BLOCK + member.size)
+        except OSError as err:
+            raise SourceError(self.name, f"{err.strerror or err} (offset {self.offset})") from err
+        if len(raw) != sf.BLOCK + member.size:
+            raise SourceError(self.name, f"shard is truncated: expected {member.size} bytes at offset "
+                              f"{self.offset}, got {max(0, len(raw) - sf.BLOCK)}")
+        sf.check_header(raw[: sf.BLOCK], member, where=self.name)
+        return raw[sf.BLOCK :]
+
+
+class ShardSource(Source):
+    """The samples of a dataset written by `mediapipe convert`.
+
+    ``blobs`` are keyed by extension (``jpg``, ``mkv``, ``flac``...), so the image, video
+    and audio decoders find their member; the label comes from the sample records (the
+    same value as the ``.cls`` member); ``meta(i)`` gives width/height, duration, fps,
+    frames, keyframes and sample_rate without any I/O. ``shard_ids`` restricts the source
+    to some shards (see `for_rank`).
+    """
+
+    kind = "shards"
+
+    def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None) -> None:
+        self.root = Path(root)
+        self.shard_ids = sorted(shard_ids) if shard_ids is not None else None
+        self.manifest = sf.read_manifest(self.root)
+        if not self.manifest.get("complete"):
+            raise SourceError(str(self.root), "the conversion did not finish (manifest not complete); "
+                              "rerun `mediapipe convert --resume`")
+        entries = {e["shard"]: e for e in self.manifest["shards"] if e["samples"]}
+        wanted = set(entries) if self.shard_ids is None else set(self.shard_ids)
+        unknown = wanted - set(entries) - {e["shard"] for e in self.manifest["shards"]}
+        if unknown:
+            raise SourceError(str(self.root), f"no shards {sorted(unknown)} in this dataset")
+        members: dict[int, list[list[sf.Member]]] = {}
+        self._paths: dict[int, str] = {}
+        for sid in sorted(wanted & set(entries)):
+            entry = entries[sid]
+            tar = self.root / entry["name"]
+            try:
+                size = tar.stat().st_size
+            except OSError as err:
+                raise SourceError(str(tar), err.strerror or str(err)) from err
+            if size != entry["bytes"]:
+                raise SourceError(str(tar), f"shard has {size} bytes, the manifest says {entry['bytes']}: "
+                                  f"corrupt or truncated (run `mediapipe verify {self.root}`)")
+            members[sid] = sf.read_index(self.root / entry["idx"], shard_size=size)
+            self._paths[sid] = str(tar)
+        records = [r for r in sf.read_samples(self.root) if r["shard"] in members]
+        position: dict[int, int] = {sid: 0 for sid in members}
+        self._rows: list[tuple[dict[str, Any], list[sf.Member]]] = []
+        for r in records:
+            sid = r["shard"]
+            row = members[sid][position[sid]]
+            position[sid] += 1
+            if sf.split_member_name(row[0].name)[0] != r["key"]:
+                raise SourceError(self._paths[sid], f"index lists {row[0].name!r} where the sample records "
+                                  f"expect key {r['key']!r}")
+            self._rows.append((r, row))
+        for sid, n in position.items():
+            if n != len(members[sid]):
+                raise SourceError(self._paths[sid], f"index lists {len(members[sid])} samples, records {n}")
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.manifest.get("classes")
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._paths)
+
+    def ref(self, index: int) -> SampleRef:
+        record, row = self._rows[index]
+        path = self._paths[record["shard"]]
+        shard = os.path.basename(path)
+        blobs = {m.extension: ShardBlob(f"{shard}:{m.name}", path=path, offset=m.offset, size=m.size)
+                 for m in row if m.extension not in sf.META_EXTENSIONS}
+        return SampleRef(index=index, key=record["key"], blobs=blobs, label=record.get("label"),
+                         meta=self.meta(index))
+
+    def meta(self, index: int) -> SampleMeta:
+        record = self._rows[index][0]
+        return {k: record[k] for k in META_KEYS if k in record}
+
+    def shard_of(self, index: int) -> int:
+        return self._rows[index][0]["shard"]
+
+    def for_rank(self, rank: int, world_size: int) -> ShardSource:
+        """The shards of one rank (rank r reads shards r, r + W, ...), for training across
+        machines where each reads whole shards; give its loader rank=0, world_size=1."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
+        ids = sorted(self._paths)[rank::world_size]
+        if not ids:
+            raise ValueError(f"{self.num_shards} shards cannot be shared by world_size={world_size} ranks")
+        return ShardSource(self.root, ids)
+
+    def to_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"kind": self.kind, "root": str(self.root)}
+        if self.shard_ids is not None:
+            config["shard_ids"] = list(self.shard_ids)
+        return config
+
+
+def shards(path: str | os.PathLike, *, by_rank: bool = False) -> ShardSource:
+    """A dataset written by `mediapipe convert` (the folder holding manifest.json).
+
+    ``by_rank=True`` keeps only this process's shards when torch.distributed is initialised
+    (rank r reads shards r, r + W, ...); the loader must then not split again (rank=0,
+    world_size=1).
+    """
+    source = ShardSource(path)
+    if by_rank:
+        from mediapipe.loaders.loader import distributed_rank_and_size
+
+        rank, world_size = distributed_rank_and_size()
+        if world_size > 1:
+            source = source.for_rank(rank, world_size)
+    return source

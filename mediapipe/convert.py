@@ -1,0 +1,436 @@
+"""`mediapipe convert`: a folder or manifest of media to sharded, indexed, transcoded datasets.
+
+The plan (which input goes to which shard, under which key) is a pure function of the
+inputs, the seed and the shard size, so every shard is an independent task: the local
+engine runs them with a process pool, the Ray engine (`mediapipe.convert_ray`) on a
+cluster, and a killed run resumes by redoing only the shards the manifest does not list.
+
+Crash safety, in the order things happen for shard i:
+1. the tar is written to ``.shard-00000i.tar.partial``; the index and the shard's sample
+   records (``.parts/shard-00000i.json``) are written atomically;
+2. the tar is fsynced and renamed to ``shard-00000i.tar``;
+3. the manifest, now listing shard i, is rewritten atomically (temporary file + rename).
+A shard is done only once step 3 happened; anything else is redone identically on resume.
+When every shard is done, samples.jsonl.gz and report.json are written and the manifest
+is marked complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mediapipe import shard_format as sf
+from mediapipe.progress import Progress
+from mediapipe.sample import kind_of_bytes, kind_of_extension
+from mediapipe.transcode import TranscodeError, TranscodeOptions, transcode
+
+log = logging.getLogger(__name__)
+
+KILL_HOOK_ENV = "MEDIAPIPE_CONVERT_KILL_AT"
+"""Test hook: "sample:N", "shard:N" or "commit:N" SIGKILLs the converter after the N-th
+sample written to a partial tar, shard renamed into place, or manifest committed."""
+
+ENGINES = ("local", "ray")
+DEFAULT_OPTIONS = TranscodeOptions()
+
+
+# -- the plan -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InputItem:
+    """One input file: where it is, what it is, and the key and label it gets."""
+
+    position: int  # in the source's order
+    path: str
+    name: str  # what reports print: the path relative to the source
+    key: str
+    label: int | None
+    ext: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """The inputs of one shard, in the order they are written."""
+
+    index: int
+    items: tuple[InputItem, ...]
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    source: str
+    classes: list[str] | None
+    tasks: tuple[ShardTask, ...]
+    settings: dict[str, Any]  # everything that changes the output: seed, shard size, options
+    fingerprint: str
+
+    @property
+    def num_inputs(self) -> int:
+        return sum(len(t.items) for t in self.tasks)
+
+
+def parse_shard_size(text: str | int) -> tuple[int | None, int | None]:
+    """(samples, bytes) per shard from "1000" (samples), "1000samples", "256MB", "1GB", "512KB"."""
+    if isinstance(text, int):
+        return text, None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(samples?|[kmgt]i?b)?\s*", str(text), re.IGNORECASE)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"shard size {text!r}: expected a sample count (1000) or a size (256MB, 1GB)")
+    number, unit = float(match.group(1)), (match.group(2) or "samples").lower()
+    if unit.startswith("sample"):
+        return int(number), None
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[unit[0]]
+    if "i" in unit:
+        scale = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[unit[0]]
+    return None, int(number * scale)
+
+
+def open_inputs(src: str | os.PathLike):
+    """A folder (class sub-folders become labels) or a JSON-lines manifest, as a source."""
+    from mediapipe.loaders.sources import FolderSource, ManifestSource
+
+    return FolderSource(src) if Path(src).is_dir() else ManifestSource(src)
+
+
+def plan_conversion(src: str | os.PathLike, *, shard_size: str | int = "256MB", shuffle: bool = True,
+                    seed: int = 0, options: TranscodeOptions = DEFAULT_OPTIONS) -> ConversionPlan:
+    """Assign every input to a shard. Byte-sized shards are cut by the inputs' sizes, so the
+    assignment is known before anything is transcoded."""
+    source = open_inputs(src)
+    refs = [source.ref(i) for i in range(len(source))]
+    keys = sf.unique_keys(ref.key for ref in refs)
+    items = []
+    for i, (ref, key) in enumerate(zip(refs, keys)):
+        blob = next(iter(ref.blobs.values()))
+        try:
+            size = os.path.getsize(blob.path)
+        except OSError:
+            size = 0  # reported when converted
+        items.append(InputItem(i, str(blob.path), ref.key, key, ref.label, blob.extension, size))
+    max_samples, max_bytes = parse_shard_size(shard_size)
+    order = np.random.default_rng(seed).permutation(len(items)) if shuffle else np.arange(len(items))
+    tasks: list[ShardTask] = []
+    current: list[InputItem] = []
+    current_bytes = 0
+    for i in order:
+        item = items[int(i)]
+        full = (max_samples is not None and len(current) >= max_samples) or (
+            max_bytes is not None and current and current_bytes + item.size > max_bytes)
+        if full:
+            tasks.append(ShardTask(len(tasks), tuple(current)))
+            current, current_bytes = [], 0
+        current.append(item)
+        current_bytes += item.size
+    if current:
+        tasks.append(ShardTask(len(tasks), tuple(current)))
+    settings = {"shard_size": str(shard_size), "shuffle": shuffle, "seed": seed, "options": options.to_dict()}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for task in tasks:
+        for item in task.items:
+            digest.update(f"{task.index}\0{item.name}\0{item.key}\0{item.label}\0{item.size}\n".encode())
+    return ConversionPlan(str(src), source.classes, tuple(tasks), settings, digest.hexdigest())
+
+
+# -- converting one input and writing one shard -------------------------------------------
+@dataclass
+class ItemResult:
+    item: InputItem
+    ext: str = ""
+    data: bytes = b""
+    meta: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
+    """Read and transcode one input; a failure becomes a reason, never an exception."""
+    try:
+        with open(item.path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        return ItemResult(item, error=f"cannot read: {err.strerror or err}")
+    kind = kind_of_extension(item.ext) or kind_of_bytes(data[:16])
+    if kind is None:
+        return ItemResult(item, error=f"unknown media kind (extension {item.ext!r})")
+    try:
+        ext, out, meta = transcode(data, kind, item.ext, options)
+    except TranscodeError as err:
+        return ItemResult(item, error=str(err))
+    except Exception as err:  # noqa: BLE001  every failure is reported with its reason, none is dropped
+        return ItemResult(item, error=f"{type(err).__name__}: {err}")
+    return ItemResult(item, ext, out, {"kind": kind, **meta})
+
+
+@dataclass
+class ShardResult:
+    entry: dict[str, Any]
+    records: list[dict[str, Any]]
+    failures: list[dict[str, str]]
+    bytes_in: int = 0
+
+
+def _parts_path(out: Path, index: int) -> Path:
+    return out / sf.PARTS / f"shard-{index:06d}.json"
+
+
+def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemResult]) -> ShardResult:
+    """Write one shard's tar and index (atomically) and its sample records."""
+    out = Path(out)
+    records, failures, bytes_in = [], [], 0
+    writer: sf.ShardWriter | None = None
+    try:
+        for result in results:
+            item = result.item
+            bytes_in += item.size
+            if result.error is not None:
+                failures.append({"input": item.name, "reason": result.error})
+                continue
+            record = {"key": item.key, "shard": task.index, "label": item.label, "source": item.name,
+                      "ext": result.ext, "bytes": len(result.data), **result.meta}
+            members = {result.ext: result.data}
+            if item.label is not None:
+                members["cls"] = str(item.label).encode()
+            members["json"] = json.dumps({k: v for k, v in record.items() if k != "shard"},
+                                         sort_keys=True).encode()
+            if writer is None:
+                writer = sf.ShardWriter(out, task.index)
+            writer.add(item.key, members)
+            records.append(record)
+            _kill_hook("sample")
+        sf.write_atomic(_parts_path(out, task.index), sf.json_bytes({"records": records, "failures": failures}))
+        if writer is None:  # every input failed: no files, an empty entry
+            entry = {"shard": task.index, "name": None, "idx": None, "samples": 0, "bytes": 0, "sha256": None}
+        else:
+            committed = writer.commit()
+            entry = {"shard": task.index, "name": committed["name"], "idx": committed["index"],
+                     "samples": committed["samples"], "bytes": committed["bytes"], "sha256": committed["sha256"]}
+            _kill_hook("shard")
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    return ShardResult(entry, records, failures, bytes_in)
+
+
+def convert_shard(out: str | os.PathLike, task: ShardTask, options: TranscodeOptions) -> ShardResult:
+    """One shard, start to finish, in this process (the unit of work of the Ray engine)."""
+    return write_shard(out, task, (convert_item(item, options) for item in task.items))
+
+
+_KILL_COUNTS: dict[str, int] = {}
+
+
+def _kill_hook(event: str) -> None:
+    spec = os.environ.get(KILL_HOOK_ENV)
+    if not spec or not spec.startswith(event + ":"):
+        return
+    _KILL_COUNTS[event] = _KILL_COUNTS.get(event, 0) + 1
+    if _KILL_COUNTS[event] >= int(spec.split(":", 1)[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- the manifest ---------------------------------------------------------------------------
+def new_manifest(plan: ConversionPlan) -> dict[str, Any]:
+    return {"format": sf.FORMAT_NAME, "version": sf.FORMAT_VERSION, "complete": False,
+            "source": plan.source, "classes": plan.classes,
+            "plan": {"fingerprint": plan.fingerprint, "num_inputs": plan.num_inputs,
+                     "num_shards": len(plan.tasks), **plan.settings},
+            "shards": []}
+
+
+def commit_shard(out: Path, manifest: dict[str, Any], result: ShardResult) -> None:
+    """List the shard in the manifest and rewrite the manifest atomically."""
+    shards = [e for e in manifest["shards"] if e["shard"] != result.entry["shard"]] + [result.entry]
+    manifest["shards"] = sorted(shards, key=lambda e: e["shard"])
+    sf.write_manifest(out, manifest)
+    _kill_hook("commit")
+
+
+def finish(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Gather the committed shards' records into samples.jsonl.gz and report.json; mark complete."""
+    records, failures, fields = [], [], set()
+    for entry in manifest["shards"]:
+        part = json.loads(_parts_path(out, entry["shard"]).read_text())
+        records += part["records"]
+        failures += part["failures"]
+    for r in records:
+        fields.add(r["ext"])
+        fields.update(["json"] + (["cls"] if r["label"] is not None else []))
+    sf.write_atomic(out / sf.SAMPLES, sf.samples_bytes(records))
+    sf.write_atomic(out / sf.REPORT, sf.json_bytes({"failures": sorted(failures, key=lambda f: f["input"])}))
+    manifest.update(complete=True, num_samples=len(records), num_failures=len(failures), fields=sorted(fields),
+                    bytes=sum(e["bytes"] for e in manifest["shards"]))
+    sf.write_manifest(out, manifest)
+    shutil.rmtree(out / sf.PARTS, ignore_errors=True)
+    return manifest
+
+
+# -- engines --------------------------------------------------------------------------------
+def _convert_item_star(args: tuple[InputItem, TranscodeOptions]) -> ItemResult:
+    return convert_item(*args)
+
+
+def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, workers: int,
+              on_item: Callable[[ItemResult], None]) -> Iterator[ShardResult]:
+    """Transcode inputs on ``workers`` processes (in order) and write shards here, one by one."""
+    jobs = [(item, options) for task in tasks for item in task.items]
+    if workers <= 1:
+        results: Iterator[ItemResult] = (convert_item(*job) for job in jobs)
+        pool = None
+    else:
+        method = "fork" if sys.platform.startswith("linux") else "spawn"
+        pool = multiprocessing.get_context(method).Pool(workers)
+        results = pool.imap(_convert_item_star, jobs, chunksize=1)
+    try:
+        for task in tasks:
+            def shard_items(task: ShardTask = task) -> Iterator[ItemResult]:
+                for _ in task.items:
+                    result = next(results)
+                    on_item(result)
+                    yield result
+            yield write_shard(out, task, shard_items())
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
+@dataclass
+class ConversionResult:
+    """What a conversion did: counts, bytes, time and every input that failed, with its reason."""
+
+    out: str
+    num_inputs: int
+    num_samples: int
+    num_shards: int
+    failures: list[dict[str, str]]
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    resumed_shards: int = 0
+
+    def summary(self) -> str:
+        rate = self.num_inputs / self.seconds if self.seconds else 0.0
+        return (f"{self.num_samples}/{self.num_inputs} inputs converted into {self.num_shards} shards "
+                f"({self.bytes_in / 1e6:.1f} MB in, {self.bytes_out / 1e6:.1f} MB out) in {self.seconds:.1f} s "
+                f"({rate:.1f} files/s); {len(self.failures)} failed")
+
+
+def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str | int = "256MB",
+            shuffle: bool = True, seed: int = 0, workers: int = 1, resume: bool = False, engine: str = "local",
+            options: TranscodeOptions = DEFAULT_OPTIONS, ray_address: str | None = None,
+            progress: bool = False) -> ConversionResult:
+    """Convert ``src`` (a folder of class sub-folders or a JSON-lines manifest) into ``out``.
+
+    ``resume=True`` continues a killed run (same inputs and settings), redoing only the
+    shards its manifest does not list; the result equals an uninterrupted run byte for byte.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r}: expected one of {ENGINES}")
+    if workers < 1:
+        raise ValueError(f"workers={workers}: expected >= 1")
+    start = time.monotonic()
+    plan = plan_conversion(src, shard_size=shard_size, shuffle=shuffle, seed=seed, options=options)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest, done = _start_or_resume(out, plan, resume)
+    if manifest["complete"]:
+        return _result(out, plan, manifest, 0, start, len(done))
+    pending = [t for t in plan.tasks if t.index not in done]
+    total_in = sum(i.size for t in pending for i in t.items)
+    bar = Progress(sum(len(t.items) for t in pending), unit="files", desc="convert") if progress else None
+    log.info("convert %s -> %s: %d inputs, %d shards, %d to do (%.1f MB)", src, out, plan.num_inputs,
+             len(plan.tasks), len(pending), total_in / 1e6)
+
+    def on_item(result: ItemResult) -> None:
+        if result.error is not None:
+            log.warning("cannot convert %s: %s", result.item.name, result.error)
+        if bar is not None:
+            bar.update(1, bytes=result.item.size)
+
+    try:
+        if engine == "ray":
+            from mediapipe.convert_ray import run_ray
+
+            results = run_ray(out, pending, options, address=ray_address, num_cpus=workers if ray_address is None
+                              else None)
+        else:
+            results = run_local(out, pending, options, workers, on_item)
+        for result in results:
+            if engine == "ray" and bar is not None:
+                bar.update(len(result.records) + len(result.failures), bytes=result.bytes_in)
+            commit_shard(out, manifest, result)
+    finally:
+        if bar is not None:
+            bar.close()
+    return _result(out, plan, finish(out, manifest), total_in, start, len(done))
+
+
+def _result(out: Path, plan: ConversionPlan, manifest: dict[str, Any], bytes_in: int, start: float,
+            resumed: int) -> ConversionResult:
+    report = json.loads((out / sf.REPORT).read_text())
+    return ConversionResult(str(out), plan.num_inputs, manifest["num_samples"], len(plan.tasks),
+                            report["failures"], bytes_in, manifest["bytes"], time.monotonic() - start,
+                            resumed_shards=resumed)
+
+
+def _start_or_resume(out: Path, plan: ConversionPlan, resume: bool) -> tuple[dict[str, Any], set[int]]:
+    """The manifest to continue from and the shards already done; cleans partial files."""
+    if (out / sf.MANIFEST).exists():
+        if not resume:
+            raise FileExistsError(f"{out} already holds a dataset; pass resume=True (--resume) to continue it")
+        manifest = sf.read_manifest(out)
+        if manifest["plan"]["fingerprint"] != plan.fingerprint:
+            raise ValueError(f"cannot resume {out}: the inputs or settings differ from the run that started it "
+                             f"(plan {manifest['plan']['fingerprint'][:12]}, now {plan.fingerprint[:12]})")
+        done = {e["shard"] for e in manifest["shards"]}
+        if manifest["complete"]:
+            return manifest, done
+    else:
+        visible = [p for p in out.iterdir() if not p.name.startswith(".")]
+        if visible:
+            raise FileExistsError(f"{out} is not empty ({visible[0].name}...); convert into a new folder")
+        manifest, done = new_manifest(plan), set()
+        sf.write_manifest(out, manifest)
+    for stale in out.glob(".*.partial"):
+        stale.unlink()
+    (out / sf.PARTS).mkdir(exist_ok=True)
+    return manifest, done
+
+
+def measure_conversion(src: str | os.PathLike, workdir: str | os.PathLike, workers: int = 1,
+                       reencode: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """Convert ``src`` into a fresh folder under ``workdir`` and report the throughput.
+
+    ``reencode=False`` copies what can be copied (JPEGs that fit, video and audio streams);
+    ``reencode=True`` re-encodes every input (JPEG, AV1, FLAC). Returns files, MB in/out,
+    seconds, files_per_s and mb_per_s (input megabytes, 10^6 bytes, per second).
+    """
+    if reencode:
+        options = TranscodeOptions(reencode=True)
+    else:
+        options = TranscodeOptions(video_codec="copy", audio_codec="copy")
+    options = replace(options, **kwargs.pop("options", {}))
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f"convert-w{workers}-{'reencode' if reencode else 'copy'}-", dir=workdir))
+    result = convert(src, out, workers=workers, options=options, **kwargs)
+    seconds = max(result.seconds, 1e-9)
+    return {"workers": workers, "reencode": reencode, "files": result.num_inputs, "failed": len(result.failures),
+            "mb_in": result.bytes_in / 1e6, "mb_out": result.bytes_out / 1e6, "seconds": result.seconds,
+            "files_per_s": result.num_inputs / seconds, "mb_per_s": result.bytes_in / 1e6 / seconds,
+            "out": str(out)}
