@@ -324,7 +324,7 @@ class DaliLoader:
             feed_ndarray(tl.as_tensor(), tensor, cuda_stream=stream)
             out[name] = tensor.to(self.device, non_blocking=True)
         out.update({k: v.to(self.device) for k, v in host_fields(refs).items()})
-        if batch.valid < len(batch.indices):
+        if batch.valid < len(batch.indices) or getattr(self.sampler, "last_batch", None) == "pad":
             valid = torch.zeros(len(batch.indices), dtype=torch.bool)
             valid[: batch.valid] = True
             out["valid"] = valid.to(self.device)

@@ -1,0 +1,187 @@
+"""The DALI backend against this library's torch backend, on DALI's CPU operators (device_id=None)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.augment.base import Op
+from mediapipe.errors import PipelineError
+
+pytest.importorskip("nvidia.dali")
+
+from mediapipe.loaders.dali import DaliLoader, dali_available, lowering_table  # noqa: E402
+
+# Deterministic ops: DALI's libjpeg-turbo decode and antialiased linear resize differ from
+# ours by rounding only. In normalised units (x / 255 - mean) / std with std >= 0.224, one
+# grey level is 0.0175: we allow two at any pixel, and a quarter of a level on average.
+MAX_ABS = 2 / 255 / 0.224
+MEAN_ABS = 0.25 / 255 / 0.224
+
+
+def _pipe(root, augment, batch_size=5, seed=0, source=None):
+    return mp.Pipeline(source=source or mp.loaders.folder(root), decode={"image": mp.decoders.image()},
+                       augment=augment, batch_size=batch_size, seed=seed, device="cpu")
+
+
+def _both(pipe, **kwargs):
+    return list(pipe.loader(backend="dali", **kwargs)), list(pipe.loader(backend="torch", **kwargs))
+
+
+def test_importing_the_library_does_not_import_dali():
+    code = "import sys, mediapipe, mediapipe.loaders.dali; print('nvidia.dali' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert dali_available()
+
+
+def test_deterministic_pipeline_equals_torch_backend(image_folder):
+    pipe = _pipe(image_folder, [A.Resize(128), A.CenterCrop(112), A.Normalize()])
+    dali, torch_ = _both(pipe, shuffle=False)
+    assert len(dali) == len(torch_) == len(pipe.loader(backend="dali")) == 5
+    for a, b in zip(dali, torch_):
+        assert set(a) == set(b) == {"image", "label", "index"}
+        for key in b:
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["label"], b["label"])
+        diff = (a["image"] - b["image"]).abs()
+        assert diff.max().item() <= MAX_ABS, diff.max().item()
+        assert diff.mean().item() <= MEAN_ABS, diff.mean().item()
+
+
+def test_uint8_output_without_normalize_is_chw_like_torch(image_folder):
+    pipe = _pipe(image_folder, [A.Resize((96, 80)), A.VerticalFlip(p=1.0)], batch_size=8)
+    dali, torch_ = _both(pipe, shuffle=False)
+    for a, b in zip(dali, torch_):
+        assert a["image"].dtype == torch.uint8 and a["image"].shape == b["image"].shape == (8, 3, 96, 80)
+        # our decoder scales in the DCT domain when shrinking by 2 or more (DALI decodes whole and
+        # resizes): about one grey level on average; a missing flip would give tens
+        assert (a["image"].int() - b["image"].int()).abs().float().mean() < 2.0
+
+
+def test_random_ops_shapes_ranges_labels_and_sample_sets(image_manifest):
+    source = mp.loaders.manifest(image_manifest)
+    pipe = _pipe(None, [A.RandomResizedCrop(64, scale=(0.2, 1.0)), A.HorizontalFlip(), A.Normalize()],
+                 batch_size=6, seed=3, source=source)
+    dali_loader, torch_loader = pipe.loader(backend="dali"), pipe.loader(backend="torch")
+    lo = (0 - max(A.IMAGENET_MEAN)) / min(A.IMAGENET_STD)
+    hi = (1 - min(A.IMAGENET_MEAN)) / min(A.IMAGENET_STD)
+    for epoch in range(2):
+        dali, torch_ = list(dali_loader), list(torch_loader)
+        assert dali_loader.epoch == torch_loader.epoch == epoch + 1
+        assert len(dali) == len(torch_) == 4
+        for a, b in zip(dali, torch_):
+            assert set(a) == set(b) == {"image", "label", "index", "weight"}
+            for key in b:
+                assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+            assert torch.equal(a["index"], b["index"])  # same samples, same order, every epoch
+            assert torch.equal(a["label"], b["label"]) and torch.equal(a["weight"], b["weight"])
+            expected = torch.tensor([source.ref(int(i)).label for i in a["index"]])
+            assert torch.equal(a["label"], expected)
+            assert lo - 1e-4 <= a["image"].min() and a["image"].max() <= hi + 1e-4
+            assert a["image"].std() > 0.1
+    # DALI draws its own crops: random ops differ from the torch backend's (documented)
+    assert not torch.allclose(dali[0]["image"], torch_[0]["image"], atol=0.1)
+
+
+def test_epochs_are_reshuffled_and_reseeded(image_folder):
+    pipe = _pipe(image_folder, [A.RandomResizedCrop(32), A.Normalize()], batch_size=24)
+    loader = pipe.loader(backend="dali")
+    (first,), (second,) = list(loader), list(loader)
+    assert sorted(first["index"].tolist()) == sorted(second["index"].tolist()) == list(range(24))
+    assert not torch.equal(first["index"], second["index"])
+    loader.set_epoch(0)
+    (again,) = list(loader)  # an epoch's draws depend on (seed, epoch) only
+    assert torch.equal(again["index"], first["index"]) and torch.equal(again["image"], first["image"])
+
+
+@pytest.mark.parametrize("last_batch, sizes", [("drop", [5, 5, 5, 5]), ("partial", [5, 5, 5, 5, 4]),
+                                               ("pad", [5, 5, 5, 5, 5])])
+def test_last_batch_policies(image_folder, last_batch, sizes):
+    pipe = _pipe(image_folder, [A.RandomResizedCrop(32), A.Normalize()])
+    loader = pipe.loader(backend="dali", last_batch=last_batch)
+    reference = list(pipe.loader(backend="torch", last_batch=last_batch))
+    batches = list(loader)
+    assert len(loader) == len(batches) == len(sizes)
+    assert [len(b["index"]) for b in batches] == [b["image"].shape[0] for b in batches] == sizes
+    for a, b in zip(batches, reference):
+        assert torch.equal(a["index"], b["index"])
+        assert ("valid" in a) == ("valid" in b)
+        if "valid" in b:
+            assert torch.equal(a["valid"], b["valid"])
+    if last_batch == "pad":
+        assert [int(b["valid"].sum()) for b in batches] == [5, 5, 5, 5, 4]
+
+
+def test_sharding_by_rank_matches_torch_backend(image_folder):
+    pipe = _pipe(image_folder, [A.RandomResizedCrop(32), A.Normalize()], batch_size=4)
+    seen = []
+    for rank in range(2):
+        dali = list(pipe.loader(backend="dali", rank=rank, world_size=2))
+        torch_ = list(pipe.loader(backend="torch", rank=rank, world_size=2))
+        assert len(dali) == len(torch_) == 3
+        for a, b in zip(dali, torch_):
+            assert torch.equal(a["index"], b["index"])
+        seen += torch.cat([b["index"] for b in dali]).tolist()
+    assert sorted(seen) == list(range(24))
+
+
+def test_resume_mid_epoch_equals_uninterrupted_run(image_folder):
+    augment = [A.RandomResizedCrop(48), A.HorizontalFlip(), A.Normalize()]
+    full = list(_pipe(image_folder, augment, seed=7).loader(backend="dali"))
+    loader = _pipe(image_folder, augment, seed=7).loader(backend="dali")
+    it = iter(loader)
+    for _ in range(2):
+        next(it)
+    state = loader.state_dict()
+    assert state["sampler"]["position"] == 2 and "dali" in state
+    resumed = _pipe(image_folder, augment, seed=7).loader(backend="dali")
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(full) - 2
+    for a, b in zip(rest, full[2:]):
+        assert torch.equal(a["index"], b["index"])
+        assert torch.equal(a["image"], b["image"])  # DALI's generators restored from its checkpoint
+    assert resumed.epoch == 1
+    # breaking out and iterating again continues where the last delivered batch left off
+    it2 = iter(loader)
+    assert torch.equal(next(it2)["image"], full[2]["image"])
+
+
+@dataclass(frozen=True)
+class Posterize(Op):
+    """A test op with no DALI counterpart."""
+
+    bits: int = 4
+
+
+def test_unsupported_ops_are_listed_at_build_time(image_folder):
+    pipe = _pipe(image_folder, [A.RandomResizedCrop(32), Posterize(), A.Normalize(dtype="bfloat16"), Posterize()])
+    with pytest.raises(PipelineError) as info:
+        pipe.loader(backend="dali")
+    message = str(info.value)
+    assert "augment[1] Posterize" in message and "augment[3] Posterize" in message
+    assert "augment[2] Normalize(dtype='bfloat16'" in message
+    assert "backend='torch'" in message and "RandomResizedCrop" not in message.split("Lowered ops")[0]
+    with pytest.raises(PipelineError, match="on_error='skip'"):
+        mp.Pipeline(source=mp.loaders.folder(image_folder), decode={"image": mp.decoders.image()},
+                    on_error="skip", device="cpu").loader(backend="dali")
+
+
+def test_missing_dali_says_how_to_install(image_folder, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # import nvidia.dali now raises ImportError
+    with pytest.raises(ImportError, match=r"pip install mediapipe-loader\[dali\]"):
+        DaliLoader(_pipe(image_folder, [A.Resize(32)]))
+
+
+def test_unknown_option_is_rejected_and_table_lists_ops(image_folder):
+    with pytest.raises(TypeError):
+        _pipe(image_folder, [A.Resize(32)]).loader(backend="dali", worker_type="thread")
+    table = lowering_table()
+    assert "image_random_crop" in table["RandomResizedCrop"] and "crop_mirror_normalize" in table["Normalize"]
