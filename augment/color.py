@@ -8,6 +8,9 @@ import torch
 
 from mediapipe.augment.base import Op, Params
 from mediapipe.augment.functional import color as F
+from mediapipe.augment.functional.batching import as_batch
+from mediapipe.rng import SampleRNG
+from mediapipe.sample import SampleMeta
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -43,7 +46,11 @@ class Normalize(Op):
 
 @dataclass(frozen=True)
 class ToDtype(Op):
-    """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] (and back). Stage: batch."""
+    """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] (and back: rounded, saturated).
+
+    Input/Output: (..., C, H, W) of any dtype -> ``dtype``. Stage: batch.
+    Args: dtype: "float32", "float16", "bfloat16", "float64" or "uint8"; scale: rescale the range.
+    """
 
     dtype: str = "float32"
     scale: bool = True
@@ -54,3 +61,136 @@ class ToDtype(Op):
 
     def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         return F.to_dtype(x, F.dtype_of(self.dtype), self.scale)
+
+
+def _factor_range(value: float | tuple[float, float], name: str, center: float, bound: tuple[float, float]
+                  ) -> tuple[float, float] | None:
+    """torchvision's ColorJitter ranges: v -> (center - v, center + v) clamped; None when it is the identity."""
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"ColorJitter({name}={value}): a single number must be non-negative")
+        low, high = center - float(value), center + float(value)
+        low = max(low, bound[0]) if name != "hue" else low
+    else:
+        if len(value) != 2:
+            raise ValueError(f"ColorJitter({name}={value!r}): expected a number or (low, high)")
+        low, high = float(value[0]), float(value[1])
+    if not bound[0] <= low <= high <= bound[1]:
+        raise ValueError(f"ColorJitter({name}={value!r}): expected {bound[0]} <= low <= high <= {bound[1]}")
+    return None if low == high == center else (low, high)
+
+
+@dataclass(frozen=True)
+class ColorJitter(Op):
+    """Random brightness, contrast, saturation and hue per sample, applied in a random order per
+    sample (torchvision's ``ColorJitter``).
+
+    Input  ``key``: RGB (B, 3, H, W) or clips (B, T, 3, H, W), uint8 or float in [0, 1]; one draw
+    per clip. Output: same shape and dtype. uint8 follows torchvision exactly: every adjustment
+    computes in float32 and truncates back to uint8 before the next.
+    Args:
+        brightness: v for a factor in [max(0, 1 - v), 1 + v], or (low, high); multiplies; 0 is the identity.
+        contrast: likewise, blends with the image's mean grey; 0 is the identity.
+        saturation: likewise, blends with the grey image; 0 is the identity.
+        hue: h in [0, 0.5] for a shift in [-h, h] turns of the hue circle, or (low, high); 0 is the identity.
+    Stage: batch (a loop over the 4 positions of the order, not over samples).
+    """
+
+    brightness: float | tuple[float, float] = 0.0
+    contrast: float | tuple[float, float] = 0.0
+    saturation: float | tuple[float, float] = 0.0
+    hue: float | tuple[float, float] = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("brightness", "contrast", "saturation"):
+            _factor_range(getattr(self, name), name, 1.0, (0.0, float("inf")))
+        _factor_range(self.hue, "hue", 0.0, (-0.5, 0.5))
+
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """The active adjustments and their factor ranges, in `F.JITTER_ORDER`."""
+        out = {}
+        for name in F.JITTER_ORDER:
+            center, bound = (0.0, (-0.5, 0.5)) if name == "hue" else (1.0, (0.0, float("inf")))
+            r = _factor_range(getattr(self, name), name, center, bound)
+            if r is not None:
+                out[name] = r
+        return out
+
+    def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
+        order = list(range(len(F.JITTER_ORDER)))
+        for i in range(len(order) - 1, 0, -1):  # Fisher-Yates
+            j = rng.integers(0, i + 1)
+            order[i], order[j] = order[j], order[i]
+        params: Params = {"order": tuple(order)}
+        for name, (low, high) in self.ranges().items():
+            params[name] = rng.uniform(low, high)
+        return params
+
+    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        xb, pb, single = as_batch(x, params)
+        out = F.color_jitter(xb, pb["order"], **{k: v for k, v in pb.items() if k != "order"})
+        return out[0] if single else out
+
+
+@dataclass(frozen=True)
+class RandomGrayscale(Op):
+    """Turn each sample to grayscale with probability ``p``, keeping 3 channels (torchvision's
+    ``RandomGrayscale``: 0.2989 R + 0.587 G + 0.114 B; uint8 truncates).
+
+    Input  ``key``: RGB (B, 3, H, W) or clips (B, T, 3, H, W), uint8 or float. Output: same.
+    Args:
+        p: probability per sample; 0 never, 1 always.
+    Stage: batch (only the selected samples are computed).
+    """
+
+    p: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"RandomGrayscale(p={self.p}): expected 0 <= p <= 1")
+
+    def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
+        return {"gray": rng.bernoulli(self.p)}
+
+    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        xb, pb, single = as_batch(x, params)
+        out = F.random_grayscale(xb, pb["gray"])
+        return out[0] if single else out
+
+
+@dataclass(frozen=True)
+class GaussianBlur(Op):
+    """Blur each sample with a Gaussian of its own random std (torchvision's ``GaussianBlur``).
+
+    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W), uint8 or float. Output: same shape and
+    dtype (uint8 blurred in float32 and rounded). Borders reflect.
+    Args:
+        kernel_size: odd taps, an int or (x, y); each must be smaller than twice the image side.
+        sigma: std in pixels, a number or (low, high) drawn uniformly per sample; must be > 0.
+            Small sigmas (0.1) are close to the identity.
+    Stage: batch (two grouped convolutions with per-sample kernels: separable).
+    """
+
+    kernel_size: int | tuple[int, int] = 3
+    sigma: float | tuple[float, float] = (0.1, 2.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ks = (self.kernel_size,) * 2 if isinstance(self.kernel_size, int) else tuple(self.kernel_size)
+        if len(ks) != 2 or any(not isinstance(k, int) or k <= 0 or k % 2 == 0 for k in ks):
+            raise ValueError(f"GaussianBlur(kernel_size={self.kernel_size!r}): expected odd positive ints")
+        sigma = (self.sigma, self.sigma) if isinstance(self.sigma, (int, float)) else tuple(self.sigma)
+        if len(sigma) != 2 or not 0.0 < sigma[0] <= sigma[1]:
+            raise ValueError(f"GaussianBlur(sigma={self.sigma!r}): expected a number or (low, high), 0 < low <= high")
+        object.__setattr__(self, "kernel_size", ks)
+        object.__setattr__(self, "sigma", tuple(float(s) for s in sigma))
+
+    def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
+        return {"sigma": rng.uniform(*self.sigma)}
+
+    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        xb, pb, single = as_batch(x, params)
+        out = F.gaussian_blur(xb, self.kernel_size, pb["sigma"])
+        return out[0] if single else out

@@ -1,0 +1,60 @@
+"""Batch-mixing kernels (MixUp, CutMix): each sample mixed with its neighbour in the batch.
+
+The partner of sample i is sample i - 1 (the batch rolled by one, sample 0 takes the last),
+as in torchvision v2. Labels become soft (B, num_classes) float rows that sum to 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def soft_labels(label: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """int64 (B,) class indices to one-hot (B, num_classes); float (B, num_classes) passes as is."""
+    if label.is_floating_point():
+        if label.ndim != 2 or label.shape[1] != num_classes:
+            raise ValueError(f"soft labels of shape {tuple(label.shape)}: expected (B, {num_classes})")
+        return label
+    if label.ndim != 1:
+        raise ValueError(f"labels of shape {tuple(label.shape)}: expected class indices (B,)")
+    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= num_classes):
+        raise ValueError(f"labels in [{int(label.min())}, {int(label.max())}] for num_classes={num_classes}")
+    return torch.nn.functional.one_hot(label, num_classes).to(dtype)
+
+
+def _lerp(a: torch.Tensor, partner: torch.Tensor, lam: float) -> torch.Tensor:
+    """lam * a + (1 - lam) * partner; integer images are mixed in float32 and rounded back."""
+    if a.is_floating_point():
+        return partner.mul(1.0 - lam).add_(a, alpha=lam)
+    mixed = partner.to(torch.float32).mul_(1.0 - lam).add_(a.to(torch.float32), alpha=lam)
+    return mixed.round_().clamp_(0, 255).to(a.dtype)
+
+
+def mixup(x: torch.Tensor, label: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """lam * sample i + (1 - lam) * sample i - 1, for the images ``x`` (B, ...) and soft labels."""
+    return _lerp(x, x.roll(1, 0), lam), _lerp(label, label.roll(1, 0), lam)
+
+
+def cutmix_box(lam: float, center_x: float, center_y: float, size: tuple[int, int]) -> tuple[int, int, int, int]:
+    """torchvision's CutMix box (x1, y1, x2, y2) for Beta draw ``lam`` and a centre given as
+    fractions of the width and height in [0, 1) (torchvision draws ``randint(W)``, ``randint(H)``)."""
+    h, w = size
+    r_x, r_y = int(center_x * w), int(center_y * h)
+    r = 0.5 * (1.0 - lam) ** 0.5
+    r_w_half, r_h_half = int(r * w), int(r * h)
+    x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
+    x2, y2 = min(r_x + r_w_half, w), min(r_y + r_h_half, h)
+    return x1, y1, x2, y2
+
+
+def cutmix(
+    x: torch.Tensor, label: torch.Tensor, box: tuple[int, int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paste the region ``box`` = (x1, y1, x2, y2) of sample i - 1 into sample i; labels mixed by
+    the pasted area: lam = 1 - box area / image area."""
+    x1, y1, x2, y2 = box
+    h, w = x.shape[-2:]
+    out = x.clone()
+    out[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]
+    lam = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
+    return out, _lerp(label, label.roll(1, 0), lam)
