@@ -1,0 +1,276 @@
+"""Audio kernels: padded batches (B, C, N) with per-sample valid lengths (B,), or one sample (C, N).
+
+Every batch kernel keeps padding from leaking into valid samples or frames: reductions run
+over the valid part only, and outputs are zero beyond the new lengths. Spectrograms pad
+each sample's own end by reflection (as ``torch.stft(center=True)`` does for one sample),
+so a sample's frames do not depend on what it was batched with.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torchaudio.functional as TAF
+
+# -- masks and lengths --------------------------------------------------------------------
+
+
+def valid_mask(lengths: torch.Tensor, size: int) -> torch.Tensor:
+    """bool (B, size): True where position < lengths[b]."""
+    return torch.arange(size, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def zero_padding(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Zero ``x`` (B, ..., N) beyond each sample's length, on the last dim."""
+    mask = valid_mask(lengths.to(x.device), x.shape[-1])
+    return x * mask.reshape(x.shape[0], *(1,) * (x.ndim - 2), x.shape[-1]).to(x.dtype)
+
+
+def frame_lengths(lengths: torch.Tensor, n_fft: int, hop_length: int, center: bool) -> torch.Tensor:
+    """Frames of an STFT of each valid length: 1 + len // hop (centred), else 1 + (len - n_fft) // hop."""
+    if center:
+        return lengths // hop_length + 1
+    return torch.clamp((lengths - n_fft) // hop_length + 1, min=0)
+
+
+# -- waveform kernels ---------------------------------------------------------------------
+
+
+def gain(x: torch.Tensor, db: torch.Tensor) -> torch.Tensor:
+    """Multiply sample b by 10 ** (db[b] / 20). Padding stays zero."""
+    factor = torch.pow(10.0, db.to(x.device, torch.float32) / 20.0)
+    return x * factor.reshape(-1, *(1,) * (x.ndim - 1)).to(x.dtype)
+
+
+def preemphasis(x: torch.Tensor, lengths: torch.Tensor, coef: float) -> torch.Tensor:
+    """y[n] = x[n] - coef * x[n - 1], with x[-1] = 0 (torchaudio's border); zero past lengths."""
+    y = x.clone()
+    y[..., 1:] -= coef * x[..., :-1]
+    return zero_padding(y, lengths)
+
+
+def normalize(x: torch.Tensor, lengths: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std per sample over its valid samples and all channels; zero past lengths."""
+    mask = valid_mask(lengths.to(x.device), x.shape[-1])[:, None, :].to(x.dtype)
+    count = (lengths.to(x.device, x.dtype) * x.shape[1]).clamp(min=1).reshape(-1, 1, 1)
+    mean = (x * mask).sum(dim=(1, 2), keepdim=True) / count
+    var = (((x - mean) * mask) ** 2).sum(dim=(1, 2), keepdim=True) / count
+    return (x - mean) * torch.rsqrt(var + eps) * mask
+
+
+def pad_trim(x: torch.Tensor, lengths: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut or zero-pad the last dim to ``length``; lengths become min(lengths, length)."""
+    n = x.shape[-1]
+    y = x[..., :length] if n >= length else torch.nn.functional.pad(x, (0, length - n))
+    return y.contiguous(), torch.clamp(lengths, max=length)
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash on int64 tensors holding values in [0, 2**32) (products stay < 2**63)."""
+    mask = 0xFFFFFFFF
+    x = x & mask
+    x = ((x >> 16) ^ x) * 0x45D9F3B & mask
+    x = ((x >> 16) ^ x) * 0x45D9F3B & mask
+    x = ((x >> 16) ^ x) * 0x2C1B3C6D & mask
+    return (x >> 16) ^ x
+
+
+def counter_normal(keys: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Standard normal noise (B, *shape): element i of sample b is a pure function of (keys[b], i).
+
+    Counter-based (hash of key and index, then Box-Muller), so a sample's noise is the same
+    on any device, in any batch, with no per-sample generator launches.
+    """
+    count = math.prod(shape)
+    idx = torch.arange(count, device=device, dtype=torch.int64)[None, :]
+    k = keys.to(device, torch.int64)[:, None]
+    k_lo, k_hi = k & 0xFFFFFFFF, (k >> 32) & 0xFFFFFFFF
+    h1 = _hash32(_hash32(idx * 2 + (k_lo << 1)) ^ k_hi)
+    h2 = _hash32(_hash32(idx * 2 + 1 + (k_lo << 1)) ^ (k_hi ^ 0x5BD1E995))
+    u1 = (h1.to(torch.float64) + 1.0) / 4294967297.0  # (0, 1)
+    u2 = h2.to(torch.float64) / 4294967296.0
+    z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+    return z.to(torch.float32).reshape(keys.shape[0], *shape)
+
+
+def signal_power(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Mean square (B,) over each sample's valid samples and channels."""
+    count = (lengths.to(x.device, torch.float32) * x.shape[1]).clamp(min=1)
+    return (x.float() ** 2).sum(dim=tuple(range(1, x.ndim))) / count
+
+
+def add_noise(x: torch.Tensor, lengths: torch.Tensor, noise: torch.Tensor, snr_db: torch.Tensor) -> torch.Tensor:
+    """x + noise scaled so that 10 log10(P_x / P_noise) = snr_db[b] over the valid part; zero past lengths."""
+    p_x = signal_power(x, lengths)
+    p_n = signal_power(noise, lengths).clamp(min=1e-20)
+    scale = torch.sqrt(p_x / (p_n * torch.pow(10.0, snr_db.to(x.device, torch.float32) / 10.0)))
+    y = x + noise * scale.reshape(-1, *(1,) * (x.ndim - 1)).to(x.dtype)
+    return zero_padding(y, lengths)
+
+
+def resample(x: torch.Tensor, lengths: torch.Tensor, orig_freq: int, new_freq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchaudio's band-limited sinc resampling over the whole batch; lengths scale, rounded up."""
+    if orig_freq == new_freq:
+        return x, lengths
+    y = TAF.resample(x, orig_freq, new_freq)
+    g = math.gcd(orig_freq, new_freq)
+    new_lengths = torch.div(lengths * (new_freq // g) + (orig_freq // g) - 1, orig_freq // g, rounding_mode="floor")
+    return zero_padding(y, new_lengths), new_lengths
+
+
+def speed(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """One sample (..., N) played ``factor`` times faster: resampled to N / factor samples (pitch moves too)."""
+    if factor == 1.0:
+        return x
+    orig, new = _ratio(factor)
+    return TAF.resample(x, orig, new)
+
+
+@lru_cache(maxsize=64)
+def _ratio(factor: float) -> tuple[int, int]:
+    frac = __import__("fractions").Fraction(factor).limit_denominator(1000)
+    return frac.numerator, frac.denominator
+
+
+def nonsilent_region(x: torch.Tensor, cutoff_db: float, window: int, reference_power: float | None = None
+                     ) -> tuple[int, int]:
+    """(start, length) of the region of one sample (C, N) whose short-time power is above cutoff_db
+    relative to the maximum (or ``reference_power``), as DALI's nonsilent_region; (0, 0) if none."""
+    power = (x.float() ** 2).mean(dim=0)
+    n = power.shape[-1]
+    if n == 0:
+        return 0, 0
+    window = max(1, min(window, n))
+    csum = torch.nn.functional.pad(torch.cumsum(power.double(), 0), (1, 0))
+    # moving average over the window ending at each sample (a partial window at the start)
+    idx = torch.arange(n)
+    lo = torch.clamp(idx - window + 1, min=0)
+    avg = (csum[idx + 1] - csum[lo]) / window
+    ref = float(avg.max()) if reference_power is None else reference_power
+    if ref <= 0:
+        return 0, 0
+    above = torch.nonzero(avg >= ref * 10.0 ** (cutoff_db / 10.0)).flatten()
+    if above.numel() == 0:
+        return 0, 0
+    begin, end = int(above[0]) - window + 1, int(above[-1]) + 1
+    begin = max(0, begin)
+    return begin, end - begin
+
+
+# -- features -----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16)
+def _window(kind: str, win_length: int, n_fft: int, device: str) -> torch.Tensor:
+    if kind == "hann":
+        w = torch.hann_window(win_length, periodic=True, dtype=torch.float32)
+    elif kind == "hamming":
+        w = torch.hamming_window(win_length, periodic=True, dtype=torch.float32)
+    elif kind == "rectangular":
+        w = torch.ones(win_length)
+    else:
+        raise ValueError(f"window {kind!r}: expected 'hann', 'hamming' or 'rectangular'")
+    if win_length < n_fft:  # centred in the FFT frame, as torch.stft does
+        left = (n_fft - win_length) // 2
+        w = torch.nn.functional.pad(w, (left, n_fft - win_length - left))
+    return w.to(device)
+
+
+def reflect_pad_each(x: torch.Tensor, lengths: torch.Tensor, pad: int) -> torch.Tensor:
+    """(B, C, N) to (B, C, pad + N + pad): each sample reflected about its own first and last valid sample.
+
+    A gather with per-sample indices: what ``F.pad(mode="reflect")`` does to one unpadded sample.
+    """
+    b, c, n = x.shape
+    pos = torch.arange(-pad, n + pad, device=x.device)[None, :]  # (1, M)
+    last = (lengths.to(x.device) - 1).clamp(min=0)[:, None]  # (B, 1)
+    idx = pos.abs()  # reflect about 0
+    over = idx - last
+    idx = torch.where(over > 0, last - over, idx)  # reflect about the last valid sample
+    idx = idx.clamp(min=0)
+    idx = torch.minimum(idx, last)
+    out = torch.gather(x, 2, idx[:, None, :].expand(b, c, -1))
+    keep = pos < last + 1 + pad  # positions past the sample's own reflected tail stay zero
+    return out * keep[:, None, :].to(x.dtype)
+
+
+def spectrogram(
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    n_fft: int,
+    hop_length: int,
+    win_length: int | None = None,
+    window: str = "hann",
+    power: float | None = 2.0,
+    center: bool = True,
+    normalized: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """|STFT|**power of (B, C, N) to (B, C, n_fft // 2 + 1, T) and frame lengths (B,).
+
+    Frames past a sample's length are zero. ``power=None`` returns the complex STFT.
+    """
+    win_length = win_length or n_fft
+    b, c, n = x.shape
+    x = x.float()
+    if center:
+        pad = n_fft // 2
+        x = reflect_pad_each(x, lengths, pad) if n > 0 else torch.nn.functional.pad(x, (pad, pad))
+    spec = torch.stft(x.reshape(b * c, -1), n_fft, hop_length, win_length, _window(window, win_length, n_fft,
+                      str(x.device)), center=False, normalized=normalized, return_complex=True)
+    spec = spec.reshape(b, c, spec.shape[-2], spec.shape[-1])
+    frames = frame_lengths(lengths.to(x.device), n_fft, hop_length, center)
+    if power is not None:
+        spec = spec.abs()
+        if power != 1.0:
+            spec = spec.pow(power)
+    mask = valid_mask(frames, spec.shape[-1])[:, None, None, :]
+    return spec * mask, frames
+
+
+@lru_cache(maxsize=16)
+def mel_filters(n_freqs: int, f_min: float, f_max: float, n_mels: int, sample_rate: int, norm: str | None,
+                mel_scale: str, device: str) -> torch.Tensor:
+    """(n_freqs, n_mels) triangular filters (torchaudio's melscale_fbanks), cached per device."""
+    return TAF.melscale_fbanks(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale).to(device)
+
+
+def mel_scale(spec: torch.Tensor, fbanks: torch.Tensor) -> torch.Tensor:
+    """(..., F, T) power spectrogram to (..., n_mels, T)."""
+    return torch.matmul(spec.transpose(-1, -2), fbanks).transpose(-1, -2)
+
+
+def amplitude_to_db(x: torch.Tensor, frames: torch.Tensor, *, multiplier: float = 10.0, amin: float = 1e-10,
+                    top_db: float | None = None, pad_value: float = 0.0) -> torch.Tensor:
+    """multiplier * log10(max(x, amin)), floored at (per-sample max over valid frames) - top_db.
+
+    Input (B, C, F, T) with frame lengths (B,); frames past a length are ``pad_value``.
+    """
+    db = multiplier * torch.log10(torch.clamp(x, min=amin))
+    mask = valid_mask(frames.to(x.device), x.shape[-1])[:, None, None, :]
+    if top_db is not None:
+        peak = torch.where(mask, db, torch.full_like(db, -math.inf)).amax(dim=(1, 2, 3), keepdim=True)
+        db = torch.maximum(db, peak - top_db)
+    return torch.where(mask, db, torch.full_like(db, pad_value))
+
+
+@lru_cache(maxsize=16)
+def dct_matrix(n_mfcc: int, n_mels: int, norm: str | None, device: str) -> torch.Tensor:
+    """(n_mels, n_mfcc) DCT-II matrix (torchaudio's create_dct)."""
+    return TAF.create_dct(n_mfcc, n_mels, norm).to(device)
+
+
+def mask_along(x: torch.Tensor, dim: int, starts: torch.Tensor, widths: torch.Tensor, value: float) -> torch.Tensor:
+    """Set bands [starts[b, k], starts[b, k] + widths[b, k]) of ``dim`` (-1 time, -2 frequency) to ``value``.
+
+    ``starts`` and ``widths`` are (B, K); width 0 masks nothing. One broadcast, no loop over samples.
+    """
+    size = x.shape[dim]
+    pos = torch.arange(size, device=x.device)[None, None, :]
+    s, w = starts.to(x.device)[..., None], widths.to(x.device)[..., None]
+    band = ((pos >= s) & (pos < s + w)).any(dim=1)  # (B, size)
+    shape = [x.shape[0]] + [1] * (x.ndim - 1)
+    shape[dim] = size
+    return x.masked_fill(band.reshape(shape), value)

@@ -1,0 +1,264 @@
+"""The audio scenario of ``mediapipe bench``: speech-length clips to 80-bin log-mel with SpecAugment.
+
+Data: 16 kHz mono speech-like clips of 2 to 15 s (formant-like harmonic tones under
+syllable envelopes, pauses, a little noise) in FLAC and Opus. Runners yield
+``(samples in batch, audio seconds in batch)`` per batch:
+
+- `run_mediapipe`: mp.Pipeline + DurationBucketSampler + LogMelSpectrogram(80) + SpecAugment;
+- `run_naive`: a torch DataLoader over PyAV decode, torchaudio features per sample, pad-collate;
+- `run_dali_cpu`: DALI's CPU pipeline (decoders.audio, spectrogram, mel_filter_bank, to_decibels).
+
+Importable without DALI; `run_dali_cpu` raises RuntimeError naming why it cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+N_FFT, HOP, N_MELS = 400, 160, 80
+MAX_BATCH_SECONDS = 320.0  # about 32 clips of 10 s
+DALI_FORMATS = ("flac", "wav", "ogg")  # what fn.decoders.audio reads (libsndfile): not Opus, not MP3
+
+
+# -- data ---------------------------------------------------------------------------------
+
+
+def speech_like(seconds: float, seed: int, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """float32 (samples,) in [-1, 1]: voiced syllables (a pitch contour with harmonics shaped by
+    two moving formants), unvoiced bursts, pauses and a low noise floor."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sample_rate)
+    t = np.arange(n) / sample_rate
+    out = np.zeros(n, np.float64)
+    pos = 0.0
+    while pos < seconds:
+        syl = rng.uniform(0.12, 0.35)
+        start, end = int(pos * sample_rate), min(n, int((pos + syl) * sample_rate))
+        if end <= start:
+            break
+        tt = t[start:end] - pos
+        env = np.sin(np.pi * tt / syl) ** 2
+        if rng.random() < 0.8:  # voiced: harmonics of f0 weighted by two formant bumps
+            f0 = rng.uniform(90, 220) * (1 + 0.1 * np.sin(2 * np.pi * rng.uniform(1, 4) * tt))
+            phase = 2 * np.pi * np.cumsum(f0) / sample_rate
+            f1, f2 = rng.uniform(300, 900), rng.uniform(900, 2500)
+            sig = np.zeros_like(tt)
+            for h in range(1, 25):
+                fh = h * f0.mean()
+                if fh > sample_rate / 2 - 500:
+                    break
+                amp = np.exp(-((fh - f1) / 200) ** 2) + 0.6 * np.exp(-((fh - f2) / 300) ** 2) + 0.02
+                sig += amp * np.sin(h * phase)
+        else:  # unvoiced: noise
+            sig = rng.normal(0, 0.5, len(tt))
+        out[start:end] += rng.uniform(0.15, 0.5) * env * sig / max(1e-9, np.abs(sig).max())
+        pos += syl + (rng.uniform(0.2, 0.7) if rng.random() < 0.15 else rng.uniform(0.0, 0.06))
+    out += rng.normal(0, 0.003, n)
+    return np.clip(out, -1, 1).astype(np.float32)
+
+
+_CODECS = {  # extension -> (container format, codec, codec sample rate or None)
+    "flac": ("flac", "flac", None), "wav": ("wav", "pcm_s16le", None), "opus": ("ogg", "libopus", 48000),
+    "mp3": ("mp3", "libmp3lame", None), "m4a": ("ipod", "aac", None), "ogg": ("ogg", "vorbis", None),
+}
+
+
+def encode_audio(path: str | Path, x: np.ndarray, sample_rate: int, *, codec: str | None = None,
+                 bit_rate: int | None = None) -> Path:
+    """Write float (channels, samples) or (samples,) audio with PyAV; the format follows the extension
+    (flac, wav, opus, mp3, m4a, ogg = Vorbis) unless ``codec`` names an FFmpeg encoder (e.g. pcm_s24le)."""
+    import av
+
+    path = Path(path)
+    x = np.atleast_2d(np.asarray(x, np.float32))
+    fmt, default_codec, codec_rate = _CODECS[path.suffix.lstrip(".").lower()]
+    layout = {1: "mono", 2: "stereo"}[x.shape[0]]
+    with av.open(str(path), "w", format=fmt) as out:
+        stream = out.add_stream(codec or default_codec, rate=codec_rate or sample_rate, layout=layout)
+        if bit_rate is not None:
+            stream.bit_rate = bit_rate
+        if stream.codec_context.name == "vorbis":
+            stream.codec_context.options = {"strict": "experimental"}
+        ctx = stream.codec_context
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x), format="fltp", layout=layout)
+        frame.sample_rate = sample_rate
+        resampler = av.AudioResampler(format=ctx.format.name if ctx.format else "fltp", layout=layout,
+                                      rate=ctx.sample_rate, frame_size=ctx.frame_size or None)
+        for f in resampler.resample(frame) + resampler.resample(None):
+            for packet in stream.encode(f):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return path
+
+
+def make_sample_audio(dest: Path, count: int, seed: int, formats: Sequence[str] = ("flac", "opus"),
+                      progress: Callable[[int, int], Any] | None = None) -> list[Path]:
+    """``count`` speech-like 16 kHz mono clips of 2 to 15 s, cycling through ``formats``; a
+    ``manifest.jsonl`` beside them lists each path with its duration. Deterministic in ``seed``;
+    files already there are kept."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    seconds = rng.uniform(2.0, 15.0, count)
+    paths, rows = [], []
+    for i in range(count):
+        ext = formats[i % len(formats)]
+        path = dest / f"clip{i:05d}.{ext}"
+        if not path.exists():
+            tmp = path.with_name(f".tmp-{path.name}")
+            encode_audio(tmp, speech_like(float(seconds[i]), seed * 1_000_003 + i), SAMPLE_RATE)
+            tmp.replace(path)
+        paths.append(path)
+        rows.append({"path": path.name, "duration": round(float(int(seconds[i] * SAMPLE_RATE)) / SAMPLE_RATE, 6)})
+        if progress is not None:
+            progress(i + 1, count)
+    with open(dest / "manifest.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return paths
+
+
+def _clips(data: Path, formats: Sequence[str] | None = None) -> list[Path]:
+    found = sorted(p for p in Path(data).iterdir() if p.suffix.lstrip(".") in _CODECS and not p.name.startswith("."))
+    if formats is not None:
+        found = [p for p in found if p.suffix.lstrip(".") in formats]
+    if not found:
+        raise RuntimeError(f"no audio clips in {data}; make them with make_sample_audio")
+    return found
+
+
+# -- mediapipe ----------------------------------------------------------------------------
+
+
+def mediapipe_pipeline(data: Path, device: str = "cpu", seed: int = 0) -> tuple[Any, Any]:
+    """(pipeline, sampler): decode to 16 kHz mono, log-mel 80, SpecAugment, batched by duration."""
+    import mediapipe as mp
+    from mediapipe import augment as A
+    from mediapipe.loaders.bucketing import DurationBucketSampler, source_durations
+
+    manifest = Path(data) / "manifest.jsonl"
+    source = mp.loaders.manifest(manifest) if manifest.exists() else mp.loaders.folder(data)
+    pipe = mp.Pipeline(
+        source=source,
+        decode={"audio": mp.decoders.audio(sample_rate=SAMPLE_RATE, mono=True)},
+        augment=[A.LogMelSpectrogram(n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS, sample_rate=SAMPLE_RATE),
+                 A.SpecAugment(freq_masks=(1, 2), freq_width=27, time_masks=(1, 2), time_width=40)],
+        seed=seed, device=device,
+    )
+    sampler = DurationBucketSampler(source_durations(source), MAX_BATCH_SECONDS, seed=seed, num_buckets=16,
+                                    buffer_size=2000)
+    return pipe, sampler
+
+
+def run_mediapipe(data: Path, *, workers: int, device: str, batches: int) -> Iterator[tuple[int, float]]:
+    pipe, sampler = mediapipe_pipeline(data, device)
+    loader = pipe.loader(sampler=sampler, num_workers=workers)
+    done = 0
+    while done < batches:
+        for batch in loader:
+            lengths = batch["audio_lengths"]  # frames after the log-mel
+            yield int(lengths.shape[0]), float(((lengths - 1).clamp(min=0) * HOP).sum()) / SAMPLE_RATE
+            done += 1
+            if done >= batches:
+                return
+
+
+def padding_fraction(data: Path, seed: int = 0) -> float:
+    """Share of mediapipe's batches (time x batch) that is padding, from the sampler's plan."""
+    _, sampler = mediapipe_pipeline(data, "cpu", seed)
+    return sampler.padding_fraction()
+
+
+# -- naive baseline -----------------------------------------------------------------------
+
+
+class _NaiveDataset:
+    """PyAV decode, av.AudioResampler to 16 kHz mono, torchaudio log-mel per sample."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self._mel = None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Any:
+        import av
+        import torch
+        import torchaudio
+
+        if self._mel is None:
+            self._mel = torchaudio.transforms.MelSpectrogram(SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS)
+        resampler = av.AudioResampler(format="fltp", layout="mono", rate=SAMPLE_RATE)
+        with av.open(str(self.paths[i])) as container:
+            frames = [f.to_ndarray() for fr in container.decode(audio=0) for f in resampler.resample(fr)]
+        frames += [f.to_ndarray() for f in resampler.resample(None)]
+        x = torch.from_numpy(np.concatenate(frames, axis=1))
+        feats = torchaudio.transforms.AmplitudeToDB("power")(self._mel(x))
+        feats = torchaudio.transforms.FrequencyMasking(27)(feats)
+        feats = torchaudio.transforms.TimeMasking(40)(feats)
+        return feats, x.shape[-1]
+
+
+def _pad_collate(items: list) -> Any:
+    import torch
+
+    feats = torch.nn.utils.rnn.pad_sequence([f[0].transpose(0, 1) for f, _ in items], batch_first=True)
+    return feats.transpose(1, 2), torch.tensor([n for _, n in items])
+
+
+def run_naive(data: Path, *, workers: int, device: str, batches: int, batch_size: int = 32
+              ) -> Iterator[tuple[int, float]]:
+    import torch
+
+    loader = torch.utils.data.DataLoader(_NaiveDataset(_clips(data)), batch_size=batch_size, shuffle=True,
+                                         num_workers=workers, collate_fn=_pad_collate,
+                                         generator=torch.Generator().manual_seed(0))
+    done = 0
+    while done < batches:
+        for feats, samples in loader:
+            feats = feats.to(device)
+            yield int(samples.shape[0]), float(samples.sum()) / SAMPLE_RATE
+            done += 1
+            if done >= batches:
+                return
+
+
+# -- DALI ---------------------------------------------------------------------------------
+
+
+def run_dali_cpu(data: Path, *, workers: int, device: str, batches: int, batch_size: int = 32
+                 ) -> Iterator[tuple[int, float]]:
+    """DALI's CPU audio pipeline on the formats it reads (FLAC here; Opus is skipped)."""
+    try:
+        from nvidia.dali import fn, pipeline_def, types
+    except ImportError as err:
+        raise RuntimeError(f"DALI is not installed ({err})") from err
+    files = [str(p) for p in _clips(data, DALI_FORMATS)]
+    if not files:
+        raise RuntimeError(f"no clips DALI can read ({DALI_FORMATS}) in {data}")
+
+    @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=None, seed=0)
+    def pipe():
+        encoded, _ = fn.readers.file(files=files, random_shuffle=True, name="reader")
+        audio, rate = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=SAMPLE_RATE)
+        spec = fn.spectrogram(audio, nfft=N_FFT, window_length=N_FFT, window_step=HOP)
+        mel = fn.mel_filter_bank(spec, sample_rate=SAMPLE_RATE, nfilter=N_MELS)
+        db = fn.to_decibels(mel, multiplier=10.0, cutoff_db=-100.0)
+        return fn.pad(db, axes=(1,)), fn.shapes(audio)
+
+    p = pipe()
+    p.build()
+    for _ in range(batches):
+        feats, shapes = p.run()
+        n = np.array([np.asarray(shapes.at(i))[0] for i in range(len(shapes))])
+        yield len(n), float(n.sum()) / SAMPLE_RATE
+
+
+RUNNERS = {"mediapipe": run_mediapipe, "naive": run_naive, "dali_cpu": run_dali_cpu}
