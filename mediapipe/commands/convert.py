@@ -1,0 +1,70 @@
+"""`mediapipe convert SRC OUT`: a folder or manifest of media to sharded, indexed datasets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mediapipe.transcode import AUDIO_CODECS, TranscodeOptions
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", help="a folder (class sub-folders become labels) or a JSON-lines manifest")
+    p.add_argument("out", help="the output folder (new, or the one to --resume)")
+    g = p.add_argument_group("shards")
+    g.add_argument("--shard-size", default="256MB",
+                   help="per shard: a size of input bytes (256MB, 1GB) or a sample count (1000); default 256MB")
+    g.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
+                   help="shuffle inputs across shards (default: on)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the shuffle (default 0)")
+    g.add_argument("--workers", type=int, default=1, help="processes (local) or CPUs of a local Ray (default 1)")
+    g.add_argument("--resume", action="store_true", help="continue a killed conversion into OUT")
+    g.add_argument("--engine", choices=("local", "ray"), default="local", help="where shards are converted")
+    g.add_argument("--ray-address", default=None, help="an existing Ray cluster; a local one when absent")
+    g.add_argument("--allow-failures", action="store_true", help="exit 0 even when some inputs failed")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="a progress bar on a terminal, log lines otherwise (default: on)")
+    i = p.add_argument_group("images")
+    i.add_argument("--image-max-side", type=int, default=None, help="longest side in pixels (never upscaled)")
+    i.add_argument("--jpeg-quality", type=int, default=90, help="quality of re-encoded JPEGs (default 90)")
+    i.add_argument("--reencode", action="store_true", help="re-encode JPEGs that could be copied as they are")
+    v = p.add_argument_group("video")
+    v.add_argument("--video-codec", choices=("av1", "copy"), default="av1",
+                   help="av1 (SVT-AV1 in Matroska) or copy (keep the stream); default av1")
+    v.add_argument("--video-max-height", type=int, default=None, help="rows (never upscaled)")
+    v.add_argument("--fps", type=float, default=None, help="output frame rate (default: the input's)")
+    v.add_argument("--keyframe-interval", type=int, default=16, help="frames between key frames (default 16)")
+    v.add_argument("--crf", type=int, default=35, help="SVT-AV1 quality, 0-63, lower is better (default 35)")
+    v.add_argument("--preset", type=int, default=10, help="SVT-AV1 speed, 0-13, higher is faster (default 10)")
+    v.add_argument("--audio", dest="keep_audio", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep video files' audio tracks (default: keep)")
+    a = p.add_argument_group("audio")
+    a.add_argument("--audio-rate", type=int, default=None, help="sample rate in Hz (default: the input's)")
+    a.add_argument("--audio-channels", type=int, choices=(1, 2), default=None, help="1 (mono) or 2 (stereo)")
+    a.add_argument("--audio-codec", choices=AUDIO_CODECS, default="flac", help="default flac")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mediapipe.convert import convert
+
+    try:
+        options = TranscodeOptions(
+            image_max_side=args.image_max_side, jpeg_quality=args.jpeg_quality, reencode=args.reencode,
+            video_codec=args.video_codec, video_max_height=args.video_max_height, fps=args.fps,
+            keyframe_interval=args.keyframe_interval, crf=args.crf, preset=args.preset, keep_audio=args.keep_audio,
+            audio_rate=args.audio_rate, audio_channels=args.audio_channels, audio_codec=args.audio_codec)
+        result = convert(args.src, args.out, shard_size=args.shard_size, shuffle=args.shuffle, seed=args.seed,
+                         workers=args.workers, resume=args.resume, engine=args.engine, options=options,
+                         ray_address=args.ray_address, progress=args.progress)
+    except (ValueError, FileExistsError, OSError, RuntimeError) as err:
+        print(f"mediapipe convert: error: {err}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    for failure in result.failures:
+        print(f"FAILED {failure['input']}: {failure['reason']}", file=sys.stderr)
+    if result.failures:
+        print(f"{len(result.failures)} inputs could not be converted; the list is in "
+              f"{json.dumps(str(args.out))}/report.json", file=sys.stderr)
+        return 0 if args.allow_failures else 1
+    return 0

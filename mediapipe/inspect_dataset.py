@@ -1,0 +1,173 @@
+"""Summarise (`inspect`) and check (`verify`) a converted dataset.
+
+`summarize` reads only manifest.json and samples.jsonl.gz. `verify` reads everything:
+each shard's size and sha256 against the manifest, every tar header (no links, no unsafe
+names, nothing past the end of the file), the index against the headers, and a decode of
+every sample. Problems are returned, not raised, each naming its shard and offset.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mediapipe import shard_format as sf
+from mediapipe.errors import SourceError
+from mediapipe.sample import kind_of_extension
+
+SIDE_BINS = (128, 256, 512, 1024, 2048, 4096)
+DURATION_BINS = (1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def _bin(value: float, edges: tuple[float, ...], unit: str = "") -> str:
+    for edge in edges:
+        if value <= edge:
+            return f"<={edge:g}{unit}"
+    return f">{edges[-1]:g}{unit}"
+
+
+def summarize(root: str | os.PathLike) -> dict[str, Any]:
+    """Counts, bytes, classes, and histograms of resolution, duration, fps and codecs."""
+    manifest = sf.read_manifest(root)
+    records = sf.read_samples(root) if manifest.get("complete") else []
+    kinds, codecs, sides, durations, fps, labels = Counter(), Counter(), Counter(), Counter(), Counter(), Counter()
+    for r in records:
+        kinds[r.get("kind", "?")] += 1
+        codecs[f"{r.get('kind', '?')}:{r.get('codec', '?')}"] += 1
+        if "width" in r and "height" in r:
+            sides[_bin(max(r["width"], r["height"]), SIDE_BINS, "px")] += 1
+        if "duration" in r:
+            durations[_bin(r["duration"], DURATION_BINS, "s")] += 1
+        if r.get("fps"):
+            fps[f"{r['fps']:g}"] += 1
+        labels[r.get("label")] += 1
+    classes = manifest.get("classes") or []
+    per_class = {(classes[k] if isinstance(k, int) and k < len(classes) else str(k)): v
+                 for k, v in sorted(labels.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))}
+    shards = manifest["shards"]
+    return {
+        "path": str(root), "complete": bool(manifest.get("complete")), "version": manifest["version"],
+        "samples": len(records), "failures": manifest.get("num_failures", 0),
+        "shards": len([e for e in shards if e["samples"]]),
+        "bytes": sum(e["bytes"] for e in shards), "fields": manifest.get("fields", []),
+        "kinds": dict(kinds), "codecs": dict(codecs), "classes": per_class,
+        "max_side": dict(sides), "duration": dict(durations), "fps": dict(fps),
+        "total_duration_s": round(sum(r.get("duration", 0.0) for r in records), 3),
+        "settings": manifest.get("plan", {}),
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [f"{s['path']}: {s['samples']} samples in {s['shards']} shards, {s['bytes'] / 1e6:.1f} MB"
+             + ("" if s["complete"] else " (INCOMPLETE: conversion did not finish)"),
+             f"  fields: {', '.join(s['fields'])}; failed inputs: {s['failures']}"]
+    for title, key in (("kinds", "kinds"), ("codecs", "codecs"), ("classes", "classes"),
+                       ("longest side", "max_side"), ("duration", "duration"), ("fps", "fps")):
+        if s[key]:
+            lines.append(f"  {title}: " + ", ".join(f"{k}: {v}" for k, v in s[key].items()))
+    if s["total_duration_s"]:
+        lines.append(f"  total duration: {s['total_duration_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def decode_member(ext: str, data: bytes) -> None:
+    """Decode one member fully (images with Pillow, video and audio with PyAV); raise on failure."""
+    kind = kind_of_extension(ext)
+    if kind == "image":
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+    elif kind in ("video", "audio"):
+        import av
+
+        with av.open(io.BytesIO(data)) as container:
+            streams = container.streams.video if kind == "video" else container.streams.audio
+            if not streams:
+                raise ValueError(f"no {kind} stream")
+            frames = sum(1 for _ in container.decode(streams[0]))
+            if frames == 0:
+                raise ValueError(f"no {kind} frames decoded")
+    elif ext == "cls":
+        int(data.decode())
+    elif ext == "json":
+        import json
+
+        json.loads(data)
+
+
+def verify(root: str | os.PathLike, *, decode: bool = True,
+           on_shard: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Every problem found, as {"shard", "offset", "member", "reason"}; empty when all is well."""
+    root = Path(root)
+    problems: list[dict[str, Any]] = []
+
+    def problem(shard: str, reason: str, offset: int | None = None, member: str | None = None) -> None:
+        problems.append({"shard": shard, "offset": offset, "member": member, "reason": reason})
+
+    try:
+        manifest = sf.read_manifest(root)
+    except SourceError as err:
+        return [{"shard": None, "offset": None, "member": None, "reason": str(err)}]
+    if not manifest.get("complete"):
+        problem(sf.MANIFEST, "the conversion did not finish (rerun convert --resume)")
+    keys: list[str] = []
+    for entry in manifest["shards"]:
+        if not entry["samples"]:
+            continue
+        name = entry["name"]
+        tar = root / name
+        try:
+            size = tar.stat().st_size
+        except OSError as err:
+            problem(name, f"missing: {err.strerror}")
+            continue
+        if size != entry["bytes"]:
+            problem(name, f"{size} bytes, the manifest says {entry['bytes']}")
+        if sf.sha256_file(tar) != entry["sha256"]:
+            problem(name, "sha256 differs from the manifest's")
+        try:
+            scanned = sf.group_members(sf.scan_tar(tar))
+        except SourceError as err:
+            problem(name, err.reason, _offset_in(err.reason))
+            continue
+        try:
+            indexed = sf.read_index(root / entry["idx"], shard_size=size)
+        except SourceError as err:
+            problem(entry["idx"], err.reason)
+            indexed = None
+        if indexed is not None and indexed != scanned:
+            problem(entry["idx"], "index does not match the tar's members")
+        if len(scanned) != entry["samples"]:
+            problem(name, f"{len(scanned)} samples, the manifest says {entry['samples']}")
+        with open(tar, "rb") as f:
+            for members in scanned:
+                keys.append(sf.split_member_name(members[0].name)[0])
+                for m in members:
+                    f.seek(m.offset)
+                    data = f.read(m.size)
+                    if not decode:
+                        continue
+                    try:
+                        decode_member(m.extension, data)
+                    except Exception as err:  # noqa: BLE001  every decode failure is a reported problem
+                        problem(name, f"cannot decode: {type(err).__name__}: {err}", m.offset, m.name)
+        if on_shard is not None:
+            on_shard(entry["shard"], len(scanned))
+    if len(set(keys)) != len(keys):
+        dupes = [k for k, n in Counter(keys).items() if n > 1]
+        problem("*", f"duplicate keys: {dupes[:5]}")
+    if manifest.get("complete") and manifest.get("num_samples") != len(keys):
+        problem(sf.MANIFEST, f"{len(keys)} samples in the shards, the manifest says {manifest.get('num_samples')}")
+    return problems
+
+
+def _offset_in(reason: str) -> int | None:
+    import re
+
+    match = re.search(r"offset (\d+)", reason)
+    return int(match.group(1)) if match else None
