@@ -56,6 +56,7 @@ class Loader:
         world_size: int | None = None,
         timeout: float = 0.0,
         multiprocessing_context: str | None = None,
+        batch_ops_in_workers: bool | None = None,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers={num_workers}: expected >= 0")
@@ -75,6 +76,11 @@ class Loader:
         self.num_workers, self.prefetch, self.worker_type = num_workers, prefetch, worker_type
         self.pin_memory = self.device.type == "cuda" if pin_memory is None else pin_memory
         self.timeout, self.multiprocessing_context = timeout, multiprocessing_context
+        # On a CPU device the workers' cores are the device: running the batch stage there
+        # spreads it over every worker instead of serialising it in the training process.
+        if batch_ops_in_workers is None:
+            batch_ops_in_workers = self.device.type == "cpu" and num_workers > 0
+        self.batch_ops_in_workers = batch_ops_in_workers
         self.sampler: BatchSampler = sampler or EpochBatchSampler(
             len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
             rank=rank, world_size=world_size, last_batch=last_batch,
@@ -120,7 +126,7 @@ class Loader:
 
     # -- workers ----------------------------------------------------------------------
     def _host_batches(self, tasks: Iterator[tuple]) -> Iterator[HostBatch]:
-        fn = self.plan.load_batch
+        fn = self.plan.load_finished_batch if self.batch_ops_in_workers else self.plan.load_batch
         if self.num_workers == 0:
             return run_inline(fn, tasks)
         if self.worker_type == "thread":
@@ -163,7 +169,8 @@ class Loader:
             data = _to_device(host.data, self.device, pin=False)
             params = {k: _to_device(v, self.device, pin=False) for k, v in host.params.items()}
             t1 = time.perf_counter()
-            data = self.plan.run_batch_ops(data, params)
+            if not host.finished:
+                data = self.plan.run_batch_ops(data, params)
             self.stats.seconds["transfer"] += t1 - t0
             self.stats.seconds["batch_ops"] += time.perf_counter() - t1
             return data, None
@@ -171,7 +178,8 @@ class Loader:
             data = _to_device(host.data, self.device, pin=self.pin_memory)
             params = {k: _to_device(v, self.device, pin=self.pin_memory) for k, v in host.params.items()}
             t1 = time.perf_counter()
-            data = self.plan.run_batch_ops(data, params)
+            if not host.finished:
+                data = self.plan.run_batch_ops(data, params)
             event = torch.cuda.Event()
             event.record(stream)
         self.stats.seconds["transfer"] += t1 - t0
