@@ -1,0 +1,197 @@
+"""A video file's frame index: presentation timestamps, key frames, count, rate, colour.
+
+Built once per file by demuxing the video stream's packets (no decoding), or taken from a
+converted dataset's metadata (``frames``, ``fps``, ``keyframes``), and cached in memory per
+worker. The decoder uses it to seek to the key frame at or before a clip's first frame and
+to recognise each decoded frame by its timestamp.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from mediapipe.decoders.base import Limits
+from mediapipe.errors import DecodeError, LimitError
+from mediapipe.sample import Blob, SampleMeta
+
+# AVColorSpace / AVColorRange values (libavutil/pixfmt.h), as PyAV reports them.
+_BT709_SPACES = {1}  # AVCOL_SPC_BT709
+_FULL_RANGE = 2  # AVCOL_RANGE_JPEG
+MATRICES = ("bt601", "bt709")
+RANGES = ("limited", "full")
+CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class VideoIndex:
+    """What the decoder needs to know about one file's video stream before decoding it.
+
+    pts: presentation timestamps (stream time base) in presentation order, one per frame,
+        or None when the index came from dataset metadata (then frame i is at i / fps).
+    keyframes: frame numbers (presentation order) of the key frames, ascending; frame 0 first.
+    matrix / range: the stream's colour signalling ("bt601" or "bt709"; "limited" or
+        "full"); unspecified streams get FFmpeg's defaults: BT.601, limited range.
+    """
+
+    frames: int
+    fps: float
+    duration: float
+    width: int
+    height: int
+    codec: str
+    pix_fmt: str
+    time_base: Fraction
+    start_pts: int
+    keyframes: tuple[int, ...]
+    pts: np.ndarray | None = None
+    matrix: str = "bt601"
+    range: str = "limited"
+    has_audio: bool = False
+
+    def frame_at(self, pts: int) -> int:
+        """The frame number of a decoded frame's timestamp (nearest frame when not exact)."""
+        if self.pts is not None:
+            i = int(np.searchsorted(self.pts, pts))
+            if i < len(self.pts) and self.pts[i] == pts:
+                return i
+            if i == 0:
+                return 0
+            if i >= len(self.pts):
+                return len(self.pts) - 1 + (1 if pts > self.pts[-1] else 0)
+            return i if self.pts[i] - pts < pts - self.pts[i - 1] else i - 1
+        return int(round(float((pts - self.start_pts) * self.time_base) * self.fps))
+
+    def pts_of(self, frame: int) -> int:
+        """The timestamp of frame number ``frame``."""
+        if self.pts is not None:
+            return int(self.pts[frame])
+        return self.start_pts + int(round(frame / self.fps / self.time_base))
+
+    def keyframe_before(self, frame: int) -> int:
+        """The last key frame at or before ``frame`` (0 when none is listed)."""
+        i = int(np.searchsorted(np.asarray(self.keyframes), frame, side="right")) - 1
+        return self.keyframes[i] if i >= 0 else 0
+
+    def time_of(self, frame: float) -> float:
+        """Seconds from the stream start to frame number ``frame`` (fractional frames allowed)."""
+        return frame / self.fps
+
+    def as_meta(self) -> SampleMeta:
+        return {"height": self.height, "width": self.width, "frames": self.frames, "fps": self.fps,
+                "duration": self.duration, "keyframes": list(self.keyframes)}
+
+
+_CACHE: OrderedDict[tuple, VideoIndex] = OrderedDict()
+
+
+def _cache_key(blob: Blob) -> tuple:
+    mtime = None
+    if blob.data is None and blob.path is not None:
+        try:
+            mtime = os.stat(blob.path).st_mtime_ns
+        except OSError:
+            mtime = None
+    return (blob.name, blob.path, blob.offset, blob.size, mtime, None if blob.data is None else len(blob.data))
+
+
+def cached_index(blob: Blob) -> VideoIndex | None:
+    index = _CACHE.get(_cache_key(blob))
+    if index is not None:
+        _CACHE.move_to_end(_cache_key(blob))
+    return index
+
+
+def remember(blob: Blob, index: VideoIndex) -> None:
+    _CACHE[_cache_key(blob)] = index
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def colour_of(colorspace: int | None, color_range: int | None, pix_fmt: str) -> tuple[str, str]:
+    """("bt601" | "bt709", "limited" | "full") from FFmpeg's enums; unspecified as FFmpeg's swscale."""
+    matrix = "bt709" if colorspace in _BT709_SPACES else "bt601"
+    full = color_range == _FULL_RANGE or pix_fmt.startswith("yuvj")
+    return matrix, "full" if full else "limited"
+
+
+def check_limits(index: VideoIndex, limits: Limits, path: str, decoder: str) -> None:
+    if limits.max_frames is not None and index.frames > limits.max_frames:
+        raise LimitError(path, decoder, f"video has {index.frames} frames, above max_frames={limits.max_frames}")
+    if limits.max_duration is not None and index.duration > limits.max_duration:
+        raise LimitError(path, decoder, f"video lasts {index.duration:.1f} s, above max_duration={limits.max_duration}")
+    if limits.max_pixels is not None and index.width * index.height > limits.max_pixels:
+        raise LimitError(path, decoder, f"frames are {index.width}x{index.height}, above max_pixels={limits.max_pixels}")
+
+
+def video_stream(container: Any, path: str, decoder: str) -> Any:
+    """The first video stream of an open PyAV container, or a `DecodeError` saying what is there."""
+    if not container.streams.video:
+        kinds = sorted({s.type for s in container.streams}) or ["none"]
+        raise DecodeError(path, decoder, f"no video stream (streams: {', '.join(kinds)})")
+    stream = container.streams.video[0]
+    ctx = stream.codec_context
+    if ctx is None or stream.codec_context.codec is None:
+        raise DecodeError(path, decoder, "unsupported codec: FFmpeg has no decoder for this video stream")
+    return stream
+
+
+def build_index(container: Any, stream: Any, path: str, decoder: str, meta: SampleMeta | None = None) -> VideoIndex:
+    """Index ``stream`` of an open container: from dataset metadata when it has frames, fps and
+    keyframes, else by demuxing every packet of the stream (no decoding). Leaves the container
+    positioned at its start."""
+    ctx = stream.codec_context
+    pix_fmt = ctx.pix_fmt or (ctx.format.name if ctx.format is not None else "") or "yuv420p"
+    matrix, colour_range = colour_of(getattr(ctx, "colorspace", None), getattr(ctx, "color_range", None), pix_fmt)
+    time_base = stream.time_base or Fraction(1, 90_000)
+    has_audio = bool(container.streams.audio)
+    common = dict(width=int(ctx.width), height=int(ctx.height), codec=ctx.codec.name, pix_fmt=pix_fmt,
+                  time_base=Fraction(time_base), matrix=matrix, range=colour_range, has_audio=has_audio)
+    meta = meta or {}
+    if all(k in meta for k in ("frames", "fps", "keyframes")) and int(meta["frames"]) > 0 and float(meta["fps"]) > 0:
+        frames, fps = int(meta["frames"]), float(meta["fps"])
+        keyframes = tuple(sorted({0, *(int(k) for k in meta["keyframes"] if 0 <= int(k) < frames)}))
+        start = stream.start_time if stream.start_time is not None else 0
+        return VideoIndex(frames=frames, fps=fps, duration=frames / fps, start_pts=int(start),
+                          keyframes=keyframes, **common)
+    pts_list: list[int] = []
+    key_pts: list[int] = []
+    count = 0
+    try:
+        for packet in container.demux(stream):
+            if packet.size == 0:  # the flush packet at the end
+                continue
+            pts = packet.pts if packet.pts is not None else packet.dts
+            if pts is None:  # raw streams without timestamps: number the packets
+                pts = count
+            pts_list.append(int(pts))
+            if packet.is_keyframe:
+                key_pts.append(int(pts))
+            count += 1
+    except Exception as err:  # av.error.FFmpegError and friends: keep what was read when it is usable
+        if not pts_list:
+            raise DecodeError(path, decoder, f"cannot read packets: {err}") from err
+    if not pts_list:
+        raise DecodeError(path, decoder, "video stream has no frames")
+    pts = np.unique(np.asarray(pts_list, dtype=np.int64))  # presentation order
+    keyframes = sorted({int(np.searchsorted(pts, k)) for k in key_pts} | {0})
+    rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+    if len(pts) > 1:
+        span = float((pts[-1] - pts[0]) * time_base)
+        fps = (len(pts) - 1) / span if span > 0 else float(rate or 25)
+        if rate and abs(float(rate) - fps) / fps < 0.02:
+            fps = float(rate)  # container's exact rational rate when it agrees with the timestamps
+    else:
+        fps = float(rate) if rate else 25.0
+    duration = len(pts) / fps
+    return VideoIndex(frames=len(pts), fps=fps, duration=duration, start_pts=int(pts[0]),
+                      keyframes=tuple(keyframes), pts=pts, **common)

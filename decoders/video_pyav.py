@@ -1,0 +1,213 @@
+"""PyAV video backend: AV1 through libdav1d (frame and tile threads), and whatever else
+FFmpeg decodes (H.264, HEVC, VP9...), from MP4, Matroska/WebM, IVF and other containers.
+
+A clip costs one seek to the key frame at or before its first frame and a forward decode
+to its last frame; frames between clips are decoded only when no key frame lies between
+them. Frames are cropped as YUV plane views, resized per plane, and converted to RGB
+after that (or not at all, for ``output="yuv"``): never ``to_ndarray("rgb24")`` on a
+whole frame.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from mediapipe.decoders.base import DecodeHint
+from mediapipe.decoders.registry import register
+from mediapipe.decoders.video import VideoDecoder, even_roi
+from mediapipe.decoders.video_index import (
+    VideoIndex,
+    build_index,
+    cached_index,
+    check_limits,
+    colour_of,
+    remember,
+    video_stream,
+)
+from mediapipe.errors import DecodeError, MediapipeError
+from mediapipe.rng import SampleRNG
+from mediapipe.sample import Blob, SampleMeta
+
+try:
+    import av
+except ImportError:  # pragma: no cover - av is a dependency
+    av = None
+
+log = logging.getLogger(__name__)
+
+# Planar pixel formats read straight from the frame's planes, with their chroma subsampling.
+_PLANAR = {"yuv420p": (2, 2), "yuvj420p": (2, 2), "yuv422p": (1, 2), "yuvj422p": (1, 2),
+           "yuv444p": (1, 1), "yuvj444p": (1, 1)}
+
+
+def open_container(blob: Blob, path: str, decoder: str) -> Any:
+    """An open PyAV input container over ``blob``: the file by name when it is a whole
+    file (FFmpeg's own I/O), else a seekable file object (a tar member, bytes in memory)."""
+    try:
+        if blob.data is None and blob.offset == 0 and blob.size is None and blob.path is not None:
+            return av.open(blob.path, "r", metadata_errors="ignore")
+        return av.open(blob.open(), "r", metadata_errors="ignore")
+    except MediapipeError:
+        raise
+    except Exception as err:  # av.error.FFmpegError (InvalidDataError...), OSError
+        raise DecodeError(path, decoder, f"cannot open: {err}") from err
+
+
+def plane_array(plane: Any) -> np.ndarray:
+    """A zero-copy (height, width) uint8 view of one plane of a decoded frame."""
+    rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
+    return rows[:, : plane.width]
+
+
+@register("video", "pyav")
+class PyAVVideoDecoder(VideoDecoder):
+    """FFmpeg through PyAV on the CPU; libdav1d for AV1 with ``threads`` threads."""
+
+    priority = 100
+
+    @classmethod
+    def available(cls, device: torch.device | None) -> bool:
+        return av is not None
+
+    # -- index --------------------------------------------------------------------------
+    def index(self, blob: Blob, meta: SampleMeta | None = None) -> VideoIndex:
+        """The file's frame index: cached per process; built from ``meta`` or by demuxing."""
+        index = cached_index(blob)
+        if index is None:
+            container = open_container(blob, blob.name, self.name)
+            try:
+                stream = video_stream(container, blob.name, self.name)
+                index = build_index(container, stream, blob.name, self.name, meta)
+            finally:
+                container.close()
+            remember(blob, index)
+        check_limits(index, self.limits, blob.name, self.name)
+        return index
+
+    def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
+        return self.index(blob).as_meta()
+
+    # -- decode -------------------------------------------------------------------------
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
+        index = self.index(blob, meta)
+        plan = self.plan(index, rng, blob.name)
+        wanted = plan.wanted
+        roi = self.region(hint, index)
+        planes, colour = self.decode_frames(blob, index, wanted, roi)
+        return self.finish(planes, wanted, plan, hint, colour, (roi[2], roi[3]))
+
+    def region(self, hint: DecodeHint, index: VideoIndex) -> tuple[int, int, int, int]:
+        try:
+            return even_roi(hint.roi, index.height, index.width, *_PLANAR.get(index.pix_fmt, (2, 2)))
+        except ValueError as err:
+            raise DecodeError("", self.name, str(err)) from err
+
+    def codec(self, stream: Any) -> Any:
+        """The codec context that decodes ``stream``: FFmpeg's default decoder (libdav1d for AV1)
+        with ``threads`` threads (dav1d's frame and tile threads; frame/slice threads elsewhere)."""
+        ctx = stream.codec_context
+        ctx.thread_type = "AUTO"
+        ctx.thread_count = self.thread_count()
+        return ctx
+
+    def decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int],
+                      roi: tuple[int, int, int, int]) -> tuple[list[np.ndarray], tuple[str, str]]:
+        """Decode frames ``wanted`` (ascending), cropped to ``roi``: stacked Y, U, V planes."""
+        path = blob.name
+        top, left, height, width = roi
+        container = open_container(blob, path, self.name)
+        try:
+            stream = video_stream(container, path, self.name)
+            ctx = self.codec(stream)
+            rows: dict[int, list[np.ndarray]] = {}
+            colour: tuple[str, str] | None = None
+            try:
+                for number, frame in self._frames(container, stream, ctx, index, wanted, path):
+                    if colour is None:
+                        colour = colour_of(frame.colorspace, frame.color_range, frame.format.name)
+                    rows[number] = self._crop(frame, top, left, height, width)
+            except MediapipeError:
+                raise
+            except Exception as err:  # av.error.FFmpegError: corrupt or truncated data
+                raise DecodeError(path, self.name, f"decoding failed: {err}") from err
+        finally:
+            container.close()
+        missing = [f for f in wanted if f not in rows]
+        if missing:
+            raise DecodeError(path, self.name, f"frames {missing[:5]} of {index.frames} were not decoded "
+                                               "(truncated or corrupt file?)")
+        planes = [np.stack([rows[f][p] for f in wanted]) for p in range(3)]
+        return planes, colour or (index.matrix, index.range)
+
+    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> list[np.ndarray]:
+        fmt = frame.format.name
+        if fmt == "nv12":  # hardware decoders: Y, then U and V interleaved at half resolution
+            y = plane_array(frame.planes[0])[top : top + height, left : left + width]
+            uv = np.frombuffer(frame.planes[1], np.uint8).reshape(frame.planes[1].height, -1)
+            uv = uv[top // 2 : (top + height + 1) // 2, left - left % 2 : left + width + width % 2]
+            return [y, uv[:, 0::2], uv[:, 1::2]]
+        if fmt not in _PLANAR:  # 10-bit, NV12 (hardware), GBR...: one conversion to 8-bit 4:2:0
+            frame = frame.reformat(format="yuv420p")
+            fmt = "yuv420p"
+        sy, sx = _PLANAR[fmt]
+        y = plane_array(frame.planes[0])[top : top + height, left : left + width]
+        ct, cl, ch, cw = top // sy, left // sx, -(-height // sy), -(-width // sx)
+        u = plane_array(frame.planes[1])[ct : ct + ch, cl : cl + cw]
+        v = plane_array(frame.planes[2])[ct : ct + ch, cl : cl + cw]
+        return [y, u, v]  # views: each keeps its frame's buffer alive until np.stack copies it
+
+    def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str):
+        """Yield (frame number, frame) for each wanted frame (ascending). Seek to the key frame at
+        or before the next wanted frame only when that key frame lies ahead of the decoder's
+        position; otherwise keep decoding forward."""
+        todo = deque(wanted)
+        position = -1  # the last frame number decoded; a fresh container starts at frame 0
+        linear = False  # after a seek that overshot: decode from the start, never seek again
+        while todo:
+            target = todo[0]
+            key = index.keyframe_before(target)
+            after_seek = not linear and (key > position + 1 or target <= position)
+            if after_seek:
+                _seek(container, stream, ctx, index.pts_of(key))
+            overshot = False
+            for frame in _decoded(container, stream, ctx):
+                pts = frame.pts if frame.pts is not None else frame.dts
+                number = index.frame_at(pts) if pts is not None else position + 1
+                if after_seek and number > target and key > 0:
+                    overshot = True  # the demuxer's seek disagrees with the index
+                    break
+                after_seek = False
+                position = number
+                while todo and todo[0] < number:
+                    todo.popleft()  # a frame the stream does not have: reported as missing
+                if todo and todo[0] == number:
+                    todo.popleft()
+                    yield number, frame
+                if not todo:
+                    return
+                if not linear and index.keyframe_before(todo[0]) > position + 1:
+                    break  # a key frame lies ahead of the next wanted frame: seek to it
+            else:
+                return  # end of stream; what is left in todo is missing
+            if overshot:
+                log.warning("%s: seek to frame %d landed later; decoding from the start", path, key)
+                _seek(container, stream, ctx, index.pts_of(0))
+                position, linear = -1, True
+
+
+def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:
+    """Seek to the key frame at or before ``pts`` and drop what the decoder holds."""
+    container.seek(pts, stream=stream, backward=True, any_frame=False)
+    if ctx is not stream.codec_context:
+        ctx.flush_buffers()  # the container flushes its streams' own decoders only
+
+
+def _decoded(container: Any, stream: Any, ctx: Any):
+    """Every frame the decoder produces from here on; the final empty packet flushes it."""
+    for packet in container.demux(stream):
+        yield from ctx.decode(packet if packet.size else None)

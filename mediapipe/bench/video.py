@@ -1,0 +1,325 @@
+"""The video scenario: AV1 clips (16 frames, stride 2, resized and cropped to 112 or 224,
+batch 8) through this library, against PyAV naive decoding (the baseline) and a full
+sequential decode of the same files to YUV frames (the ceiling: PyAV/libdav1d, or the
+dav1d command line). Also the generator of the sample AV1 files, shared with the tests.
+
+Each runner yields, per batch, the number of clips it fully decoded (the ceilings: frames).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".ivf")
+_SVT_QUIET = {"SVT_LOG": "1"}  # libsvtav1 prints its configuration to stderr otherwise
+
+
+# -- sample media -----------------------------------------------------------------------------
+def counter_pattern(frame: np.ndarray, number: int, bits: int = 10) -> None:
+    """Stamp ``number`` in binary as black/white blocks along the top-left edge (in place), so a
+    decoded frame tells which frame it is even after lossy coding."""
+    height, width = frame.shape[:2]
+    block = max(4, min(height // 8, width // (bits + 2)))
+    block -= block % 2
+    for b in range(bits):
+        value = 255 if (number >> b) & 1 else 0
+        frame[:block, b * block : (b + 1) * block] = value
+
+
+def read_counter(luma: np.ndarray, bits: int = 10) -> int:
+    """The frame number `counter_pattern` stamped, read back from a decoded luma plane."""
+    height, width = luma.shape[:2]
+    block = max(4, min(height // 8, width // (bits + 2)))
+    block -= block % 2
+    number = 0
+    for b in range(bits):
+        cell = luma[block // 4 : block - block // 4, b * block + block // 4 : (b + 1) * block - block // 4]
+        number |= int(cell.mean() > 128) << b
+    return number
+
+
+def render_frames(height: int, width: int, count: int, seed: int, counter: bool = True) -> Iterator[np.ndarray]:
+    """RGB uint8 (height, width, 3) frames: a slow pan and zoom over a photographic-looking
+    image (`mediapipe.synthetic.photo_like`), with the frame number stamped in a corner."""
+    import torch
+    import torch.nn.functional as F
+
+    from mediapipe.synthetic import photo_like
+
+    big_h, big_w = int(height * 1.5) + 2, int(width * 1.5) + 2
+    base = torch.from_numpy(photo_like(big_h, big_w, seed)).permute(2, 0, 1)[None]
+    rng = np.random.default_rng(seed)
+    direction = rng.uniform(-1, 1, 2)
+    for i in range(count):
+        t = i / max(1, count - 1)
+        scale = 1.0 - 0.3 * t  # zoom in over the clip
+        ch = max(height // 2, min(big_h, int(big_h * (0.66 + 0.3 * scale))))
+        cw = max(width // 2, min(big_w, int(ch * width / height)))
+        cy = int((big_h - ch) * (0.5 + 0.45 * direction[0] * (t - 0.5)))
+        cx = int((big_w - cw) * (0.5 + 0.45 * direction[1] * (t - 0.5)))
+        crop = base[..., cy : cy + ch, cx : cx + cw]
+        frame = F.interpolate(crop, size=(height, width), mode="bilinear", antialias=True, align_corners=False)
+        out = frame[0].permute(1, 2, 0).contiguous().numpy()
+        if counter:
+            counter_pattern(out, i)
+        yield out
+
+
+def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, codec: str = "libsvtav1", gop: int = 48,
+                matrix: str = "bt601", range: str = "limited", pix_fmt: str = "yuv420p", crf: int = 35,
+                preset: int = 12) -> Path:
+    """Encode RGB frames to ``path`` (container from the suffix; ``.ivf`` is AV1's raw format).
+
+    ``matrix``/``range`` pick the RGB to YUV conversion and are written into the stream's
+    colour signalling, so a decoder can undo them. ``gop``: frames between key frames.
+    """
+    import av
+
+    colorspace = {"bt601": 6, "bt709": 1}[matrix]  # AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT709
+    sws_space = {"bt601": "ITU601", "bt709": "ITU709"}[matrix]
+    color_range = {"limited": 1, "full": 2}[range]
+    fmt = "ivf" if path.suffix == ".ivf" else None
+    old = {k: os.environ.get(k) for k in _SVT_QUIET}
+    os.environ.update(_SVT_QUIET)
+    try:
+        with av.open(str(path), "w", format=fmt) as out:
+            stream = None
+            for rgb in frames:
+                if stream is None:
+                    stream = out.add_stream(codec, rate=fps)
+                    stream.height, stream.width = rgb.shape[:2]
+                    stream.pix_fmt = pix_fmt
+                    ctx = stream.codec_context
+                    ctx.colorspace, ctx.color_range = colorspace, color_range
+                    ctx.color_primaries = ctx.color_trc = 1 if matrix == "bt709" else 6
+                    if codec == "libsvtav1":
+                        stream.options = {"preset": str(preset), "crf": str(crf),
+                                          "svtav1-params": f"keyint={gop}:scd=0:lp=2"}
+                    else:
+                        ctx.gop_size = gop
+                        if codec == "libx264":
+                            stream.options = {"preset": "ultrafast", "crf": "23"}
+                        elif codec == "libvpx-vp9":
+                            stream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "35"}
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+                frame = frame.reformat(format=pix_fmt, dst_colorspace=sws_space,
+                                       dst_color_range="JPEG" if range == "full" else "MPEG")
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            if stream is None:
+                raise ValueError(f"write_video({path}): no frames")
+            for packet in stream.encode():
+                out.mux(packet)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return path
+
+
+def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, seconds: float = 10.0,
+                       progress: Callable[[int, int], Any] | None = None) -> list[Path]:
+    """``count`` AV1 MP4 files (libsvtav1, 30 fps, a key frame every 2 s) of ``seconds`` each,
+    16:9 at ``height`` lines, in two class folders; deterministic for a seed. Existing files
+    are kept (a rerun resumes)."""
+    dest = Path(dest)
+    width = int(round(height * 16 / 9 / 2)) * 2
+    fps = 30
+    paths = []
+    for i in range(count):
+        folder = dest / f"class{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"video{i:04d}_{height}p.mp4"
+        if not path.exists():
+            tmp = path.with_name(path.stem + ".tmp.mp4")
+            write_video(tmp, render_frames(height, width, int(seconds * fps), seed * 100_000 + i),
+                        fps=fps, gop=2 * fps, matrix="bt709" if height >= 720 else "bt601")
+            tmp.rename(path)
+        paths.append(path)
+        if progress is not None:
+            progress(i + 1, count)
+    return paths
+
+
+def video_files(data: Path) -> list[Path]:
+    files = sorted(p for p in Path(data).rglob("*") if p.suffix in VIDEO_SUFFIXES and ".tmp" not in p.name)
+    if not files:
+        raise RuntimeError(f"no video files in {data}; make them with make_sample_videos")
+    return files
+
+
+# -- runners ------------------------------------------------------------------------------------
+def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
+                  size: int = 112, batch_size: int = 8) -> Iterator[int]:
+    """This library: random clips, RandomResizedCrop fused into the decoder (YUV planes cropped
+    and resized, then RGB), flip and normalise on the device; workers are processes."""
+    import mediapipe as mp
+    from mediapipe import augment as A
+
+    pipe = mp.Pipeline(
+        source=mp.loaders.folder(data),
+        decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, output="rgb")},
+        augment=[A.RandomResizedCrop(size, scale=(0.25, 1.0), key="video"), A.HorizontalFlip(key="video"),
+                 A.Normalize(key="video")],
+        batch_size=batch_size, seed=0, device=device,
+    )
+    produced = 0
+    while produced < batches:
+        for batch in pipe.loader(num_workers=workers, shuffle=True, drop_last=True):
+            batch["video"].sum().item()  # materialised on the device
+            produced += 1
+            yield int(batch["video"].shape[0])
+            if produced >= batches:
+                return
+
+
+class _NaiveClips:
+    """The baseline dataset: open the file, decode from the start to the clip's last frame,
+    convert every decoded frame to RGB (``to_ndarray("rgb24")``), keep the clip's frames, resize
+    and centre-crop with torchvision. One thread per file, as in a typical training script."""
+
+    def __init__(self, files: list[Path], clip_len: int, stride: int, size: int) -> None:
+        self.files, self.clip_len, self.stride, self.size = files, clip_len, stride, size
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, i: int) -> Any:
+        import av
+        import torch
+        from torchvision.transforms.v2 import functional as TF
+
+        path = self.files[i % len(self.files)]
+        rng = np.random.default_rng(i)
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            total = stream.frames or 1
+            span = (self.clip_len - 1) * self.stride + 1
+            start = int(rng.integers(0, max(1, total - span + 1)))
+            wanted = set(range(start, start + span, self.stride))
+            frames = []
+            for n, frame in enumerate(container.decode(stream)):
+                rgb = frame.to_ndarray(format="rgb24")
+                if n in wanted:
+                    frames.append(rgb)
+                if n >= start + span - 1:
+                    break
+        while len(frames) < self.clip_len:
+            frames.append(frames[-1])
+        clip = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
+        clip = TF.resize(clip, [self.size], antialias=True)
+        return TF.center_crop(clip, [self.size, self.size])
+
+
+def run_naive_pyav(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
+                   size: int = 112, batch_size: int = 8) -> Iterator[int]:
+    """The baseline: a torch DataLoader over `_NaiveClips` (open, decode from the start, pick)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_NaiveClips(video_files(data), clip_len, stride, size), batch_size=batch_size,
+                        num_workers=workers, shuffle=False)
+    for n, batch in enumerate(loader):
+        batch = batch.to(device).float().div_(255)
+        batch.sum().item()
+        yield int(batch.shape[0])
+        if n + 1 >= batches:
+            return
+    del torch
+
+
+def _decode_all_yuv(path: Path, threads: int) -> int:
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.codec_context.thread_type = "AUTO"
+        stream.codec_context.thread_count = threads
+        count = 0
+        for frame in container.decode(stream):
+            frame.planes[0]  # the YUV frame exists in memory; no conversion
+            count += 1
+    return count
+
+
+def run_sequential_ceiling(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16,
+                           stride: int = 2, size: int = 112, batch_size: int = 8) -> Iterator[int]:
+    """The ceiling: every frame of each file, in order, to YUV, PyAV/libdav1d with ``workers``
+    threads (at least one). Yields the frames decoded per file."""
+    files = video_files(data)
+    for n in range(batches):
+        yield _decode_all_yuv(files[n % len(files)], max(1, workers))
+
+
+def dav1d_binary() -> str | None:
+    return shutil.which("dav1d")
+
+
+def run_dav1d_cli(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
+                  size: int = 112, batch_size: int = 8) -> Iterator[int]:
+    """The ceiling through the dav1d command line (its own demuxer: IVF, Annex B, section 5;
+    MP4/MKV files are remuxed to IVF first, untimed). Yields the frames decoded per file."""
+    binary = dav1d_binary()
+    if binary is None:
+        raise RuntimeError("no dav1d binary on PATH (apt-get install dav1d)")
+    files = [_as_ivf(p) for p in video_files(data)]
+    for n in range(batches):
+        path = files[n % len(files)]
+        result = subprocess.run([binary, "-q", "-i", str(path), "-o", "/dev/null", "--muxer", "null",
+                                 "--threads", str(max(1, workers))], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"dav1d failed on {path}: {result.stderr.strip()[-300:]}")
+        yield _ivf_frames(path)
+
+
+def _as_ivf(path: Path) -> Path:
+    """An IVF copy of an AV1 file (stream copy, no re-encode), cached beside it as .ivf.cache."""
+    if path.suffix == ".ivf":
+        return path
+    import av
+
+    target = path.with_name(path.name + ".ivf.cache")
+    if target.exists():
+        return target
+    with av.open(str(path)) as src, av.open(str(target), "w", format="ivf") as dst:
+        stream = src.streams.video[0]
+        out = dst.add_stream_from_template(stream)
+        for packet in src.demux(stream):
+            if packet.dts is None:
+                continue
+            packet.stream = out
+            dst.mux(packet)
+    return target
+
+
+def _ivf_frames(path: Path) -> int:
+    with open(path, "rb") as f:
+        header = f.read(32)
+    return int.from_bytes(header[24:28], "little")
+
+
+def run_dali_cpu(data: Path, **kwargs: Any) -> Iterator[int]:
+    raise RuntimeError("DALI has no AV1 decoder on the CPU (its video readers decode on NVIDIA GPUs only)")
+    yield 0  # pragma: no cover
+
+
+def run_dali_gpu(data: Path, **kwargs: Any) -> Iterator[int]:
+    raise RuntimeError("not implemented yet: DALI's GPU video reader as a peer (fn.readers.video)")
+    yield 0  # pragma: no cover
+
+
+def timed(run: Callable[..., Iterator[int]], **kwargs: Any) -> tuple[int, float]:
+    """(units produced, seconds) for one runner: a quick measurement outside the bench CLI."""
+    t0 = time.perf_counter()
+    total = sum(run(**kwargs))
+    return total, time.perf_counter() - t0
