@@ -41,7 +41,8 @@ class RandomResizedCrop(Op):
         size: output (height, width), or an int for a square.
         scale: (low, high) fraction of the image area the crop covers.
         ratio: (low, high) crop width / height, drawn log-uniformly.
-        interpolation: "bilinear" (default), "bicubic" or "nearest"; antialias: for downscaling.
+        interpolation: "bilinear" (default), "bicubic", "nearest" (torchvision's) or "nearest-exact"
+            (pixel centres, Pillow's); use a nearest mode for masks. antialias: when downscaling.
     """
 
     size: Size = 224
@@ -87,7 +88,7 @@ class RandomResizedCrop(Op):
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint:
         roi = (params["top"], params["left"], params["height"], params["width"])
-        return DecodeHint(roi=roi, size=self.size if self.interpolation != "nearest" else None)
+        return DecodeHint(roi=roi, size=self.size if not self.interpolation.startswith("nearest") else None)
 
     def apply_decoded(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         return F.resize_image(x, self.size, self.interpolation, self.antialias)
@@ -102,7 +103,7 @@ class Resize(Op):
     Args:
         size: int (shorter side), (height, width), or None (then ``max_size`` sets the longer side).
         max_size: cap on the longer side, in pixels. interpolation: "bilinear", "bicubic" or
-            "nearest" (use "nearest" for masks); antialias: when downscaling (torchvision's default).
+            "nearest" or "nearest-exact" (use a nearest mode for masks); antialias: when downscaling (torchvision's default).
     """
 
     size: Size | None = 256
@@ -142,7 +143,7 @@ class Resize(Op):
         return F.resize_image(x, tuple(params["size"]), self.interpolation, self.antialias)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        return DecodeHint(size=tuple(params["size"])) if self.interpolation != "nearest" else None
+        return DecodeHint(size=tuple(params["size"])) if not self.interpolation.startswith("nearest") else None
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,9 @@ def _check_padding_mode(op: Op, mode: str) -> None:
         raise ValueError(f"{type(op).__name__}(padding_mode={mode!r}): expected one of {PADDING_MODES}")
 
 
-def _check_fill(op: Op, fill: Fill, scalar_only: bool = False) -> None:
+def _check_fill(op: Op, fill: Fill | None, scalar_only: bool = False) -> None:
+    if fill is None and not scalar_only:
+        return
     values = fill if isinstance(fill, tuple) else (fill,)
     if not values or not all(isinstance(v, (int, float)) for v in values) or (scalar_only and len(values) != 1):
         expected = "a number" if scalar_only else "a number or one number per channel"
@@ -374,7 +377,8 @@ class RandomRotation(Op):
         expand: grow the output to hold the rotated image. The shape then differs per sample,
             so the op runs in the sample stage and a later crop or resize must equalise sizes.
         center: (x, y) in pixels from the top-left corner; None for the image centre.
-        fill: value of pixels from outside the image: a number or one per channel.
+        fill: value of pixels from outside the image: a number or one per channel; None lets
+            bilinear samples at the border blend with zeros (torchvision's ``fill=None``).
     Stage: batch (one batched ``grid_sample`` with per-sample matrices); sample when ``expand``.
     """
 
@@ -382,7 +386,7 @@ class RandomRotation(Op):
     interpolation: str = "nearest"
     expand: bool = False
     center: tuple[float, float] | None = None
-    fill: Fill = 0
+    fill: Fill | None = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -430,7 +434,8 @@ class RandomAffine(Op):
         scale: (low, high) zoom factor; None keeps 1.
         shear: degrees: d for an x shear in (-d, d), (low, high) for x, or (xlo, xhi, ylo, yhi).
         interpolation: "nearest" (default, use it for masks) or "bilinear".
-        fill: value of pixels from outside the image: a number or one per channel.
+        fill: value of pixels from outside the image: a number or one per channel; None as in
+            `RandomRotation`.
         center: (x, y) in pixels from the top-left corner; None for the image centre.
     Stage: batch (one batched ``grid_sample`` with per-sample matrices).
     """
@@ -440,7 +445,7 @@ class RandomAffine(Op):
     scale: tuple[float, float] | None = None
     shear: float | tuple[float, ...] | None = None
     interpolation: str = "nearest"
-    fill: Fill = 0
+    fill: Fill | None = 0
     center: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic")
 
 
 def _as_4d(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
@@ -16,26 +16,28 @@ def _as_4d(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
 def resize_image(
     x: torch.Tensor, size: tuple[int, int], interpolation: str = "bilinear", antialias: bool = True
 ) -> torch.Tensor:
-    """Resize the last two dims to ``size`` = (height, width).
+    """Resize the last two dims to ``size`` = (height, width), as torchvision's ``resize`` on tensors.
 
-    uint8 input stays uint8 for bilinear (torch has a vectorised uint8 antialiased kernel,
-    ported from Pillow-SIMD) and is rounded and saturated for bicubic, as torchvision does.
+    "nearest" is torch's (and torchvision's) legacy nearest; "nearest-exact" samples pixel
+    centres (Pillow's). On the CPU uint8 stays uint8 for bilinear and bicubic (torch's
+    vectorised uint8 kernels, ported from Pillow-SIMD, which torchvision uses too); elsewhere
+    uint8 is resized in float32, then rounded and saturated, as torchvision does.
     """
     if tuple(x.shape[-2:]) == tuple(size):
         return x
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation={interpolation!r}: expected one of {INTERPOLATIONS}")
     x4, lead = _as_4d(x)
-    if interpolation == "nearest":
-        out = F.interpolate(x4, size=size, mode="nearest-exact")
-    elif x4.dtype == torch.uint8 and interpolation == "bilinear":
-        out = F.interpolate(x4, size=size, mode="bilinear", antialias=antialias, align_corners=False)
+    if interpolation.startswith("nearest"):
+        out = F.interpolate(x4, size=size, mode=interpolation)
+    elif x4.dtype == torch.uint8 and x4.device.type == "cpu":
+        out = F.interpolate(x4, size=size, mode=interpolation, antialias=antialias, align_corners=False)
     else:
         dtype = x4.dtype
         xf = x4 if x4.is_floating_point() else x4.float()
         out = F.interpolate(xf, size=size, mode=interpolation, antialias=antialias, align_corners=False)
         if not dtype.is_floating_point:
-            out = out.round_().clamp_(0, 255).to(dtype)
+            out = out.clamp_(0, 255).round_().to(dtype)
     return out.reshape(*lead, *out.shape[-3:])
 
 

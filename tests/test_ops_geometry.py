@@ -1,0 +1,322 @@
+"""Geometry ops against torchvision.transforms.v2.functional, applied per sample with the same params.
+
+Tolerances: crops, pads, flips and the affine warps (rotation, affine) are exact on uint8
+(same grids, same rounding); resizes allow 1 grey level.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+from torchvision.transforms import InterpolationMode
+
+from mediapipe import augment as A
+from mediapipe.augment.base import Stage, op_from_config
+from mediapipe.graph import stack_params
+from mediapipe.rng import SampleRNG
+from mediapipe.synthetic import photo_like
+
+
+def images(n: int = 6, height: int = 48, width: int = 64, seed: int = 0) -> torch.Tensor:
+    """(n, 3, height, width) uint8 photographic-looking images."""
+    return torch.stack([torch.from_numpy(photo_like(height, width, seed + i)).permute(2, 0, 1) for i in range(n)])
+
+
+def draw(op: A.Op, x: torch.Tensor, op_index: int = 1, seed: int = 0) -> tuple[list[dict], dict]:
+    """Each sample's params (as the graph draws them) and the params stacked over the batch."""
+    meta = {"size": tuple(x.shape[-2:]), "shape": tuple(x.shape[1:])}
+    drawn = [op.sample_params(SampleRNG(seed, 0, i, op_index), meta) for i in range(x.shape[0])]
+    return drawn, stack_params(drawn)
+
+
+def assert_close_uint8(out: torch.Tensor, ref: torch.Tensor, max_diff: int = 0) -> None:
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    diff = (out.int() - ref.int()).abs().max().item()
+    assert diff <= max_diff, f"max abs diff {diff} > {max_diff}"
+
+
+# -- sample-stage ops (one sample at a time) -----------------------------------------------------------
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest"])
+def test_random_resized_crop_matches_torchvision(interpolation: str) -> None:
+    x = images(4, 60, 80)
+    op = A.RandomResizedCrop((24, 32), scale=(0.1, 1.0), interpolation=interpolation)
+    drawn, _ = draw(op, x)
+    mode = InterpolationMode(interpolation)
+    for i, p in enumerate(drawn):
+        out = op.apply(x[i], p)
+        ref = TF.resized_crop(x[i], p["top"], p["left"], p["height"], p["width"], [24, 32], mode, antialias=True)
+        assert_close_uint8(out, ref, max_diff=1)
+
+
+def test_random_resized_crop_params_stay_inside_and_fall_back() -> None:
+    op = A.RandomResizedCrop(16, scale=(0.08, 1.0))
+    for i in range(200):
+        p = op.sample_params(SampleRNG(1, 0, i, 0), {"size": (30, 90)})
+        assert 0 <= p["top"] and p["top"] + p["height"] <= 30
+        assert 0 <= p["left"] and p["left"] + p["width"] <= 90
+    # a ratio range the image cannot hold: torchvision's fallback, a central crop with the ratio clamped
+    op = A.RandomResizedCrop(16, scale=(0.99, 1.0), ratio=(5.0, 6.0))
+    p = op.sample_params(SampleRNG(1, 0, 0, 0), {"size": (100, 100)})
+    assert p == {"top": 40, "left": 0, "height": 20, "width": 100}
+
+
+@pytest.mark.parametrize(("size", "max_size"), [(32, None), ((20, 50), None), (None, 40), (30, 45)])
+def test_resize_matches_torchvision(size, max_size) -> None:
+    x = images(2, 48, 80)
+    op = A.Resize(size, max_size=max_size)
+    for i in range(2):
+        p = op.sample_params(SampleRNG(0, 0, i, 0), {"size": (48, 80)})
+        out = op.apply(x[i], p)
+        tv_size = None if size is None else ([size] if isinstance(size, int) else list(size))
+        ref = TF.resize(x[i], tv_size, max_size=max_size, antialias=True)
+        assert_close_uint8(out, ref, max_diff=1)
+
+
+def test_resize_tall_image_and_max_size_cap() -> None:
+    op = A.Resize(32, max_size=50)
+    assert op.output_size(100, 40) == (50, 20)  # shorter side 32 would make the longer 80 > 50
+    assert A.Resize(None, max_size=64).output_size(100, 40) == (64, 25)
+
+
+@pytest.mark.parametrize("size", [(24, 30), (60, 90)])  # the second pads: larger than the image
+def test_center_crop_matches_torchvision(size) -> None:
+    x = images(2, 48, 64)
+    op = A.CenterCrop(size)
+    for i in range(2):
+        out = op.apply(x[i], op.sample_params(SampleRNG(0, 0, i, 0), {"size": (48, 64)}))
+        assert torch.equal(out, TF.center_crop(x[i], list(size)))
+
+
+@pytest.mark.parametrize("padding_mode", ["constant", "edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("padding", [3, (2, 5), (1, 2, 3, 4)])
+def test_pad_matches_torchvision(padding, padding_mode: str) -> None:
+    x = images(1, 20, 24)[0]
+    op = A.Pad(padding, fill=7, padding_mode=padding_mode)
+    tv_padding = [padding] if isinstance(padding, int) else list(padding)
+    ref = TF.pad(x, tv_padding, fill=7, padding_mode=padding_mode)
+    assert torch.equal(op.apply(x, {}), ref)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "hw"),
+    [
+        ({}, (48, 64)),
+        ({"padding": 4, "padding_mode": "reflect"}, (48, 64)),
+        ({"padding": (1, 2, 3, 4), "fill": 9}, (48, 64)),
+        ({"pad_if_needed": True, "padding_mode": "edge"}, (20, 28)),  # smaller than the crop
+    ],
+)
+def test_random_crop_matches_torchvision(kwargs, hw) -> None:
+    x = images(5, *hw)
+    op = A.RandomCrop((32, 40), **kwargs)
+    drawn, _ = draw(op, x)
+    for i, p in enumerate(drawn):
+        ref = x[i]
+        if any(p["padding"]):
+            ref = TF.pad(ref, list(p["padding"]), fill=op.fill, padding_mode=op.padding_mode)
+        ref = TF.crop(ref, p["top"], p["left"], 32, 40)
+        assert torch.equal(op.apply(x[i], p), ref)
+    assert len({(p["top"], p["left"]) for p in drawn}) > 1  # positions are drawn per sample
+
+
+def test_random_crop_too_large_without_padding_raises() -> None:
+    with pytest.raises(ValueError, match="pad_if_needed"):
+        A.RandomCrop(64).sample_params(SampleRNG(0, 0, 0, 0), {"size": (48, 64)})
+
+
+def test_random_crop_hint_only_without_padding() -> None:
+    op = A.RandomCrop(16)
+    p = op.sample_params(SampleRNG(0, 0, 0, 0), {"size": (48, 64)})
+    assert op.decode_hint(p, {}).roi == (p["top"], p["left"], 16, 16)
+    padded = A.RandomCrop(16, padding=2)
+    assert padded.decode_hint(padded.sample_params(SampleRNG(0, 0, 0, 0), {"size": (48, 64)}), {}) is None
+
+
+# -- flips (batch stage) ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("op_cls", "tv_flip"), [(A.HorizontalFlip, TF.horizontal_flip),
+                                                 (A.VerticalFlip, TF.vertical_flip)])
+def test_flips_match_torchvision_per_sample(op_cls, tv_flip) -> None:
+    x = images(8)
+    before = x.clone()
+    op = op_cls(p=0.5)
+    drawn, params = draw(op, x)
+    out = op.apply(x, params)
+    flags = [p["flip"] for p in drawn]
+    assert any(flags) and not all(flags)  # the batch mixes flipped and unflipped samples
+    for i, flip in enumerate(flags):
+        assert torch.equal(out[i], tv_flip(x[i]) if flip else x[i])
+    assert torch.equal(x, before)  # the kernel is pure
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0])
+def test_flip_probability_extremes(p: float) -> None:
+    x = images(6)
+    op = A.HorizontalFlip(p=p)
+    drawn, params = draw(op, x)
+    assert all(d["flip"] == bool(p) for d in drawn)
+    assert torch.equal(op.apply(x, params), x.flip(-1) if p else x)
+
+
+def test_flip_rate_is_near_p() -> None:
+    op = A.HorizontalFlip(p=0.3)
+    rate = sum(op.sample_params(SampleRNG(0, 0, i, 0), {})["flip"] for i in range(2000)) / 2000
+    assert 0.26 < rate < 0.34
+
+
+def test_flip_clip_flips_every_frame_alike() -> None:
+    clips = torch.stack([images(3, 16, 20, seed=10 * b) for b in range(4)])  # (B, T, C, H, W)
+    op = A.HorizontalFlip(p=0.5)
+    drawn, params = draw(op, clips)
+    out = op.apply(clips, params)
+    for b, p in enumerate(drawn):
+        assert torch.equal(out[b], clips[b].flip(-1) if p["flip"] else clips[b])
+
+
+def test_batch_op_runs_on_one_sample_with_plain_params() -> None:
+    # when a later sample-stage op reads its output, a batch-stage op is placed in the sample stage
+    x = images(4)
+    op = A.HorizontalFlip(p=0.5)
+    drawn, params = draw(op, x)
+    batch = op.apply(x, params)
+    for i, p in enumerate(drawn):
+        assert torch.equal(op.apply(x[i], p), batch[i])
+
+
+# -- rotation and affine (batch stage, one grid_sample) -------------------------------------------------------
+def _tv_rotate(img, p, op):
+    return TF.rotate(img, float(p["angle"]), interpolation=InterpolationMode(op.interpolation), expand=op.expand,
+                     center=list(op.center) if op.center else None,
+                     fill=list(op.fill) if isinstance(op.fill, tuple) else op.fill)
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+@pytest.mark.parametrize(("center", "fill"), [(None, 0), ((10.0, 20.0), (10, 200, 30)), (None, None)])
+def test_random_rotation_matches_torchvision(interpolation, center, fill) -> None:
+    x = images(6)
+    op = A.RandomRotation(45, interpolation=interpolation, center=center, fill=fill)
+    assert op.stage is Stage.BATCH
+    _, params = draw(op, x)
+    out = op.apply(x, params)
+    for i in range(6):
+        # the kernel sees the float32 stacked angle: give torchvision the same number
+        assert_close_uint8(out[i], _tv_rotate(x[i], {"angle": params["angle"][i]}, op))
+
+
+def test_random_rotation_float_input() -> None:
+    x = images(3).float() / 255
+    op = A.RandomRotation((-90, 90), interpolation="bilinear")
+    _, params = draw(op, x)
+    out = op.apply(x, params)
+    for i in range(3):
+        torch.testing.assert_close(out[i], _tv_rotate(x[i], {"angle": params["angle"][i]}, op), atol=1e-5, rtol=0)
+
+
+def test_random_rotation_expand_runs_per_sample() -> None:
+    x = images(2, 30, 50)
+    op = A.RandomRotation(60, expand=True, interpolation="bilinear")
+    assert op.stage is Stage.SAMPLE
+    for i in range(2):
+        p = op.sample_params(SampleRNG(0, 0, i, 0), {"size": (30, 50)})
+        ref = TF.rotate(x[i], float(torch.tensor(p["angle"], dtype=torch.float32)), InterpolationMode.BILINEAR,
+                        expand=True, fill=0)
+        out = op.apply(x[i], p)
+        assert out.shape != x[i].shape
+        assert_close_uint8(out, ref)
+
+
+def test_random_affine_matches_torchvision() -> None:
+    x = images(6)
+    op = A.RandomAffine(30, translate=(0.2, 0.1), scale=(0.7, 1.3), shear=(-10, 10, -5, 5),
+                        interpolation="bilinear", fill=(5, 50, 250))
+    drawn, params = draw(op, x)
+    out = op.apply(x, params)
+    assert len({d["translate_x"] for d in drawn}) > 1
+    for i in range(6):
+        q = {k: v[i].item() for k, v in params.items()}
+        ref = TF.affine(x[i], angle=q["angle"], translate=[q["translate_x"], q["translate_y"]], scale=q["scale"],
+                        shear=[q["shear_x"], q["shear_y"]], interpolation=InterpolationMode.BILINEAR,
+                        fill=[5, 50, 250])
+        assert_close_uint8(out[i], ref)
+
+
+def test_random_affine_nearest_with_center_and_x_shear() -> None:
+    x = images(4)
+    op = A.RandomAffine(10, shear=20, center=(5.0, 7.0))
+    _, params = draw(op, x)
+    out = op.apply(x, params)
+    assert (params["shear_y"] == 0).all()
+    for i in range(4):
+        q = {k: v[i].item() for k, v in params.items()}
+        ref = TF.affine(x[i], angle=q["angle"], translate=[0, 0], scale=1.0, shear=[q["shear_x"], 0.0],
+                        center=[5.0, 7.0])
+        assert_close_uint8(out[i], ref)
+
+
+@pytest.mark.parametrize("op", [A.RandomRotation(40, interpolation="bilinear"),
+                                A.RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2))])
+def test_warps_apply_one_transform_per_clip(op) -> None:
+    clips = torch.stack([images(3, 24, 32, seed=10 * b) for b in range(4)])  # (B, T, C, H, W)
+    _, params = draw(op, clips)
+    out = op.apply(clips, params)
+    assert out.shape == clips.shape
+    for t in range(3):  # frame t of every clip equals a batch of frames t under the same params
+        assert torch.equal(out[:, t], op.apply(clips[:, t].contiguous(), params))
+
+
+def test_identity_rotation_is_exact() -> None:
+    x = images(3)
+    op = A.RandomRotation((0, 0), interpolation="bilinear")
+    assert torch.equal(op.apply(x, draw(op, x)[1]), x)
+
+
+# -- fields, config, validation --------------------------------------------------------------------------------
+def test_keys_share_params_across_fields() -> None:
+    x = images(4)
+    op = A.RandomRotation(30, keys=("image", "mask"))
+    _, params = draw(op, x)
+    data = {"image": x, "mask": x.clone()}
+    op.apply_fields(data, params)
+    assert not torch.equal(data["image"], x)
+    assert torch.equal(data["image"], data["mask"])
+
+
+def test_out_writes_a_new_field() -> None:
+    x = images(4)
+    op = A.VerticalFlip(p=1.0, out="view2")
+    data = {"image": x}
+    op.apply_fields(data, draw(op, x)[1])
+    assert data["image"] is x and torch.equal(data["view2"], x.flip(-2))
+    assert op.writes() == ("view2",)
+
+
+@pytest.mark.parametrize("op", [A.RandomCrop(32, padding=(1, 2)), A.Pad((1, 2, 3, 4), padding_mode="edge"),
+                                A.RandomRotation(15, fill=(1, 2, 3)),
+                                A.RandomAffine(5, translate=(0.1, 0.2), shear=(1, 2, 3, 4))])
+def test_config_round_trip(op) -> None:
+    assert op_from_config(op.to_config()) == op
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: A.RandomCrop(0), "size"),
+        (lambda: A.RandomCrop(8, padding=-1), "padding"),
+        (lambda: A.RandomCrop(8, padding_mode="wrap"), "padding_mode"),
+        (lambda: A.Pad((1, 2, 3)), "padding"),
+        (lambda: A.Pad(1, fill=(1, 2)), "fill"),
+        (lambda: A.RandomRotation(-5), "degrees"),
+        (lambda: A.RandomRotation((10, -10)), "degrees"),
+        (lambda: A.RandomRotation(5, interpolation="bicubic"), "interpolation"),
+        (lambda: A.RandomRotation(5, center=(1.0,)), "center"),
+        (lambda: A.RandomAffine(5, translate=(0.5, 1.5)), "translate"),
+        (lambda: A.RandomAffine(5, scale=(0.0, 1.0)), "scale"),
+        (lambda: A.RandomAffine(5, shear=(1, 2, 3)), "shear"),
+        (lambda: A.HorizontalFlip(p=1.5), "p=1.5"),
+        (lambda: A.RandomResizedCrop(8, scale=(0.5, 0.1)), "scale"),
+        (lambda: A.Resize(None), "max_size"),
+    ],
+)
+def test_argument_validation(make, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        make()
