@@ -30,7 +30,14 @@ import torch
 
 from mediapipe.errors import PipelineError
 from mediapipe.graph import StageStats
-from mediapipe.loaders.dali_lowering import LOWERINGS, FieldNode, LoweringContext, lowering_table, unsupported
+from mediapipe.loaders.dali_lowering import (
+    LOWERINGS,
+    FieldNode,
+    LoweringContext,
+    decode_problem,
+    lowering_table,
+    unsupported,
+)
 from mediapipe.loaders.loader import distributed_rank_and_size
 from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
 from mediapipe.sample import SampleRef
@@ -39,7 +46,6 @@ if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
 
 INSTALL_HINT = "pip install mediapipe-loader[dali]"
-DALI_DECODE_KINDS = ("image",)
 
 
 def dali_available() -> bool:
@@ -65,8 +71,9 @@ def import_dali() -> tuple[Any, Any, Any]:
 def check_lowerable(pipeline: Pipeline) -> None:
     """Raise `PipelineError` listing everything in the spec that DALI cannot run as specified."""
     problems = unsupported(pipeline.augment)
-    problems += [f"decode[{name!r}] {spec.kind}" for name, spec in pipeline.decode.items()
-                 if spec.kind not in DALI_DECODE_KINDS]
+    for name, spec in pipeline.decode.items():
+        if (why := decode_problem(spec.kind, spec.options)) is not None:
+            problems.append(f"decode[{name!r}] {spec.kind}({why})")
     if pipeline.on_error != "raise":
         problems.append(f"on_error={pipeline.on_error!r} (DALI stops on a bad sample)")
     if problems:
@@ -295,13 +302,14 @@ class DaliLoader:
                     LOWERINGS[type(op).__name__].lower(op, ctx)
                 except NotImplementedError as err:
                     raise PipelineError(f"backend='dali': {err}; use backend='torch' for this pipeline") from err
-            self._field_names = list(ctx.fields)
+            self._fields: dict[str, FieldNode] = {}
             outputs = []
-            for name in self._field_names:
+            for name in ctx.fields:
                 f = ctx.decoded(name)
                 ctx.flush_mirror(f)
                 if f.layout == "HWC":  # this library's layout: (C, H, W)
                     f.node = fn.transpose(f.node, perm=[2, 0, 1])
+                self._fields[name] = f
                 outputs.append(f.node)
             pipe.set_outputs(*outputs)
 
@@ -310,7 +318,10 @@ class DaliLoader:
         from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
 
         out: dict[str, Any] = {}
-        for name, tl in zip(self._field_names, outputs):
+        for (name, f), tl in zip(self._fields.items(), outputs):
+            if f.kind == "audio":
+                out.update(padded_audio(name, f, tl, self.device))
+                continue
             shapes = {tuple(s) for s in tl.shape()}
             if len(shapes) > 1:
                 raise PipelineError(
@@ -329,6 +340,20 @@ class DaliLoader:
             valid[: batch.valid] = True
             out["valid"] = valid.to(self.device)
         return out
+
+
+def padded_audio(name: str, f: FieldNode, tl: Any, device: torch.device) -> dict[str, torch.Tensor]:
+    """One channel per sample, (B, 1, ..., T_max) padded with ``f.pad_value`` and ``<name>_lengths``,
+    as the torch backend's pad-collate and its audio ops give."""
+    if type(tl).__name__.endswith("GPU"):
+        tl = tl.as_cpu()
+    arrays = [np.asarray(tl.at(i)) for i in range(len(tl))]
+    lengths = torch.tensor([a.shape[-1] for a in arrays], dtype=torch.int64)
+    longest = max([int(lengths.max()) if len(arrays) else 0, f.pad_to or 0])
+    out = torch.full((len(arrays), 1, *arrays[0].shape[:-1], longest), f.pad_value, dtype=torch.float32)
+    for i, a in enumerate(arrays):
+        out[i, 0, ..., : a.shape[-1]] = torch.from_numpy(a)
+    return {name: out.to(device), f"{name}_lengths": lengths.to(device)}
 
 
 def host_fields(refs: list[SampleRef]) -> dict[str, torch.Tensor]:

@@ -43,6 +43,8 @@ class FieldNode:
     options: dict[str, Any] = field(default_factory=dict)  # decoder options, while not decoded
     size_of: Callable[[Any], tuple[int, int]] | None = None  # host: a sample's (height, width) here
     mirror: Any = None  # a pending per-sample horizontal flip, fused into crop_mirror_normalize
+    pad_value: float = 0.0  # audio: what the host pads each sample's time axis with
+    pad_to: int | None = None  # audio: the padded length at least this (PadTrim)
 
 
 HostFn = Callable[[Any], np.ndarray]
@@ -65,11 +67,13 @@ class LoweringContext:
         f = self.fields[name]
         if f.decoded:
             return f
-        if f.kind != "image":
-            raise NotImplementedError(f"decoding {f.kind} with DALI")
         decoder_device = "mixed" if self.device == "gpu" else "cpu"
         opts = f.options
-        if fused is not None:
+        if f.kind == "audio":  # libsndfile on the CPU; mono (N,) float32 in [-1, 1]
+            rate = opts.get("sample_rate") or 0.0
+            f.node = self.fn.decoders.audio(f.node, downmix=True, dtype=self.types.FLOAT, sample_rate=float(rate))[0]
+            f.layout, f.dtype, f.units = "N", "float32", UNIT_FLOAT
+        elif fused is not None:
             f.node = fused(f)
         else:
             f.node = self.fn.decoders.image(f.node, device=decoder_device, **image_decoder_args(opts, self.types))
@@ -81,6 +85,19 @@ class LoweringContext:
         if f.mirror is not None:
             f.node = self.fn.flip(f.node, horizontal=f.mirror, vertical=0)
             f.mirror = None
+
+
+def decode_problem(kind: str, options: dict[str, Any]) -> str | None:
+    """Why DALI cannot decode a field of this kind with these options, or None."""
+    if kind == "image":
+        return None
+    if kind == "audio":
+        if not options.get("mono"):
+            return "mono=False (DALI's audio features take one channel: use mp.decoders.audio(mono=True))"
+        if options.get("offset") or options.get("duration") is not None or options.get("random_crop") is not None:
+            return "offset/duration/random_crop (decode windows are not lowered)"
+        return None
+    return f"{kind} decoding is not lowered to DALI yet"
 
 
 def image_decoder_args(options: dict[str, Any], types: Any) -> dict[str, Any]:
@@ -215,6 +232,122 @@ def lower_to_dtype(op: Any, ctx: LoweringContext) -> None:
         _write(ctx, op, src, f)
 
 
+# -- audio (one channel: (N,) waveforms, (F, T) features in DALI; (1, ...) in our batches) -----
+def _audio(ctx: LoweringContext, op: Any, layouts: tuple[str, ...] = ("N",)) -> FieldNode:
+    f = _copy(ctx.decoded(op.key))
+    if f.kind != "audio" or f.layout not in layouts:
+        raise NotImplementedError(f"{type(op).__name__}(key={op.key!r}) on a {f.kind} field laid out {f.layout}")
+    return f
+
+
+def _write_audio(ctx: LoweringContext, op: Any, f: FieldNode) -> None:
+    ctx.fields[op.outputs[0]] = f
+
+
+def lower_preemphasis(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    f.node = ctx.fn.preemphasis_filter(f.node, preemph_coeff=float(op.coef), border="zero")  # x[-1] = 0
+    _write_audio(ctx, op, f)
+
+
+def lower_resample(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    if op.orig_freq != op.new_freq:
+        f.node = ctx.fn.audio_resample(f.node, in_rate=float(op.orig_freq), out_rate=float(op.new_freq))
+    _write_audio(ctx, op, f)
+
+
+def lower_nonsilent_region(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    begin, length = ctx.fn.nonsilent_region(f.node, cutoff_db=float(op.cutoff_db), window_length=int(op.window))
+    f.node = ctx.fn.slice(f.node, begin, length, axes=[0])
+    _write_audio(ctx, op, f)
+
+
+def lower_pad_trim(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op, ("N", "FT"))
+    axis = 0 if f.layout == "N" else 1  # the time axis, last in our layout
+    f.node = ctx.fn.slice(f.node, start=[0], shape=[int(op.length)], axes=[axis],
+                          out_of_bounds_policy="trim_to_shape")
+    f.pad_to = int(op.length)  # the host pads to it; lengths keep the real sizes, as PadTrim's do
+    _write_audio(ctx, op, f)
+
+
+def _window(op: Any) -> list[float]:
+    import torch
+
+    n = op.n_fft
+    make = {"hann": torch.hann_window, "hamming": torch.hamming_window}.get(op.window)
+    w = make(n, periodic=True) if make is not None else torch.ones(n)
+    return [float(v) for v in w]
+
+
+def _stft(op: Any, ctx: LoweringContext, f: FieldNode) -> None:
+    f.node = ctx.fn.spectrogram(f.node, nfft=op.n_fft, window_length=op.n_fft, window_step=op.hop_length,
+                                window_fn=_window(op), power=int(op.power), center_windows=bool(op.center),
+                                reflect_padding=True, layout="ft")
+    f.layout = "FT"
+
+
+def _mel(op: Any, ctx: LoweringContext, f: FieldNode) -> None:
+    _stft(op, ctx, f)
+    f.node = ctx.fn.mel_filter_bank(f.node, sample_rate=float(op.sample_rate), nfilter=op.n_mels,
+                                    freq_low=float(op.f_min), freq_high=float(op.f_max or op.sample_rate / 2),
+                                    normalize=op.norm == "slaney", mel_formula=op.mel_scale)
+
+
+def _decibels(ctx: LoweringContext, f: FieldNode, multiplier: float, amin: float, pad_value: float) -> None:
+    # reference=1: absolute dB as torchaudio's (DALI's default, 0, would be each sample's peak)
+    f.node = ctx.fn.to_decibels(f.node, multiplier=multiplier, reference=1.0,
+                                cutoff_db=float(multiplier * np.log10(amin)))
+    f.pad_value = pad_value
+
+
+def lower_spectrogram(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    _stft(op, ctx, f)
+    _write_audio(ctx, op, f)
+
+
+def lower_mel_spectrogram(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    _mel(op, ctx, f)
+    _write_audio(ctx, op, f)
+
+
+def lower_log_mel_spectrogram(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    _mel(op, ctx, f)
+    _decibels(ctx, f, 10.0, op.amin, op.pad_value)
+    _write_audio(ctx, op, f)
+
+
+def lower_amplitude_to_db(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op, ("FT",))
+    _decibels(ctx, f, 10.0 if op.stype == "power" else 20.0, op.amin, op.pad_value)
+    _write_audio(ctx, op, f)
+
+
+def _stft_check(op: Any) -> str | None:
+    if op.power not in (1, 2, 1.0, 2.0):
+        return f"power={op.power} (DALI: 1 or 2)"
+    if op.win_length not in (None, op.n_fft):
+        return f"win_length={op.win_length} != n_fft (DALI's window spans the FFT)"
+    if op.window not in ("hann", "hamming", "rectangular"):
+        return f"window={op.window!r}"
+    return None
+
+
+def _mel_check(op: Any) -> str | None:
+    if op.norm not in (None, "slaney") or op.mel_scale not in ("htk", "slaney"):
+        return f"norm={op.norm!r}, mel_scale={op.mel_scale!r}"
+    return _stft_check(op)
+
+
+def _no_top_db(op: Any) -> str | None:
+    return f"top_db={op.top_db} (DALI's to_decibels has no per-sample floor)" if op.top_db is not None else None
+
+
 @dataclass(frozen=True)
 class Lowering:
     """How one op class lowers: the function, and the dataclass fields it reads (all of them
@@ -246,6 +379,19 @@ LOWERINGS: dict[str, Lowering] = {
     "Normalize": _entry(lower_normalize, "mean std dtype", "crop_mirror_normalize (HWC uint8 -> CHW float)",
                         _float_dtype),
     "ToDtype": _entry(lower_to_dtype, "dtype scale", "cast (+ multiply by 1/255)", _float_dtype),
+    "PreEmphasis": _entry(lower_preemphasis, "coef", "preemphasis_filter(border='zero')"),
+    "Resample": _entry(lower_resample, "orig_freq new_freq", "audio_resample"),
+    "NonSilentRegion": _entry(lower_nonsilent_region, "cutoff_db window", "nonsilent_region + slice"),
+    "PadTrim": _entry(lower_pad_trim, "length", "slice(trim_to_shape) + host padding to length"),
+    "Spectrogram": _entry(lower_spectrogram, "n_fft hop_length win_length window power center",
+                          "spectrogram(layout='ft')", _stft_check),
+    "MelSpectrogram": _entry(lower_mel_spectrogram, "n_fft hop_length window power sample_rate n_mels f_min f_max "
+                             "norm mel_scale", "spectrogram + mel_filter_bank", _mel_check),
+    "LogMelSpectrogram": _entry(lower_log_mel_spectrogram, "n_mels sample_rate amin top_db pad_value",
+                                "spectrogram + mel_filter_bank + to_decibels(reference=1)",
+                                lambda op: _no_top_db(op) or _mel_check(op)),
+    "AmplitudeToDB": _entry(lower_amplitude_to_db, "stype amin top_db pad_value", "to_decibels(reference=1)",
+                            _no_top_db),
 }
 
 

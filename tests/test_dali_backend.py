@@ -185,3 +185,73 @@ def test_unknown_option_is_rejected_and_table_lists_ops(image_folder):
         _pipe(image_folder, [A.Resize(32)]).loader(backend="dali", worker_type="thread")
     table = lowering_table()
     assert "image_random_crop" in table["RandomResizedCrop"] and "crop_mirror_normalize" in table["Normalize"]
+
+
+# -- audio ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def wav_manifest(tmp_path_factory):
+    """Six mono 16 kHz WAVs (0.5 to 0.85 s): a tone in noise between near-silent ends."""
+    import json
+    import wave
+
+    import numpy as np
+
+    root = tmp_path_factory.mktemp("wav")
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(6):
+        n = 8000 + 1111 * i
+        x = 0.3 * np.sin(2 * np.pi * (220 + 50 * i) * np.arange(n) / 16000) + 0.02 * rng.standard_normal(n)
+        x[:1500] *= 5e-4
+        x[-1200:] *= 5e-4
+        path = root / f"a{i}.wav"
+        with wave.open(str(path), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+        rows.append({"path": str(path), "label": i % 2})
+    manifest = root / "train.jsonl"
+    manifest.write_text("\n".join(json.dumps(r) for r in rows))
+    return manifest
+
+
+def _audio_pipe(manifest, augment, mono=True):
+    return mp.Pipeline(source=mp.loaders.manifest(manifest), decode={"audio": mp.decoders.audio(mono=mono)},
+                       augment=augment, batch_size=3, device="cpu")
+
+
+@pytest.mark.parametrize("augment, atol", [
+    # log-mel features agree to 1e-3 dB (float32 FFTs in a different order)
+    ([A.PreEmphasis(), A.MelSpectrogram(n_fft=400, hop_length=160, n_mels=40), A.AmplitudeToDB()], 1e-3),
+    ([A.LogMelSpectrogram(n_mels=40, pad_value=-100.0)], 1e-3),
+    ([A.NonSilentRegion(cutoff_db=-40, window=256), A.PadTrim(length=12000)], 0.0),
+])
+def test_audio_features_equal_torch_backend(wav_manifest, augment, atol):
+    dali, torch_ = _both(_audio_pipe(wav_manifest, augment), shuffle=False)
+    assert len(dali) == len(torch_) == 2
+    for a, b in zip(dali, torch_):
+        assert set(a) == set(b) == {"audio", "audio_lengths", "label", "index"}
+        for key in b:
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+        assert torch.equal(a["audio_lengths"], b["audio_lengths"]) and torch.equal(a["index"], b["index"])
+        assert (a["audio"] - b["audio"]).abs().max().item() <= atol
+
+
+def test_audio_resample_approximates_torch_backend(wav_manifest):
+    # DALI's windowed-sinc resampler is not torchaudio's: same lengths, close values
+    dali, torch_ = _both(_audio_pipe(wav_manifest, [A.Resample(orig_freq=16000, new_freq=8000)]), shuffle=False)
+    for a, b in zip(dali, torch_):
+        assert a["audio"].shape == b["audio"].shape and torch.equal(a["audio_lengths"], b["audio_lengths"])
+        assert (a["audio"] - b["audio"]).abs().mean().item() < 0.02
+
+
+def test_audio_settings_without_counterpart_are_listed(wav_manifest):
+    pipe = _audio_pipe(wav_manifest, [A.Gain(), A.AmplitudeToDB(top_db=80.0), A.Spectrogram(win_length=200)],
+                       mono=False)
+    with pytest.raises(PipelineError) as info:
+        pipe.loader(backend="dali")
+    message = str(info.value)
+    for part in ("augment[0] Gain", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
+                 "decode['audio'] audio(mono=False"):
+        assert part in message
