@@ -82,7 +82,9 @@ def grayscale(x: torch.Tensor, *, floor: bool = False) -> torch.Tensor:
 
 
 def _blend(x: torch.Tensor, other: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    out = _float(x) * f + other * (1.0 - f)
+    # x * f + other * (1 - f) rounded as torchvision's ``x.mul(f).add_(other, alpha=1 - f)``
+    # (a fused multiply-add): addcmul rounds the same way, bit for bit on uint8
+    out = torch.addcmul(_float(x) * f, other, 1.0 - f)
     return _back(out.clamp_(0, _bound(x)), x)
 
 
