@@ -35,6 +35,7 @@ class DecodeHint:
 
 
 NO_HINT = DecodeHint()
+_NO_RNG = SampleRNG(0, 0, 0, 0)  # device backends draw nothing: randomness is drawn in the workers
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,23 @@ class Decoder:
         """Decode ``blob``; honour ``hint`` where the backend can. Raise `DecodeError` on bad input."""
         raise NotImplementedError
 
+    @classmethod
+    def placement(cls, device: torch.device | None, options: dict[str, Any]) -> str:
+        """"worker": decode per sample in the loader workers (CPU backends). "device": the
+        workers read the bytes and draw the parameters, and the training process decodes
+        the whole batch on ``device`` with `decode_batch` (nvJPEG-style GPU decoders)."""
+        return "worker"
+
+    def decode_batch(self, blobs: list[Blob], hints: list[DecodeHint], metas: list[SampleMeta]) -> list[Any]:
+        """Decode a batch at once (device backends); an entry is a `DecodeError` where that sample failed."""
+        out: list[Any] = []
+        for blob, hint, meta in zip(blobs, hints, metas):
+            try:
+                out.append(self.decode(blob, hint, _NO_RNG, meta))
+            except Exception as err:  # noqa: BLE001 - returned, not raised: the batch goes on
+                out.append(err)
+        return out
+
 
 @dataclass(frozen=True)
 class DecoderSpec:
@@ -100,6 +118,12 @@ class DecoderSpec:
         from mediapipe.decoders.registry import decoder_class
 
         return decoder_class(self.kind, self.backend).collate
+
+    def placement(self, device: torch.device | None) -> str:
+        """Where this spec's backend decodes for ``device``: "worker" or "device"."""
+        from mediapipe.decoders.registry import decoder_class
+
+        return decoder_class(self.kind, self.backend, device).placement(device, self.options)
 
 
 def _dataclass_options(obj: Any) -> dict[str, Any]:

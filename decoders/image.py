@@ -14,17 +14,26 @@ from mediapipe.errors import LimitError
 MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale
 
 
-def image(backend: str = "auto", *, mode: str = "RGB", exif_transpose: bool = False) -> DecoderSpec:
+def image(
+    backend: str = "auto", *, mode: str = "RGB", exif_transpose: bool = False, device_decode: bool | None = None
+) -> DecoderSpec:
     """An image decoder: JPEG fast path, and PNG, WebP, BMP, GIF, TIFF through Pillow.
 
     Output: uint8 (C, H, W) with C = 3 for ``mode="RGB"`` (grayscale, CMYK and palette
     images are converted) or 1 for ``mode="L"``. ``exif_transpose=True`` applies the
     EXIF orientation. ``backend``: "auto" (the fastest installed for the device),
-    "turbo" (libjpeg-turbo through simplejpeg), "pillow", or "nvimgcodec" (NVIDIA GPU).
+    "turbo" (libjpeg-turbo through simplejpeg), "pillow", or "nvimgcodec" (nvJPEG on an
+    NVIDIA GPU; libjpeg-turbo with region-of-interest decoding on the CPU).
+    ``device_decode``: for backends that can decode a whole batch on the pipeline's device
+    (nvimgcodec): None decodes there when the device is CUDA, True always (on the CPU too,
+    in the training process), False never (per sample in the workers).
     """
     if mode not in MODES:
         raise ValueError(f"image(mode={mode!r}): expected one of {MODES}")
-    return DecoderSpec("image", backend, {"mode": mode, "exif_transpose": exif_transpose})
+    options = {"mode": mode, "exif_transpose": exif_transpose}
+    if device_decode is not None:
+        options["device_decode"] = device_decode
+    return DecoderSpec("image", backend, options)
 
 
 class ImageDecoder(Decoder):
@@ -39,9 +48,10 @@ class ImageDecoder(Decoder):
         limits: Limits = Limits(),
         mode: str = "RGB",
         exif_transpose: bool = False,
+        device_decode: bool | None = None,
     ) -> None:
         super().__init__(device=device, limits=limits)
-        self.mode, self.exif_transpose = mode, exif_transpose
+        self.mode, self.exif_transpose, self.device_decode = mode, exif_transpose, device_decode
 
     @property
     def channels(self) -> int:

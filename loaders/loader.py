@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mediapipe.device_stage import finish_deferred
 from mediapipe.errors import PipelineError
 from mediapipe.graph import HostBatch, Plan, StageStats
 from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler
@@ -79,7 +80,10 @@ class Loader:
         # On a CPU device the workers' cores are the device: running the batch stage there
         # spreads it over every worker instead of serialising it in the training process.
         if batch_ops_in_workers is None:
-            batch_ops_in_workers = self.device.type == "cpu" and num_workers > 0
+            batch_ops_in_workers = self.device.type == "cpu" and num_workers > 0 and not self.plan.deferred
+        if batch_ops_in_workers and self.plan.deferred:
+            raise PipelineError(f"fields {sorted(self.plan.deferred)} decode on the device: the batch-stage "
+                                "ops cannot run in the workers")
         self.batch_ops_in_workers = batch_ops_in_workers
         self.sampler: BatchSampler = sampler or EpochBatchSampler(
             len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
@@ -170,6 +174,7 @@ class Loader:
             params = {k: _to_device(v, self.device, pin=False) for k, v in host.params.items()}
             t1 = time.perf_counter()
             if not host.finished:
+                data, params = self._device_stage(host, data, params)
                 data = self.plan.run_batch_ops(data, params)
             self.stats.seconds["transfer"] += t1 - t0
             self.stats.seconds["batch_ops"] += time.perf_counter() - t1
@@ -179,12 +184,23 @@ class Loader:
             params = {k: _to_device(v, self.device, pin=self.pin_memory) for k, v in host.params.items()}
             t1 = time.perf_counter()
             if not host.finished:
+                data, params = self._device_stage(host, data, params)
                 data = self.plan.run_batch_ops(data, params)
             event = torch.cuda.Event()
             event.record(stream)
         self.stats.seconds["transfer"] += t1 - t0
         self.stats.seconds["batch_ops"] += time.perf_counter() - t1
         return data, event
+
+    def _device_stage(self, host: HostBatch, data: dict[str, Any], params: dict) -> tuple[dict, dict]:
+        """Decode the fields left for the device (if any) and draw the parameters that needed them."""
+        if not self.plan.deferred:
+            return data, params
+        t0 = time.perf_counter()
+        host.data, host.params = data, params
+        finish_deferred(self.plan, host)
+        self.stats.seconds["device_decode"] += time.perf_counter() - t0
+        return host.data, host.params
 
     def _ready(self, batch: dict[str, Any], event: Any) -> dict[str, Any]:
         if event is not None:

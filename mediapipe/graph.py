@@ -61,6 +61,17 @@ class StageStats:
 
 
 @dataclass
+class Deferred:
+    """A sample's field left for the device to decode: the bytes, the hint, and the fused
+    op's parameters (drawn in the worker)."""
+
+    blob: Any
+    hint: Any
+    meta: dict[str, Any]
+    fused_params: Params | None
+
+
+@dataclass
 class HostBatch:
     """What a worker sends: collated tensors, the batch-stage parameters, and its stats."""
 
@@ -90,6 +101,7 @@ class Plan:
         seed: int,
         on_error: str = "raise",
         limits: Limits = Limits(),
+        device: torch.device | None = None,
     ) -> None:
         if not decode:
             raise PipelineError("decode: name at least one field, e.g. {'image': mp.decoders.image()}")
@@ -97,10 +109,13 @@ class Plan:
             raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
         self.source, self.decode, self.ops = source, dict(decode), list(ops)
         self.seed, self.on_error, self.limits = seed, on_error, limits
+        self.device = device if device is not None else torch.device("cpu")
         self.placed = self._place()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
+        self.deferred, self.deferred_ops = self._deferrals()
         self._decoders: dict[str, Decoder] | None = None
+        self._device_decoders: dict[str, Decoder] | None = None
 
     # -- compile ------------------------------------------------------------------------
     def _base_fields(self) -> set[str]:
@@ -157,6 +172,17 @@ class Plan:
                     source[dst] = dst
         return source
 
+    def _deferrals(self) -> tuple[set[str], set[int]]:
+        """Fields decoded on the device (and what sample-stage ops derive from them), and
+        the sample-stage ops that must therefore run after the device decode."""
+        deferred = {name for name, spec in self.decode.items() if spec.placement(self.device) == "device"}
+        ops: set[int] = set()
+        for p in self.placed:
+            if p.stage is Stage.SAMPLE and set(p.op.reads()) & deferred:
+                ops.add(p.index)
+                deferred |= set(p.op.writes())
+        return deferred, ops
+
     @property
     def sample_ops(self) -> list[PlacedOp]:
         return [p for p in self.placed if p.stage is Stage.SAMPLE]
@@ -176,14 +202,22 @@ class Plan:
 
     # -- sample stage (in a worker) -----------------------------------------------------
     def decoders(self) -> dict[str, Decoder]:
-        """Live decoders, created once per process (CPU backends: workers never touch the GPU)."""
+        """Live decoders, created once per process. Workers never touch the GPU: a device
+        backend is created here for its header probe only, on the CPU."""
         if self._decoders is None:
             self._decoders = {name: spec.create(None, self.limits) for name, spec in self.decode.items()}
         return self._decoders
 
+    def device_decoders(self) -> dict[str, Decoder]:
+        """The decoders of deferred fields, on the pipeline's device (training process only)."""
+        if self._device_decoders is None:
+            self._device_decoders = {name: self.decode[name].create(self.device, self.limits)
+                                     for name in self.decode if name in self.deferred}
+        return self._device_decoders
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_decoders"] = None  # rebuilt in each worker
+        state["_decoders"] = state["_device_decoders"] = None  # rebuilt in each process
         return state
 
     def load_sample(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
@@ -198,20 +232,28 @@ class Plan:
         for field_index, (name, decoder) in enumerate(self.decoders().items()):
             self._decode_field(ref, name, field_index, decoder, epoch, data, params_cache, done, stats)
         t0 = time.perf_counter()
+        self.run_sample_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False)
+        stats.seconds["sample_ops"] += time.perf_counter() - t0
+        return data
+
+    def run_sample_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
+                       done: set, *, deferred: bool) -> None:
+        """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
+        in a worker) or those after it (``deferred=True``, on the device)."""
         for p in self.sample_ops:
+            if (p.index in self.deferred_ops) != deferred:
+                continue
             params = params_cache.get(p.index)
             if params is None:
-                meta = {**ref.meta, "size": tuple(data[p.op.inputs[0]].shape[-2:]),
-                        "shape": tuple(data[p.op.inputs[0]].shape)}
-                params = p.op.sample_params(SampleRNG(self.seed, epoch, index, p.index), meta)
+                first = data[p.op.inputs[0]]
+                op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
+                params = p.op.sample_params(SampleRNG(self.seed, epoch, index, p.index), op_meta)
             todo = [(s, d) for s, d in zip(p.op.inputs, p.op.outputs) if (p.index, s) not in done]
             if len(todo) == len(p.op.inputs):
                 p.op.apply_fields(data, params)
             else:
                 for src, dst in todo:
                     data[dst] = p.op.apply(data[src], params)
-        stats.seconds["sample_ops"] += time.perf_counter() - t0
-        return data
 
     def _decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
                       data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats) -> None:
@@ -224,6 +266,8 @@ class Plan:
         stats.seconds["read"] += t1 - t0
         hint, fused = NO_HINT, self.fused.get(name)
         meta = dict(ref.meta)
+        if fused is None and name in self.deferred:
+            meta.update(decoder.probe(blob))  # reject a bad header in the worker, where on_error applies
         if fused is not None:
             probe = decoder.probe(blob)
             meta.update(probe)
@@ -234,6 +278,9 @@ class Plan:
                 params = fused.op.sample_params(SampleRNG(self.seed, epoch, ref.index, fused.index), meta)
                 params_cache[fused.index] = params
             hint = fused.op.decode_hint(params, meta) or NO_HINT
+        if name in self.deferred:  # the device decodes it, batched; the worker checked the header
+            data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
+            return
         rng = SampleRNG(self.seed, epoch, ref.index, DECODER_OP_INDEX_BASE + field_index)
         x = decoder.decode(blob, hint, rng, meta)
         t2 = time.perf_counter()
@@ -267,7 +314,7 @@ class Plan:
             mask = torch.tensor([s is not None for s in samples], dtype=torch.bool)
             mask[valid:] = False
             data["valid"] = mask
-        params = self._batch_params(number, epoch, indices, samples, data)
+        params = self.batch_params(number, epoch, indices, samples, data)
         stats.seconds["collate"] += time.perf_counter() - t0
         stats.batches += 1
         return HostBatch(number, epoch, data, params, stats)
@@ -297,9 +344,14 @@ class Plan:
         if len(stats.failed) < 100:
             stats.failed.append(str(err))
 
-    def _batch_params(self, number: int, epoch: int, indices: np.ndarray, samples: list, data: dict) -> dict:
+    def batch_params(self, number: int, epoch: int, indices: np.ndarray, samples: list, data: dict,
+                     *, deferred: bool = False) -> dict[int, Params]:
+        """Stacked parameters of the batch-stage ops; those reading a device-decoded field are
+        drawn on the device once its shapes are known (``deferred=True``), with the same keys."""
         out: dict[int, Params] = {}
         for p in self.batch_ops:
+            if bool(set(p.op.inputs) & self.deferred) != deferred:
+                continue
             if p.op.per_batch:
                 rng = SampleRNG(self.seed, epoch, BATCH_INDEX_BASE + number, p.index)
                 out[p.index] = p.op.batch_params(rng, len(indices))

@@ -63,7 +63,8 @@ class Pipeline:
         self.device_spec = str(device)
         self.device = resolve_device(device)
         self.limits = Limits(max_pixels=max_pixels, max_frames=max_frames, max_duration=max_duration)
-        self.plan = Plan(source, decode, list(augment), seed=seed, on_error=on_error, limits=self.limits)
+        self.plan = Plan(source, decode, list(augment), seed=seed, on_error=on_error, limits=self.limits,
+                         device=self.device)
 
     @property
     def decode(self) -> dict[str, DecoderSpec]:
@@ -168,7 +169,11 @@ class PipelineDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         import numpy as np
 
+        from mediapipe.device_stage import finish_deferred
+
         host = self.plan.load_batch(0, self.epoch, np.array([index]), 1)
+        if self.plan.deferred:
+            finish_deferred(self.plan, host)
         data = self.plan.run_batch_ops(host.data, host.params)
         return {k: (v[0] if isinstance(v, torch.Tensor) else v[0] if isinstance(v, list) else v)
                 for k, v in data.items()}

@@ -1,0 +1,72 @@
+"""The device-decode stage: fields whose decoder runs on the device (nvJPEG through
+nvImageCodec) are decoded here, a whole batch per call, in the training process.
+
+The workers have already read the bytes, checked the headers and drawn every random
+parameter (the fused crop's too), so the values do not depend on where decoding ran.
+After decoding, the sample-stage ops that follow run per sample on the device, the
+fields are stacked there, and the batch-stage parameters that needed their shapes are
+drawn with the same keys the workers would have used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mediapipe.decoders.base import NO_HINT
+from mediapipe.errors import MediapipeError
+from mediapipe.graph import Deferred, HostBatch, Plan, collate
+
+
+def finish_deferred(plan: Plan, host: HostBatch) -> None:
+    """Decode ``host``'s deferred fields on ``plan.device`` and finish their sample stage, in place."""
+    data = host.data
+    indices = [int(i) for i in data["index"].tolist()]
+    samples: list[dict[str, Any] | None] = [{} for _ in indices]
+    caches: list[dict[int, Any]] = [{} for _ in indices]
+    dones: list[set] = [set() for _ in indices]
+    metas: list[dict[str, Any]] = [{} for _ in indices]
+    for name, decoder in plan.device_decoders().items():
+        pending: list[Deferred] = data.pop(name)
+        decoded = decoder.decode_batch([d.blob for d in pending], [d.hint for d in pending],
+                                       [d.meta for d in pending])
+        fused = plan.fused.get(name)
+        for i, (d, x) in enumerate(zip(pending, decoded)):
+            if samples[i] is None:
+                continue
+            if isinstance(x, BaseException):
+                _fail(plan, host, i, x)
+                samples[i] = None
+                continue
+            metas[i] = d.meta
+            if fused is not None and d.hint is not NO_HINT:
+                caches[i][fused.index] = d.fused_params
+                x = fused.op.apply_decoded(x, d.fused_params)
+                dones[i].add((fused.index, name))
+                samples[i][fused.op.outputs[fused.op.inputs.index(name)]] = x
+            samples[i][name] = x
+    for i, sample in enumerate(samples):
+        if sample is None:
+            continue
+        for key, value in data.items():  # fields the workers finished, for ops that read several
+            if key not in sample and isinstance(value, torch.Tensor) and value.shape[:1] == (len(indices),):
+                sample[key] = value[i].to(plan.device)
+        plan.run_sample_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True)
+    names = [f for f in plan.deferred if any(s is not None and f in s for s in samples)]
+    stacked = collate([None if s is None else {f: s[f] for f in names} for s in samples],
+                      {n: plan.decode[n].collate for n in names if n in plan.decode})
+    data.update(stacked)
+    params = plan.batch_params(host.number, host.epoch, data["index"], samples, data, deferred=True)
+    host.params.update({k: {n: v.to(plan.device) for n, v in p.items()} for k, p in params.items()})
+
+
+def _fail(plan: Plan, host: HostBatch, position: int, err: BaseException) -> None:
+    """A sample that failed on the device: raise, or zero it and flag it (no worker can redraw it)."""
+    if plan.on_error == "raise" or not isinstance(err, MediapipeError):
+        raise err
+    plan._count(err, host.stats)
+    valid = host.data.get("valid")
+    if valid is None:
+        valid = host.data["valid"] = torch.ones(len(host.data["index"]), dtype=torch.bool)
+    valid[position] = False
