@@ -38,6 +38,8 @@ class PyAVAudioDecoder(AudioDecoder):
     priority = 100
 
     def _open(self, blob: Blob) -> Any:
+        if blob.nbytes() == 0:
+            raise DecodeError(blob.name, self.name, "empty file (0 bytes)")
         if blob.path is not None and blob.data is None and blob.offset == 0 and blob.size is None:
             source: Any = blob.path  # FFmpeg's own file I/O: no Python callback per read
         else:

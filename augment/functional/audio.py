@@ -31,7 +31,7 @@ def zero_padding(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 def frame_lengths(lengths: torch.Tensor, n_fft: int, hop_length: int, center: bool) -> torch.Tensor:
     """Frames of an STFT of each valid length: 1 + len // hop (centred), else 1 + (len - n_fft) // hop."""
     if center:
-        return lengths // hop_length + 1
+        return torch.where(lengths > 0, lengths // hop_length + 1, 0)
     return torch.clamp((lengths - n_fft) // hop_length + 1, min=0)
 
 
@@ -98,7 +98,7 @@ def counter_normal(keys: torch.Tensor, shape: tuple[int, ...], device: torch.dev
 def signal_power(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Mean square (B,) over each sample's valid samples and channels."""
     count = (lengths.to(x.device, torch.float32) * x.shape[1]).clamp(min=1)
-    return (x.float() ** 2).sum(dim=tuple(range(1, x.ndim))) / count
+    return (zero_padding(x.float(), lengths) ** 2).sum(dim=tuple(range(1, x.ndim))) / count
 
 
 def add_noise(x: torch.Tensor, lengths: torch.Tensor, noise: torch.Tensor, snr_db: torch.Tensor) -> torch.Tensor:
