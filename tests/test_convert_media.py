@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import mediapipe as mp
 from mediapipe.convert import convert
@@ -124,3 +125,19 @@ def test_copy_keeps_streams_and_opus_and_dropping_audio(media_folder: Path, tmp_
     frames, _, audio_tracks = _decode_video(source.ref(video).blob("video").read())
     assert len(frames) == 16 and audio_tracks == 0
     assert verify(tmp_path / "muted") == []
+
+
+def test_video_and_audio_decoders_read_shards_as_they_read_a_folder(media_folder: Path, tmp_path: Path) -> None:
+    if not hasattr(mp.decoders, "video") or not hasattr(mp.decoders, "audio"):
+        pytest.skip("this checkout has no video/audio decoders yet")
+    convert(media_folder, tmp_path / "out", options=TranscodeOptions(video_codec="copy", audio_codec="copy"),
+            shuffle=False)
+    folder, shards = mp.loaders.folder(media_folder), mp.loaders.shards(tmp_path / "out")
+    assert [shards.ref(i).key for i in range(2)] == ["clips_walk", "sounds_tone"]
+    for decode, index in (({"video": mp.decoders.video(clip_len=4, sampling="uniform")}, 0),
+                          ({"audio": mp.decoders.audio(sample_rate=8000, mono=True)}, 1)):
+        a = mp.Pipeline(source=folder, decode=decode, batch_size=1, device="cpu").dataset()[index]
+        b = mp.Pipeline(source=shards, decode=decode, batch_size=1, device="cpu").dataset()[index]
+        (name,) = decode
+        assert a[name].shape == b[name].shape and a[name].numel() > 0
+        assert torch.equal(a[name], b[name])
