@@ -3,7 +3,7 @@ a clip (T, C, H, W), of several clips (N, T, C, H, W) and of a batch (B, T, C, H
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -35,7 +35,7 @@ class TemporalJitter(Op):
 
     num_frames: int = 8
     strides: tuple[int, ...] = (1, 2)
-    key: str = "video"
+    key: str = field(default="video", kw_only=True)
     stage: ClassVar[Stage] = Stage.SAMPLE
 
     def __post_init__(self) -> None:
@@ -70,7 +70,7 @@ class FrameDrop(Op):
     """
 
     p: float = 0.1
-    key: str = "video"
+    key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,7 +94,7 @@ class TemporalReverse(Op):
     """
 
     p: float = 0.5
-    key: str = "video"
+    key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,7 +118,7 @@ class UniformTemporalSubsample(Op):
     """
 
     num_frames: int = 8
-    key: str = "video"
+    key: str = field(default="video", kw_only=True)
     stage: ClassVar[Stage] = Stage.SAMPLE
 
     def __post_init__(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -37,7 +37,7 @@ class YUVToRGB(Op):
     matrix: str = "bt709"
     range: str = "limited"
     dtype: str = "uint8"
-    key: str = "video"
+    key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -64,7 +64,7 @@ class ClipLayout(Op):
     """
 
     layout: str = "CTHW"
-    key: str = "video"
+    key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()

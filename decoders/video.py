@@ -154,7 +154,12 @@ class VideoDecoder(Decoder):
         y, u, v = (torch.from_numpy(p) for p in planes)
         out_size = hint.size if hint.size is not None else shape
         luma = resize_plane(y, out_size, hint.antialias)
-        chroma = resize_plane(torch.stack([u, v], dim=1), out_size, hint.antialias)
+        chroma = torch.stack([u, v], dim=1)
+        if tuple(out_size) == (2 * chroma.shape[-2], 2 * chroma.shape[-1]):
+            # no resize: replicate each chroma sample 2x2, as FFmpeg's own yuv420p -> rgb24 does
+            chroma = chroma.repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
+        else:  # one filtered resize from the chroma grid straight to the output size
+            chroma = resize_plane(chroma, out_size, hint.antialias)
         yuv = torch.cat([luma[:, None], chroma], dim=1)  # (F, 3, H, W)
         if self.output == "rgb":
             yuv = yuv_to_rgb(yuv, colour_code(*colour))

@@ -1,0 +1,193 @@
+"""The video decoder: seeking returns exactly the frames of a full sequential decode (bit-exact
+YUV), in MP4, Matroska/WebM and IVF, with short and long GOPs; clip sampling, padding, fps
+resampling, several clips per video, the fused crop/resize, and the frame index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe.bench.video import read_counter, render_frames, write_video
+from mediapipe.decoders.base import DecodeHint
+from mediapipe.decoders.registry import create
+from mediapipe.decoders.video import even_roi, plan_clips
+from mediapipe.decoders.video_index import cached_index, clear_cache
+from mediapipe.errors import DecodeError
+from mediapipe.rng import SampleRNG
+from mediapipe.sample import Blob
+
+H, W = 96, 128
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """AV1 in four containers (GOP 10), one AV1 MP4 with a single key frame (long GOP), H.264."""
+    root = tmp_path_factory.mktemp("video")
+    frames = list(render_frames(H, W, 45, seed=3))
+    out = {}
+    for suffix in ("mp4", "mkv", "webm", "ivf"):
+        out[suffix] = write_video(root / f"gop10.{suffix}", frames, gop=10)
+    out["long"] = write_video(root / "long.mkv", frames, gop=300)
+    out["h264"] = write_video(root / "h264.mp4", frames, codec="libx264", gop=15)
+    return out
+
+
+def sequential_yuv(path: Path) -> list[np.ndarray]:
+    """Every frame in order, as (Y, U, V) planes, through a plain PyAV decode."""
+    out = []
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            planes = [np.frombuffer(p, np.uint8).reshape(p.height, p.line_size)[:, : p.width].copy()
+                      for p in frame.planes]
+            out.append(planes)
+    return out
+
+
+def expected_clip(ref: list[np.ndarray], frames: tuple[int, ...]) -> torch.Tensor:
+    """(T, 3, H, W) YUV planes with the chroma upsampled as the decoder does at full size."""
+    y = torch.from_numpy(np.stack([ref[f][0] for f in frames]))
+    uv = torch.from_numpy(np.stack([np.stack([ref[f][1], ref[f][2]]) for f in frames]))
+    uv = uv.repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)  # FFmpeg's 2x2 replication
+    return torch.cat([y[:, None], uv], dim=1)
+
+
+def decoder(**options):
+    return create("video", "pyav", output="yuv", **options)
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv", "webm", "ivf", "long", "h264"])
+@pytest.mark.parametrize("sampling", ["random", "uniform", "all"])
+def test_clips_equal_sequential_decode(clips, container, sampling):
+    path = clips[container]
+    ref = sequential_yuv(path)
+    dec = decoder(clip_len=6, stride=2, sampling=sampling, clips_per_video=2 if sampling != "all" else 1)
+    blob = Blob(str(path), path=str(path))
+    index = dec.index(blob)
+    assert index.frames == len(ref) == 45
+    for sample in range(4 if sampling == "random" else 1):
+        rng = SampleRNG(7, 0, sample, 0)
+        plan = dec.plan(index, SampleRNG(7, 0, sample, 0), str(path))
+        x = dec.decode(blob, DecodeHint(), rng, {})
+        assert x.dtype == torch.uint8 and x.shape[1:] == (6, 3, H, W)
+        assert x.shape[0] == len(plan.clips)
+        for n, clip in enumerate(plan.clips):
+            assert torch.equal(x[n], expected_clip(ref, clip)), (container, sampling, clip)
+            assert [read_counter(f[0].numpy()) for f in x[n]] == list(clip)
+
+
+def test_a_clip_from_the_end_decodes_one_gop(clips, monkeypatch):
+    """A clip near the end seeks to the key frame before it and decodes forward: at most a
+    GOP plus the clip, never the whole file."""
+    path = clips["mp4"]
+    dec = decoder(clip_len=4, stride=1, sampling="uniform")
+    blob = Blob(str(path), path=str(path))
+    index = dec.index(blob)
+    decoded = []
+    import mediapipe.decoders.video_pyav as vp
+
+    real = vp._decoded
+
+    def counting(container, stream, ctx):
+        for frame in real(container, stream, ctx):
+            decoded.append(frame.pts)
+            yield frame
+
+    monkeypatch.setattr(vp, "_decoded", counting)
+    plan = plan_clips(index.frames, index.fps, clip_len=4, stride=1, fps=None, clips_per_video=1,
+                      sampling="all", pad="error", rng=None)
+    last = plan.clips[-1]  # frames 40..43
+    assert last[0] >= 40
+    planes, _ = dec.decode_frames(blob, index, list(last), (0, 0, H, W))
+    assert [read_counter(p) for p in planes[0]] == list(last)
+    # key frames every 10: decoding starts at 40, not 0 (frame threads may add a frame or two)
+    assert len(decoded) <= len(last) + 3, len(decoded)
+
+
+def test_index_cached_and_from_meta(clips):
+    clear_cache()
+    path = clips["mkv"]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=4)
+    index = dec.index(blob)
+    assert cached_index(blob) is index
+    assert index.keyframes == (0, 10, 20, 30, 40)
+    assert abs(index.fps - 24) < 1e-6 and abs(index.duration - 45 / 24) < 1e-6
+    assert index.matrix == "bt601" and index.range == "limited"
+    # a converted dataset's metadata skips the demux pass, and clips still match
+    clear_cache()
+    meta = {"frames": 45, "fps": 24.0, "keyframes": [0, 10, 20, 30, 40]}
+    from_meta = dec.index(blob, meta)
+    assert from_meta.pts is None and from_meta.keyframes == index.keyframes
+    ref = sequential_yuv(path)
+    for sample in range(3):
+        x = dec.decode(blob, DecodeHint(), SampleRNG(1, 0, sample, 0), meta)
+        plan = dec.plan(from_meta, SampleRNG(1, 0, sample, 0), str(path))
+        assert torch.equal(x, expected_clip(ref, plan.clips[0]))
+    clear_cache()
+
+
+def test_plan_padding_fps_and_uniform():
+    rng = SampleRNG(0, 0, 0, 0)
+    kw = dict(clip_len=5, stride=2, fps=None, clips_per_video=1, sampling="random", rng=rng)
+    assert plan_clips(6, 24, pad="repeat_last", **kw).clips == ((0, 2, 4, 5, 5),)
+    assert plan_clips(6, 24, pad="loop", **kw).clips == ((0, 2, 4, 0, 2),)
+    with pytest.raises(DecodeError, match="clip needs 9 frames"):
+        plan_clips(6, 24, pad="error", path="short.mp4", **kw)
+    # 30 fps source resampled to 15 fps: every other source frame, times stride
+    plan = plan_clips(100, 30, clip_len=4, stride=1, fps=15, clips_per_video=1, sampling="uniform",
+                      pad="error", rng=None)
+    assert np.diff(plan.clips[0]).tolist() == [2, 2, 2]
+    plan = plan_clips(100, 30, clip_len=4, stride=1, fps=None, clips_per_video=3, sampling="uniform",
+                      pad="error", rng=None)
+    assert [c[0] for c in plan.clips] == [0, 48, 96] and plan.stacked
+    plan = plan_clips(20, 30, clip_len=4, stride=2, fps=None, clips_per_video=1, sampling="all",
+                      pad="error", rng=None)
+    assert [c[0] for c in plan.clips] == [0, 7] and plan.stacked
+
+
+def test_fused_region_and_size(clips):
+    """A hint crops the planes (snapped to the 4:2:0 grid) and resizes them; it matches cropping
+    and resizing the full-size YUV output."""
+    path = clips["webm"]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=3, sampling="uniform")
+    full = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    roi = (10, 20, 50, 64)
+    assert even_roi(roi, H, W) == roi
+    part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {})
+    assert part.shape == (3, 3, 50, 64)
+    assert torch.equal(part, full[:, :, 10:60, 20:84])  # the region on the 4:2:0 grid: exact
+    small = dec.decode(blob, DecodeHint(roi=roi, size=(25, 32)), SampleRNG(0, 0, 0, 0), {})
+    assert small.shape == (3, 3, 25, 32)
+    assert even_roi((11, 21, 49, 63), H, W) == (10, 20, 50, 64)
+
+
+def test_pipeline_clip_batches(clips, tmp_path):
+    """Through mp.Pipeline: (B, T, C, H, W) batches, the crop fused into the decoder, and a
+    dataset that mixes AV1 containers with H.264."""
+    from mediapipe import augment as A
+
+    for name in ("mp4", "ivf", "h264"):
+        (tmp_path / f"{name}.{clips[name].suffix[1:]}").symlink_to(clips[name])
+    pipe = mp.Pipeline(source=mp.loaders.folder(tmp_path),
+                       decode={"video": mp.decoders.video(clip_len=4, stride=2, output="rgb")},
+                       augment=[A.RandomResizedCrop(32, key="video"), A.HorizontalFlip(key="video")],
+                       batch_size=3, seed=0, device="cpu")
+    assert "fused into decode" in pipe.plan.describe()
+    batch = next(iter(pipe.loader(num_workers=0, shuffle=False)))
+    assert batch["video"].shape == (3, 4, 3, 32, 32) and batch["video"].dtype == torch.uint8
+
+
+def test_video_spec_validates_arguments():
+    for bad in ({"clip_len": 0}, {"stride": 0}, {"sampling": "dense"}, {"pad": "zeros"}, {"output": "bgr"},
+                {"fps": -1}, {"clips_per_video": 0}):
+        with pytest.raises(ValueError):
+            mp.decoders.video(**bad)
+    spec = mp.decoders.video(clip_len=8, output="yuv")
+    assert spec.kind == "video" and spec.options["clip_len"] == 8
+    assert type(spec.from_config(spec.to_config())) is type(spec)
