@@ -8,6 +8,7 @@ from mediapipe.decoders import image_pillow, image_turbo  # noqa: F401  (registe
 from mediapipe.decoders.base import Decoder, DecodeHint, DecoderSpec, Limits
 from mediapipe.decoders.image import ImageDecoder, image
 from mediapipe.decoders.registry import backends, create, register
+from mediapipe.decoders.video import VideoDecoder, video  # noqa: F401  (registers pyav, nvdec)
 
 __all__ = [
     "Decoder", "DecodeHint", "DecoderSpec", "ImageDecoder", "Limits",
