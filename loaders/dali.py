@@ -40,6 +40,7 @@ from mediapipe.loaders.dali_lowering import (
 )
 from mediapipe.loaders.loader import distributed_rank_and_size
 from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
+from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleRef
 
 if TYPE_CHECKING:
@@ -89,10 +90,21 @@ def dali_seed(seed: int, rank: int, epoch: int) -> int:
 
 
 class HostSample:
-    """One sample as the feed sees it: its ref, its bytes per decoded field, header sizes."""
+    """One sample as the feed sees it: its ref, its bytes per decoded field, header sizes, and
+    the keyed draws of ops whose parameters are drawn on the host."""
 
-    def __init__(self, ref: SampleRef, data: dict[str, np.ndarray], probe: dict[str, Any]) -> None:
+    def __init__(self, ref: SampleRef, data: dict[str, np.ndarray], probe: dict[str, Any], seed: int,
+                 epoch: int) -> None:
         self.ref, self.data, self._probe, self._sizes = ref, data, probe, {}
+        self.seed, self.epoch = seed, epoch
+        self._params: dict[int, dict[str, Any]] = {}
+
+    def params(self, op_index: int, op: Any, size: tuple[int, int]) -> dict[str, Any]:
+        """``op.sample_params`` with the torch backend's key (seed, epoch, index, op index): the same draws."""
+        if op_index not in self._params:
+            rng = SampleRNG(self.seed, self.epoch, self.ref.index, op_index)
+            self._params[op_index] = op.sample_params(rng, {**self.ref.meta, "size": size})
+        return self._params[op_index]
 
     def size(self, name: str) -> tuple[int, int]:
         """(height, width) of field ``name`` as decoded, from its header (no decoding)."""
@@ -114,6 +126,7 @@ class _Feed:
         self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
         self.queues: dict[str, collections.deque] = {}
         self.planned: Iterator[PlannedBatch] = iter(())
+        self.epoch = 0
         self.host: collections.deque = collections.deque()  # (PlannedBatch, refs) per batch fed
 
     def add(self, name: str, compute: Any) -> Any:
@@ -127,8 +140,8 @@ class _Feed:
 
         return source
 
-    def start(self, planned: list[PlannedBatch]) -> None:
-        self.planned = iter(planned)
+    def start(self, epoch: int, planned: list[PlannedBatch]) -> None:
+        self.epoch, self.planned = epoch, iter(planned)
         for q in self.queues.values():
             q.clear()
         self.host.clear()
@@ -143,7 +156,7 @@ class _Feed:
             for name, spec in plan.decode.items():
                 blob = ref.blob(spec.kind)
                 data[name] = np.frombuffer(blob.read(), dtype=np.uint8)
-            samples.append(HostSample(ref, data, self.loader._probes))
+            samples.append(HostSample(ref, data, self.loader._probes, self.loader.pipeline.seed, self.epoch))
         for name, compute in self.inputs.items():
             self.queues[name].append([compute(s) for s in samples])
         self.host.append((batch, refs))
@@ -245,7 +258,7 @@ class DaliLoader:
                           "same, DALI's random draws are not those of an uninterrupted run", stacklevel=2)
         self._live = self._checkpoint = None
         pipe, feed = self._build(epoch, checkpoint)
-        feed.start(planned[start:])
+        feed.start(epoch, planned[start:])
         for _ in range(len(planned) - start):
             outputs = pipe.run()
             batch, refs = feed.host.popleft()
@@ -297,7 +310,7 @@ class DaliLoader:
                 encoded = ctx.host_input(f"{name}.bytes", lambda s, n=name: s.data[n])
                 ctx.fields[name] = FieldNode(encoded, spec.kind, decoded=False, options=dict(spec.options),
                                              size_of=lambda s, n=name: s.size(n))
-            for op in self.plan.ops:
+            for ctx.op_index, op in enumerate(self.plan.ops):
                 try:
                     LOWERINGS[type(op).__name__].lower(op, ctx)
                 except NotImplementedError as err:

@@ -56,7 +56,19 @@ class LoweringContext:
     def __init__(self, fn: Any, types: Any, device: str, host_input: Callable[[str, HostFn], Any]) -> None:
         self.fn, self.types, self.device = fn, types, device  # device: "cpu" or "gpu"
         self.fields: dict[str, FieldNode] = {}
+        self.op_index = 0  # the op being lowered: its position in the spec, the key of its draws
         self._host_input = host_input
+
+    def drawn(self, op: Op, f: FieldNode, name: str, value: Callable[[dict[str, Any]], Any], dtype: Any) -> Any:
+        """A per-sample input from the op's own ``sample_params``, keyed as the torch backend keys
+        it: DALI then applies exactly the draws the torch backend applies."""
+        index, size_of = self.op_index, f.size_of
+
+        def compute(sample: Any) -> np.ndarray:
+            size = size_of(sample) if size_of is not None else None
+            return np.asarray(value(sample.params(index, op, size)), dtype=dtype)
+
+        return self.host_input(f"{type(op).__name__}.{name}", compute)
 
     def host_input(self, name: str, compute: HostFn) -> Any:
         """A per-sample argument input, ``compute(sample)`` evaluated on the host for each sample."""
@@ -232,6 +244,132 @@ def lower_to_dtype(op: Any, ctx: LoweringContext) -> None:
         _write(ctx, op, src, f)
 
 
+def lower_random_crop(op: Any, ctx: LoweringContext) -> None:
+    height, width = op.size
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))
+        ctx.flush_mirror(f)
+        # the padded image's (top, left) is the source's (top - pad_top, left - pad_left); slice pads
+        start = ctx.drawn(op, f, "start", lambda p: (p["top"] - p["padding"][1], p["left"] - p["padding"][0]),
+                          np.int32)
+        f.node = ctx.fn.slice(f.node, start=start, shape=[height, width], axis_names="HW",
+                              out_of_bounds_policy="pad", fill_values=[float(op.fill)])
+        f.size_of = lambda sample, s=(height, width): s
+        _write(ctx, op, src, f)
+
+
+def lower_pad(op: Any, ctx: LoweringContext) -> None:
+    left, top, right, bottom = op.padding
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))
+        ctx.flush_mirror(f)
+        before = f.size_of
+
+        def size_of(sample: Any, before: Any = before) -> tuple[int, int]:
+            h, w = before(sample)
+            return h + top + bottom, w + left + right
+
+        shape = ctx.host_input("Pad.shape", lambda s, g=size_of: np.array(g(s), np.int32))
+        f.node = ctx.fn.slice(f.node, start=[-top, -left], shape=shape, axis_names="HW",
+                              out_of_bounds_policy="pad", fill_values=[float(op.fill)])
+        f.size_of = size_of
+        _write(ctx, op, src, f)
+
+
+def _gray(ctx: LoweringContext, x: Any, layout: str) -> Any:
+    """torchvision's luma, 0.2989 R + 0.587 G + 0.114 B, (H, W) floats."""
+    r, g, b = (x[:, :, c] for c in range(3)) if layout == "HWC" else (x[c] for c in range(3))
+    return r * 0.2989 + g * 0.587 + b * 0.114
+
+
+def _expand_gray(ctx: LoweringContext, gray: Any, layout: str) -> Any:
+    return ctx.fn.expand_dims(gray, axes=[2] if layout == "HWC" else [0])
+
+
+def _floor(ctx: LoweringContext, x: Any, f: FieldNode) -> Any:
+    from nvidia.dali import math as dmath
+
+    return dmath.floor(x) if f.dtype == "uint8" else x
+
+
+def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
+    from nvidia.dali import math as dmath
+
+    ranges = op.ranges()
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))
+        bound = f.units
+        x = ctx.fn.cast(f.node, dtype=ctx.types.FLOAT)
+        # brightness, contrast and saturation commute (each is linear in the image and keeps its
+        # grey mean): their order, drawn per sample, only matters where values clip
+        if "brightness" in ranges:
+            b = ctx.drawn(op, f, "brightness", lambda p: p["brightness"], np.float32)
+            x = _floor(ctx, dmath.clamp(x * b, 0.0, bound), f)  # uint8 truncates after each step
+        if "contrast" in ranges:
+            c = ctx.drawn(op, f, "contrast", lambda p: p["contrast"], np.float32)
+            mean = ctx.fn.reductions.mean(_floor(ctx, _gray(ctx, x, f.layout), f))
+            x = _floor(ctx, dmath.clamp(x * c + mean * (1.0 - c), 0.0, bound), f)
+        if "saturation" in ranges:
+            s = ctx.drawn(op, f, "saturation", lambda p: p["saturation"], np.float32)
+            gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
+            x = _floor(ctx, dmath.clamp(x * s + gray * (1.0 - s), 0.0, bound), f)
+        f.node = ctx.fn.cast(x, dtype=getattr(ctx.types, DTYPES[f.dtype]))
+        _write(ctx, op, src, f)
+
+
+def lower_random_grayscale(op: Any, ctx: LoweringContext) -> None:
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))
+        on = ctx.drawn(op, f, "gray", lambda p: float(p["gray"]), np.float32)
+        x = ctx.fn.cast(f.node, dtype=ctx.types.FLOAT)
+        gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
+        f.node = ctx.fn.cast(x + (gray - x) * on, dtype=getattr(ctx.types, DTYPES[f.dtype]))
+        _write(ctx, op, src, f)
+
+
+def lower_gaussian_blur(op: Any, ctx: LoweringContext) -> None:
+    kx, ky = op.kernel_size
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))  # a symmetric kernel with reflected borders commutes with a pending flip
+        sigma = ctx.drawn(op, f, "sigma", lambda p: (p["sigma"], p["sigma"]), np.float32)
+        f.node = ctx.fn.gaussian_blur(f.node, window_size=[ky, kx], sigma=sigma)
+        _write(ctx, op, src, f)
+
+
+def lower_random_erasing(op: Any, ctx: LoweringContext) -> None:
+    values = list(op.value) if isinstance(op.value, tuple) else [op.value]
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))
+        ctx.flush_mirror(f)
+        anchor = ctx.drawn(op, f, "anchor", lambda p: (p["top"], p["left"]), np.float32)
+        shape = ctx.drawn(op, f, "shape", lambda p: (p["height"], p["width"]), np.float32)
+        f.node = ctx.fn.erase(f.node, anchor=anchor, shape=shape, axis_names="HW",
+                              fill_value=[float(v) for v in values])
+        _write(ctx, op, src, f)
+
+
+def lower_random_rotation(op: Any, ctx: LoweringContext) -> None:
+    for src in op.inputs:
+        f = _copy(ctx.decoded(src))
+        ctx.flush_mirror(f)
+        angle = ctx.drawn(op, f, "angle", lambda p: p["angle"], np.float32)
+        fill = op.fill if op.fill is not None else 0.0
+        f.node = ctx.fn.rotate(f.node, angle=angle, keep_size=True, interp_type=getattr(ctx.types,
+                               INTERP[op.interpolation]), fill_value=float(fill))
+        _write(ctx, op, src, f)
+
+
+def _scalar_fill(op: Any) -> str | None:
+    fill = getattr(op, "fill", None)
+    return f"fill={fill!r} (one number per channel)" if isinstance(fill, tuple) and len(set(fill)) > 1 else None
+
+
+def _constant_padding(op: Any) -> str | None:
+    if getattr(op, "padding_mode", "constant") != "constant":
+        return f"padding_mode={op.padding_mode!r} (DALI pads with a constant)"
+    return None
+
+
 # -- audio (one channel: (N,) waveforms, (F, T) features in DALI; (1, ...) in our batches) -----
 def _audio(ctx: LoweringContext, op: Any, layouts: tuple[str, ...] = ("N",)) -> FieldNode:
     f = _copy(ctx.decoded(op.key))
@@ -379,6 +517,21 @@ LOWERINGS: dict[str, Lowering] = {
     "Normalize": _entry(lower_normalize, "mean std dtype", "crop_mirror_normalize (HWC uint8 -> CHW float)",
                         _float_dtype),
     "ToDtype": _entry(lower_to_dtype, "dtype scale", "cast (+ multiply by 1/255)", _float_dtype),
+    "RandomCrop": _entry(lower_random_crop, "size padding pad_if_needed fill padding_mode",
+                         "slice (keyed start drawn on the host, pad out of bounds)", _constant_padding),
+    "Pad": _entry(lower_pad, "padding fill padding_mode", "slice (negative start, pad out of bounds)",
+                  _constant_padding),
+    "ColorJitter": _entry(lower_color_jitter, "brightness contrast saturation hue",
+                          "arithmetic blends, keyed factors (brightness, contrast, saturation)",
+                          lambda op: "hue (DALI's hue turns in YIQ, not HSV: several grey levels off)"
+                          if "hue" in op.ranges() else None),
+    "RandomGrayscale": _entry(lower_random_grayscale, "p", "arithmetic blend with the luma"),
+    "GaussianBlur": _entry(lower_gaussian_blur, "kernel_size sigma", "gaussian_blur (keyed sigma)"),
+    "RandomErasing": _entry(lower_random_erasing, "p scale ratio value", "erase (keyed boxes)"),
+    "RandomRotation": _entry(lower_random_rotation, "degrees interpolation expand center fill",
+                             "rotate(keep_size) (keyed angles)",
+                             lambda op: ("expand=True" if op.expand else None) or
+                             (f"center={op.center}" if op.center is not None else None) or _scalar_fill(op)),
     "PreEmphasis": _entry(lower_preemphasis, "coef", "preemphasis_filter(border='zero')"),
     "Resample": _entry(lower_resample, "orig_freq new_freq", "audio_resample"),
     "NonSilentRegion": _entry(lower_nonsilent_region, "cutoff_db window", "nonsilent_region + slice"),
