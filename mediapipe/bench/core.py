@@ -1,0 +1,298 @@
+"""What the harness measures and how: process-tree RSS and CPU from /proc, the per-backend
+result row, and the summary of timed repetitions (median, spread, growth, input-boundness).
+
+psutil is not a dependency: RSS and CPU times come from ``/proc/<pid>/status`` and
+``/proc/<pid>/stat`` for a process and every descendant, because loader workers (processes)
+hold much of a loader's memory and do most of its work. Off Linux these read as None.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULT_VERSION = 1
+INPUT_BOUND_FRACTION = 0.05  # input-bound: the consumer waited more than 5% of the simulated step time
+STAGE_SLACK = 0.15  # consumer stages + harness overhead add up to the timed total within 15% (+ 50 ms)
+STAGE_SLACK_SECONDS = 0.05
+WORKER_STAGES = ("read", "decode", "sample_ops", "collate", "worker_batch_ops")  # seconds summed over workers
+CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # wall seconds, add up to total
+LOADER_STAGE_NAMES = {"transfer": "host_to_device", "batch_ops": "device_ops"}  # Loader.stats -> report
+PART_STAGES = ("device_decode",)  # reported, but already inside device_ops
+
+_PROC = Path("/proc")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+# -- the process tree -------------------------------------------------------------------
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> pids, for every process visible in /proc (one pass)."""
+    children: dict[int, list[int]] = {}
+    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and all its descendants that are alive now (empty off Linux)."""
+    if not (_PROC / str(root)).exists():
+        return []
+    children, out, todo = _children_map(), [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of one process (VmRSS), in MiB; None when unreadable."""
+    try:
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None  # a zombie has no VmRSS
+
+
+def tree_rss_mb(root: int) -> float | None:
+    """Sum of VmRSS over the tree, in MiB (shared pages count once per process, as `top` shows)."""
+    values = [v for v in (rss_mb(p) for p in tree_pids(root)) if v is not None]
+    return sum(values) if values else None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and of its children that it has reaped."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
+    return (utime + stime + cutime + cstime) / _CLOCK_TICKS
+
+
+def tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds used so far by the tree: live processes plus the children they reaped."""
+    if not (_PROC / str(root)).exists():
+        if root == os.getpid():  # no /proc: this process and its reaped children only
+            t = os.times()
+            return t.user + t.system + t.children_user + t.children_system
+        return None
+    return sum(cpu_seconds(p) for p in tree_pids(root))
+
+
+# -- the machine -------------------------------------------------------------------------
+VERSIONED = ("mediapipe-loader", "torch", "torchvision", "torchaudio", "nvidia-dali-cuda130", "nvidia-dali-cuda120",
+             "av", "numpy", "pillow", "simplejpeg", "matplotlib")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """Cores, CPU, memory, GPU and the versions of everything the backends use."""
+    versions = {}
+    for dist in VERSIONED:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count()
+    info: dict[str, Any] = {
+        "cores": os.cpu_count(), "cores_usable": affinity, "cpu": _cpu_model(),
+        "platform": platform.platform(), "python": sys.version.split()[0], "versions": versions,
+    }
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        info["memory_gb"] = round(pages * size / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        import torch
+
+        info["cuda"] = torch.cuda.is_available()
+        if info["cuda"]:
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except Exception as err:  # noqa: BLE001 - a broken torch install is a fact to report
+        info["cuda"] = f"unknown: {err}"
+    return info
+
+
+# -- one timed repetition and the summary row ----------------------------------------------
+@dataclass
+class Rep:
+    """One timed window of one backend: N batches, consecutive, after a drain of its buffer."""
+
+    batches: int
+    samples: int
+    seconds: float
+    units: float | None = None  # audio seconds, or frames; None when the sample count says it all
+    wait: float = 0.0  # consumer seconds inside next(): waiting for, and finishing, the next batch
+    step: float = 0.0  # simulated training-step seconds (--step-ms)
+    cpu_seconds: float | None = None
+    stages: dict[str, float] = field(default_factory=dict)  # stage seconds in this window (this library)
+    peak_rss_mb: float | None = None
+    end_rss_mb: float | None = None
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Result:
+    """One row of the report: a (scenario, backend, device, workers) measurement, or why none."""
+
+    scenario: str
+    backend: str
+    device: str
+    workers: int
+    unit: str = "samples"
+    batch_size: int | None = None
+    samples_per_s: float | None = None  # median over repetitions
+    samples_per_s_min: float | None = None
+    samples_per_s_max: float | None = None
+    samples_per_s_reps: list[float] = field(default_factory=list)
+    input_mb_per_s: float | None = None
+    decoded_mpix_per_s: float | None = None
+    frames_per_s: float | None = None
+    audio_s_per_s: float | None = None
+    stages: dict[str, float] = field(default_factory=dict)
+    cpu_cores_used: float | None = None
+    cpu_util_pct: float | None = None
+    first_batch_s: float | None = None
+    peak_rss_mb: float | None = None
+    rss_mb_by_rep: list[float] = field(default_factory=list)
+    rss_growth_pct: float | None = None
+    epochs: float | None = None
+    step_ms: float | None = None
+    wait_s: float | None = None
+    input_bound: bool | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None = None,
+              cores: int | None = None, frames_per_sample: int | None = None) -> Result:
+    """Fill ``result`` from its timed repetitions: median and spread, rates, stages, RSS, CPU."""
+    if not reps:
+        return result
+    rates = [r.samples_per_s for r in reps]
+    median = statistics.median(rates)
+    result.samples_per_s, result.samples_per_s_min, result.samples_per_s_max = median, min(rates), max(rates)
+    result.samples_per_s_reps = rates
+    seconds = sum(r.seconds for r in reps)
+    dataset = dataset or {}
+    if dataset.get("mean_bytes"):
+        result.input_mb_per_s = median * dataset["mean_bytes"] / 1e6
+    if dataset.get("mean_megapixels") and result.unit == "images":
+        result.decoded_mpix_per_s = median * dataset["mean_megapixels"]
+    units = [r.units for r in reps]
+    if all(u is not None for u in units):
+        per_second = statistics.median(u / r.seconds for u, r in zip(units, reps))
+        if result.unit in ("utterances", "audio files"):
+            result.audio_s_per_s = per_second
+        elif result.unit in ("clips", "frames"):
+            result.frames_per_s = per_second
+    if result.frames_per_s is None and result.unit == "frames":
+        result.frames_per_s = median
+    if result.frames_per_s is None and result.unit == "clips" and frames_per_sample:
+        result.frames_per_s = median * frames_per_sample
+    result.stages = stage_table(reps)
+    cpu = [r.cpu_seconds for r in reps]
+    if all(c is not None for c in cpu):
+        result.cpu_cores_used = sum(cpu) / seconds
+        if cores:
+            result.cpu_util_pct = 100.0 * result.cpu_cores_used / cores
+    peaks = [r.peak_rss_mb for r in reps if r.peak_rss_mb is not None]
+    result.peak_rss_mb = max(peaks) if peaks else None
+    result.rss_mb_by_rep = [r.end_rss_mb for r in reps if r.end_rss_mb is not None]
+    result.rss_growth_pct = growth_pct(result.rss_mb_by_rep)
+    result.wait_s = sum(r.wait for r in reps)
+    step = sum(r.step for r in reps)
+    if result.step_ms:
+        result.input_bound = result.wait_s > INPUT_BOUND_FRACTION * step
+    return result
+
+
+def growth_pct(values: list[float]) -> float | None:
+    """Growth from the first to the last value, in percent; None with fewer than two values."""
+    if len(values) < 2 or not values[0]:
+        return None
+    return 100.0 * (values[-1] - values[0]) / values[0]
+
+
+def stage_table(reps: list[Rep]) -> dict[str, float]:
+    """Stage seconds over all timed windows. Worker stages (read, decode, sample_ops, collate,
+    and worker_batch_ops where the batch stage runs in the workers) are summed over workers; the consumer stages (wait, host_to_device, device_ops, step and
+    ``other``, the harness's own time) add up to ``total``, the timed wall seconds."""
+    total = sum(r.seconds for r in reps)
+    out: dict[str, float] = {}
+    for r in reps:
+        for name, value in r.stages.items():
+            name = LOADER_STAGE_NAMES.get(name, name)
+            if name in WORKER_STAGES or name in PART_STAGES or name in ("host_to_device", "device_ops"):
+                out[name] = out.get(name, 0.0) + value
+    out["wait"] = sum(r.stages.get("wait", r.wait) for r in reps)  # the loader's own, where it has one
+    out["step"] = sum(r.step for r in reps)
+    consumer = sum(out.get(n, 0.0) for n in ("wait", "host_to_device", "device_ops", "step"))
+    out["other"] = total - consumer
+    out["total"] = total
+    return out
+
+
+def stages_add_up(stages: dict[str, float], slack: float = STAGE_SLACK,
+                  slack_seconds: float = STAGE_SLACK_SECONDS) -> bool:
+    """True when the measured consumer stages explain the total within the stated slack:
+    the harness's unexplained time (``other``) is small and no stage sum exceeds the total."""
+    total = stages.get("total", 0.0)
+    other = stages.get("other", 0.0)
+    return -slack_seconds <= other <= slack * total + slack_seconds
+
+
+def ratio_rows(results: list[Result], ours: str = "mediapipe") -> list[dict[str, Any]]:
+    """This library's throughput over each peer's, for rows of the same scenario, device
+    and worker count, measured in the same run. Rows with different units (clips against a
+    frame-rate ceiling) are compared on frames per second."""
+    rows = []
+    key = {(r.scenario, r.device, r.workers): r for r in results if r.backend == ours and r.error is None}
+    for peer in results:
+        mine = key.get((peer.scenario, peer.device, peer.workers))
+        if peer.backend == ours or mine is None or peer.error is not None or not peer.samples_per_s:
+            continue
+        if peer.unit == mine.unit:
+            ratio, metric = mine.samples_per_s / peer.samples_per_s, f"{mine.unit}/s"
+        elif mine.frames_per_s and peer.frames_per_s:
+            ratio, metric = mine.frames_per_s / peer.frames_per_s, "frames/s"
+        else:
+            continue
+        rows.append({"scenario": peer.scenario, "device": peer.device, "workers": peer.workers,
+                     "backend": ours, "peer": peer.backend, "metric": metric, "ratio": ratio})
+    return rows

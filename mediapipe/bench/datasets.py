@@ -1,0 +1,223 @@
+"""Built-in sample datasets, generated once into the user cache directory, deterministically.
+
+``sample-images``: photographic-looking JPEGs (`mediapipe.synthetic.photo_like`) in ten class
+folders, with ImageNet-like sizes (shorter side 300-500, common aspect ratios), 4:2:0 chroma
+and ImageNet-like qualities. To keep the first run short, each of a few dozen large base
+pictures yields many images by cropping, scaling and mirroring, so files differ in content,
+size and quality as a real dataset's do. ``sample-video`` and ``sample-audio`` are made by
+``mediapipe.bench.video`` / ``audio``. A dataset is written to a temporary folder and renamed
+when complete, so an interrupted generation never leaves a half dataset behind.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAMPLE_IMAGES_VERSION = 1
+IMAGE_COUNT = 1000
+IMAGE_CLASSES = 10
+BASE_SIZE = 900  # base pictures are BASE_SIZE x BASE_SIZE; the longest ImageNet-like side is 888
+IMAGES_PER_BASE = 25
+QUALITIES = (75, 85, 90, 92, 95)  # JPEG quality and how often it occurs, roughly as in ImageNet
+QUALITY_WEIGHTS = (0.15, 0.2, 0.3, 0.2, 0.15)
+VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
+AUDIO_COUNT = 200
+BUILTIN = {"sample-images": "image", "sample-video": "video", "sample-audio": "audio"}
+MARKER = ".complete"
+
+
+def cache_dir() -> Path:
+    """``$MEDIAPIPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/mediapipe``, else ``~/.cache/mediapipe``."""
+    if os.environ.get("MEDIAPIPE_CACHE_DIR"):
+        return Path(os.environ["MEDIAPIPE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mediapipe"
+
+
+def _progress(total: int, unit: str, desc: str, enabled: bool) -> Any:
+    from mediapipe.bench.progress import make_progress
+
+    return make_progress(total, unit, desc, enabled)
+
+
+def prepare(name: str, *, root: Path | None = None, count: int | None = None, seed: int = 0,
+            progress: bool = True) -> Path:
+    """The path of built-in dataset ``name``, generated first if the cache lacks it."""
+    if name not in BUILTIN:
+        raise ValueError(f"unknown dataset {name!r}; built in: {', '.join(BUILTIN)}")
+    root = Path(root) if root is not None else cache_dir() / "bench"
+    if name == "sample-images":
+        return sample_images(root, count or IMAGE_COUNT, seed, progress)
+    return _sample_media(name, root, count, seed, progress)
+
+
+# -- images --------------------------------------------------------------------------------
+def _image_plan(count: int, seed: int) -> list[list[tuple[int, int, int, int]]]:
+    """Per base picture: (index, height, width, quality) of the images cut from it."""
+    from mediapipe.synthetic import imagenet_like_sizes
+
+    rng = np.random.default_rng([seed, SAMPLE_IMAGES_VERSION])
+    sizes = imagenet_like_sizes(rng, count)
+    qualities = rng.choice(QUALITIES, size=count, p=QUALITY_WEIGHTS)
+    bases = max(1, -(-count // IMAGES_PER_BASE))
+    plan: list[list[tuple[int, int, int, int]]] = [[] for _ in range(bases)]
+    for i, ((h, w), q) in enumerate(zip(sizes, qualities)):
+        plan[i % bases].append((i, h, w, int(q)))
+    return plan
+
+
+def _make_base(args: tuple[Path, int, int, list[tuple[int, int, int, int]]]) -> tuple[int, int]:
+    """Draw one base picture and write the images cut from it; returns (images, bytes)."""
+    from PIL import Image
+
+    from mediapipe.synthetic import jpeg_bytes, photo_like
+
+    dest, seed, base, items = args
+    picture = Image.fromarray(photo_like(BASE_SIZE, BASE_SIZE, seed * 1_000_003 + base))
+    total = 0
+    for index, height, width, quality in items:
+        rng = np.random.default_rng([seed, SAMPLE_IMAGES_VERSION, index])
+        fit = min(BASE_SIZE / height, BASE_SIZE / width)  # largest crop with the target's aspect
+        scale = fit * float(rng.uniform(0.45, 1.0))
+        ch, cw = max(1, int(height * scale)), max(1, int(width * scale))
+        top, left = int(rng.integers(0, BASE_SIZE - ch + 1)), int(rng.integers(0, BASE_SIZE - cw + 1))
+        image = picture.crop((left, top, left + cw, top + ch)).resize((width, height), Image.Resampling.BILINEAR)
+        if rng.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        data = jpeg_bytes(np.asarray(image), quality=quality)
+        folder = dest / f"class{index % IMAGE_CLASSES:02d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"img{index:06d}.jpg").write_bytes(data)
+        total += len(data)
+    return len(items), total
+
+
+def sample_images(root: Path, count: int = IMAGE_COUNT, seed: int = 0, progress: bool = True,
+                  processes: int | None = None) -> Path:
+    """``count`` JPEGs under ``root/sample-images-v<version>-n<count>-s<seed>``, made once."""
+    dest = Path(root) / f"sample-images-v{SAMPLE_IMAGES_VERSION}-n{count}-s{seed}"
+    if (dest / MARKER).is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    plan = _image_plan(count, seed)
+    tasks = [(tmp, seed, b, items) for b, items in enumerate(plan)]
+    bar = _progress(count, "images", f"generating {dest.name}", progress)
+    try:
+        for done, nbytes in _map(_make_base, tasks, processes):
+            bar.update(done, bytes=nbytes)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+    info = {"name": "sample-images", "version": SAMPLE_IMAGES_VERSION, "count": count, "seed": seed,
+            "classes": IMAGE_CLASSES}
+    (tmp / MARKER).write_text(json.dumps(info))
+    try:
+        tmp.rename(dest)
+    except OSError:  # another process finished first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _map(fn: Any, tasks: list[Any], processes: int | None) -> Iterator[Any]:
+    """``fn`` over ``tasks`` on every core (a process pool), results as they finish."""
+    processes = processes or min(len(tasks), os.cpu_count() or 1)
+    if processes <= 1:
+        yield from map(fn, tasks)
+        return
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ctx.Pool(processes) as pool:
+        yield from pool.imap_unordered(fn, tasks)
+
+
+# -- video and audio: made by their benchmark modules -------------------------------------------
+def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
+    import importlib
+
+    kind = BUILTIN[name]
+    module_name = f"mediapipe.bench.{kind}"
+    maker = "make_sample_videos" if kind == "video" else "make_sample_audio"
+    try:
+        make = getattr(importlib.import_module(module_name), maker)
+    except (ImportError, AttributeError) as err:
+        raise RuntimeError(f"dataset {name!r} is not available: {module_name}.{maker} ({err})") from err
+    count = count or (VIDEO_COUNT if kind == "video" else AUDIO_COUNT)
+    suffix = f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}" if kind == "video" else ""
+    dest = Path(root) / f"{name}-n{count}-s{seed}{suffix}"
+    if (dest / MARKER).is_file():
+        return dest
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    bar = _progress(count, "videos" if kind == "video" else "files", f"generating {dest.name}", progress)
+    try:
+        if kind == "video":
+            make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=bar)
+        else:
+            make(tmp, count, seed, progress=bar)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+    (tmp / MARKER).write_text(json.dumps({"name": name, "count": count, "seed": seed}))
+    try:
+        tmp.rename(dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+# -- what a dataset holds ------------------------------------------------------------------------
+def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
+    """Samples, mean file size and, for images, mean decoded megapixels (headers of up to
+    ``sample_limit`` files spread over the dataset), for the MB/s and megapixels/s columns."""
+    from mediapipe.sample import kind_of_extension
+
+    path = Path(path)
+    info: dict[str, Any] = {"path": str(path), "kind": kind}
+    if path.is_file() and path.suffix == ".jsonl":
+        from mediapipe.bench.images import manifest_rows
+
+        files = [Path(p) for p, _ in manifest_rows(path)]
+    elif (path / "manifest.json").is_file():
+        manifest = json.loads((path / "manifest.json").read_text())
+        counts = manifest.get("shards") or manifest.get("shard_samples") or []
+        samples = sum(s.get("samples", 0) if isinstance(s, dict) else int(s) for s in counts) if counts else None
+        info.update(layout="converted", samples=samples)
+        return info
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+                       and kind_of_extension(p.suffix) == kind)
+    info["layout"] = "manifest" if path.is_file() else "folder"
+    info["samples"] = len(files)
+    if not files:
+        return info
+    step = max(1, len(files) // sample_limit)
+    chosen = files[::step][:sample_limit]
+    sizes = [p.stat().st_size for p in chosen if p.exists()]
+    info["mean_bytes"] = float(np.mean(sizes)) if sizes else None
+    if kind == "image":
+        from PIL import Image
+
+        pixels = []
+        for p in chosen:
+            try:
+                with Image.open(p) as im:
+                    pixels.append(im.size[0] * im.size[1])
+            except OSError:
+                continue
+        info["mean_megapixels"] = float(np.mean(pixels)) / 1e6 if pixels else None
+    return info

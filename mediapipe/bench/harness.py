@@ -1,0 +1,218 @@
+"""The benchmark run: datasets, one process per backend, warm-up, alternating timed
+repetitions, and the report as plain data (what ``--json`` writes).
+
+For each scenario and worker count, every applicable backend is started in its own process
+(see `mediapipe.bench.worker`); each is warmed up (first-batch latency measured apart), then
+the repetitions alternate between backends (A B C, C B A, A B C...) so that drift of a shared
+machine falls on every backend alike. Before each timed window a backend first hands over
+the batches it prefetched while idle, so that no window starts with free batches.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mediapipe.bench import datasets
+from mediapipe.bench.core import (
+    INPUT_BOUND_FRACTION,
+    RESULT_VERSION,
+    STAGE_SLACK,
+    STAGE_SLACK_SECONDS,
+    Rep,
+    Result,
+    machine_info,
+    ratio_rows,
+    summarise,
+)
+from mediapipe.bench.progress import make_progress
+from mediapipe.bench.scenarios import SCENARIOS, Scenario, unit_of, why_not
+from mediapipe.bench.worker import BackendError, BackendProcess
+
+OURS = "mediapipe"
+NOTES = {
+    "samples_per_s": "median over the timed repetitions; min and max give the spread",
+    "stages": ("seconds over all timed windows. read, decode, sample_ops and collate run in the loader "
+               "workers and are summed over workers; wait (for a batch from the workers), host_to_device, "
+               "device_ops, step (--step-ms) and other (the rest: harness and loader overhead) are the "
+               f"consumer's wall seconds and add up to total; 'other' stays within {STAGE_SLACK:.0%} of total "
+               f"+ {STAGE_SLACK_SECONDS * 1000:.0f} ms. Peers report wait (time inside next()) and total only"),
+    "peak_rss_mb": "largest sum of VmRSS over the backend's process and its loader workers, sampled every 0.1 s",
+    "rss_growth_pct": "tree RSS after the last timed repetition against after the first (the stream runs on "
+                      "across epochs)",
+    "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
+    "first_batch_s": "building the pipeline, starting workers and the first batch",
+    "input_bound": f"with --step-ms: the consumer waited for input more than {INPUT_BOUND_FRACTION:.0%} of the "
+                   "simulated step time",
+    "ratios": "this library's samples/s over the peer's, same scenario, device and workers, same run",
+}
+
+
+@dataclass
+class Settings:
+    """What to run; the command line fills it (see ``mediapipe bench --help``)."""
+
+    scenarios: list[str] = field(default_factory=lambda: ["image-train", "image-eval"])
+    data: Path | None = None
+    dataset: str | None = None
+    backends: list[str] | None = None
+    devices: list[str] = field(default_factory=lambda: ["cpu"])
+    workers: list[int] = field(default_factory=lambda: [os.cpu_count() or 1])
+    batches: int = 10
+    repeats: int = 3
+    warmup: int = 1
+    batch_size: int | None = None
+    step_ms: float = 0.0
+    count: int | None = None
+    seed: int = 0
+    cache_dir: Path | None = None
+    progress: bool = True
+    worker_type: str | None = None
+    timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.scenarios if s not in SCENARIOS]
+        if unknown:
+            raise ValueError(f"unknown scenario {unknown[0]!r}; known: {', '.join(SCENARIOS)}")
+        if self.batches < 1 or self.repeats < 1 or self.warmup < 0:
+            raise ValueError("--batches and --repeats must be >= 1, --warmup >= 0")
+        if any(w < 0 for w in self.workers) or not self.workers:
+            raise ValueError(f"--workers {self.workers}: expected counts >= 0")
+        if self.step_ms < 0:
+            raise ValueError(f"--step-ms {self.step_ms}: expected >= 0")
+
+
+def _data_for(scenario: Scenario, settings: Settings, prepared: dict[str, Path]) -> Path:
+    if settings.data is not None:
+        return Path(settings.data)
+    name = settings.dataset if settings.dataset and datasets.BUILTIN.get(settings.dataset) == scenario.kind \
+        else scenario.dataset
+    if name not in prepared:
+        root = Path(settings.cache_dir) if settings.cache_dir else None
+        prepared[name] = datasets.prepare(name, root=root, count=settings.count, seed=settings.seed,
+                                          progress=settings.progress)
+    return prepared[name]
+
+
+def run(settings: Settings) -> dict[str, Any]:
+    """Run the benchmark; return the report (machine, settings, datasets, results, ratios)."""
+    started = time.perf_counter()
+    machine = machine_info()
+    cores = machine.get("cores_usable") or machine.get("cores")
+    prepared: dict[str, Path] = {}
+    data_info: dict[str, dict[str, Any]] = {}
+    results: list[Result] = []
+    groups: list[tuple[Scenario, int, list[Result]]] = []
+    for name in settings.scenarios:
+        scenario = SCENARIOS[name]
+        try:
+            path = _data_for(scenario, settings, prepared)
+            data_info[name] = datasets.describe(path, scenario.kind)
+        except Exception as err:  # noqa: BLE001 - a dataset that cannot be made fails its rows, not the run
+            data_info[name] = {"error": f"{type(err).__name__}: {err}"}
+        for workers in settings.workers:
+            rows = []
+            for backend in settings.backends or scenario.backends:
+                for device in settings.devices:
+                    row = Result(scenario=name, backend=backend, device=device, workers=workers,
+                                 unit=unit_of(scenario, backend), batch_size=settings.batch_size or scenario.batch_size,
+                                 step_ms=settings.step_ms or None)
+                    row.error = data_info[name].get("error") or why_not(scenario, backend, device)
+                    rows.append(row)
+            groups.append((scenario, workers, rows))
+            results.extend(rows)
+    steps = sum((1 + settings.repeats) * sum(r.error is None for r in rows) for _, _, rows in groups)
+    bar = make_progress(steps, "steps", "bench", settings.progress)
+    try:
+        for scenario, workers, rows in groups:
+            live = [r for r in rows if r.error is None]
+            if live:
+                _run_group(scenario, workers, live, Path(data_info[scenario.name]["path"]), settings, bar,
+                           data_info[scenario.name], cores)
+    finally:
+        bar.close()
+    return {
+        "version": RESULT_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
+        "datasets": data_info,
+        "results": [r.as_dict() for r in results],
+        "ratios": ratio_rows(results, OURS),
+        "notes": NOTES,
+        "elapsed_s": time.perf_counter() - started,
+    }
+
+
+def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path, settings: Settings, bar: Any,
+               data_info: dict[str, Any], cores: int | None) -> None:
+    """Every backend of one (scenario, workers) comparison, alive together, alternated."""
+    max_batches = 2 + settings.warmup + settings.repeats * (settings.batches + 2 * max(1, workers) + 1)
+    procs: dict[int, BackendProcess] = {}
+    reps: dict[int, list[Rep]] = {id(r): [] for r in rows}
+    drains: dict[int, int] = {}
+    delivered: dict[int, int] = {}
+
+    def fail(row: Result, reason: str, ticks: int) -> None:
+        row.error = reason
+        proc = procs.pop(id(row), None)
+        if proc is not None:
+            proc.kill()
+        bar.update(ticks)
+
+    try:
+        for row in rows:  # start every process first: their imports overlap
+            procs[id(row)] = BackendProcess(f"{scenario.name}/{row.backend}/{row.device}/w{workers}")
+            spec = {"scenario": scenario.name, "backend": row.backend, "device": row.device, "workers": workers,
+                    "batch_size": row.batch_size, "data": str(data),
+                    "options": {"max_batches": max_batches, "worker_type": settings.worker_type}}
+            procs[id(row)].send("open", spec=spec)
+        for row in rows:
+            try:
+                drains[id(row)] = procs[id(row)].receive(settings.timeout)["buffered"]
+            except BackendError as err:
+                fail(row, str(err), 1 + settings.repeats)
+        for row in rows:
+            if id(row) not in procs:
+                continue
+            bar.desc = f"bench {scenario.name} {row.backend}/{row.device} w{workers} warm-up"
+            try:
+                reply = procs[id(row)].call("warmup", timeout=settings.timeout, sample_rss=True,
+                                            batches=settings.warmup)
+                row.first_batch_s = reply["first_batch_s"]
+                bar.update(1)
+            except BackendError as err:
+                fail(row, f"failed in warm-up: {err}", 1 + settings.repeats)
+        for repeat in range(settings.repeats):
+            order = rows if repeat % 2 == 0 else rows[::-1]
+            for row in order:
+                proc = procs.get(id(row))
+                if proc is None:
+                    continue
+                bar.desc = f"bench {scenario.name} {row.backend}/{row.device} w{workers} {repeat + 1}/{settings.repeats}"
+                try:
+                    reply = proc.call("rep", timeout=settings.timeout, sample_rss=True, batches=settings.batches,
+                                      drain=drains[id(row)], step_ms=settings.step_ms)
+                except BackendError as err:
+                    fail(row, f"failed in repetition {repeat + 1}: {err}", settings.repeats - repeat)
+                    continue
+                rep = Rep(**reply["rep"])
+                rep.peak_rss_mb = proc.peak_rss_mb
+                reps[id(row)].append(rep)
+                delivered[id(row)] = reply["delivered"]
+                bar.update(1)
+    finally:
+        for proc in procs.values():
+            proc.close()
+    per_epoch = (data_info.get("samples") or 0) // (rows[0].batch_size or 1) if rows else 0
+    for row in rows:
+        if row.error is None:
+            dataset = dict(data_info)
+            if scenario.kind == "video":
+                dataset.pop("mean_bytes", None)  # a clip reads part of a file: no honest MB/s from file sizes
+            summarise(row, reps[id(row)], dataset=dataset, cores=cores, frames_per_sample=scenario.frames_per_sample)
+            if per_epoch and scenario.kind == "image":
+                row.epochs = delivered.get(id(row), 0) / per_epoch

@@ -1,0 +1,232 @@
+"""The image scenarios and their backends: this library (torch loader, and lowered to DALI),
+the torchvision baseline and DALI's own pipeline written by hand, as the core issue specifies.
+
+image-train: RandomResizedCrop(224), horizontal flip (p=0.5), normalise (ImageNet mean/std),
+float32 (B, 3, 224, 224). image-eval: resize the shorter side to 256, centre crop 224,
+normalise. Every backend reads the same files, batch 64 by default, with ``workers``
+processes (torch) or threads (DALI), shuffled for training and in order for evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mediapipe.bench.streams import EpochStream, Stream
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+TRAIN, EVAL = "image-train", "image-eval"
+
+
+def dataset_layout(data: Path) -> str:
+    """"folder" (class sub-folders), "manifest" (a .jsonl file) or "converted" (shards)."""
+    if data.is_file() and data.suffix == ".jsonl":
+        return "manifest"
+    if data.is_dir() and (data / "manifest.json").is_file():
+        return "converted"
+    if data.is_dir():
+        return "folder"
+    raise FileNotFoundError(f"{data}: expected a folder of images, a .jsonl manifest or a converted dataset")
+
+
+def manifest_rows(path: Path) -> list[tuple[str, int]]:
+    """(absolute path, label) per line of a JSON-lines manifest (label 0 where absent)."""
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            p = Path(row["path"])
+            rows.append((str(p if p.is_absolute() else path.parent / p), int(row.get("label", 0))))
+    return rows
+
+
+# -- this library ------------------------------------------------------------------------
+def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, seed: int = 0) -> Any:
+    import mediapipe as mp
+    from mediapipe import augment as A
+
+    layout = dataset_layout(data)
+    if layout == "folder":
+        source = mp.loaders.folder(data)
+    elif layout == "manifest":
+        source = mp.loaders.manifest(data)
+    else:
+        shards = getattr(mp.loaders, "shards", None)
+        if shards is None:
+            raise NotImplementedError("not available: mediapipe.loaders.shards (converted datasets) does not exist yet")
+        source = shards(data)
+    if scenario == TRAIN:
+        ops = [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    else:
+        ops = [A.Resize(256), A.CenterCrop(224), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=ops,
+                       batch_size=batch_size, seed=seed, device=device)
+
+
+def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
+                   options: dict[str, Any]) -> Stream:
+    """This library's torch loader: worker processes (or threads) build whole batches."""
+    pipe = mediapipe_pipeline(scenario, data, device, batch_size)
+    kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
+    loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
+    prefetch = getattr(loader, "prefetch", 2)
+    return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
+                       stats=lambda: loader_stages(loader), samples=lambda b: _touch_image(b))
+
+
+def loader_stages(loader: Any) -> dict[str, float]:
+    """``loader.stats`` seconds; where the batch stage runs in the workers (a CPU device), its
+    "batch_ops" seconds are worker seconds, reported as worker_batch_ops."""
+    seconds = dict(loader.stats.seconds)
+    if getattr(loader, "batch_ops_in_workers", False) and "batch_ops" in seconds:
+        seconds["worker_batch_ops"] = seconds.pop("batch_ops")
+    return seconds
+
+
+def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
+                        options: dict[str, Any]) -> Stream:
+    """The same pipeline spec lowered to DALI: ``pipe.loader(backend="dali")``."""
+    try:
+        from mediapipe.loaders.dali import DaliLoader  # noqa: F401  (present and importable?)
+    except ImportError as err:
+        raise NotImplementedError(f"not available: {err}") from err
+    pipe = mediapipe_pipeline(scenario, data, device, batch_size)
+    if workers < 1:
+        raise ValueError("DALI needs at least one thread: use --workers 1 or more")
+    loader = pipe.loader(backend="dali", num_workers=workers, shuffle=scenario == TRAIN, drop_last=True)
+    return EpochStream(lambda: loader, buffered=getattr(loader, "prefetch", 2),
+                       stats=lambda: loader.stats.seconds, samples=lambda b: _touch_image(b))
+
+
+def _touch_image(batch: dict[str, Any]) -> int:
+    from mediapipe.bench.streams import touch
+
+    touch(batch["image"])
+    return int(batch["image"].shape[0])
+
+
+# -- torchvision baseline -------------------------------------------------------------
+def torchvision_transform(scenario: str) -> Any:
+    import torch
+    from torchvision.transforms import v2
+
+    if scenario == TRAIN:
+        geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+    else:
+        geometry = [v2.Resize(256, antialias=True), v2.CenterCrop(224)]
+    return v2.Compose([*geometry, v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+class _ManifestImages:
+    """A manifest's images through torchvision's default loader (Pillow), like ImageFolder."""
+
+    def __init__(self, rows: list[tuple[str, int]], transform: Any) -> None:
+        from torchvision.datasets.folder import default_loader
+
+        self.rows, self.transform, self.loader = rows, transform, default_loader
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        path, label = self.rows[i]
+        return self.transform(self.loader(path)), label
+
+
+def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
+                     options: dict[str, Any]) -> Stream:
+    """ImageFolder (Pillow) + transforms v2 + DataLoader, same workers, batch 64, defaults otherwise."""
+    import torch
+    from torchvision.datasets import ImageFolder
+
+    layout = dataset_layout(data)
+    transform = torchvision_transform(scenario)
+    if layout == "folder":
+        dataset = ImageFolder(str(data), transform=transform)
+    elif layout == "manifest":
+        dataset = _ManifestImages(manifest_rows(data), transform)
+    else:
+        raise NotImplementedError("not available: the torchvision baseline reads folders and manifests, "
+                                  "not converted shards")
+    cuda = device.startswith("cuda")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
+                                         num_workers=workers, drop_last=True, pin_memory=cuda)
+    target = torch.device(device)
+
+    def samples(batch: Any) -> int:
+        images = batch[0].to(target, non_blocking=cuda) if cuda else batch[0]
+        _touch_image({"image": images})
+        return int(images.shape[0])
+
+    return EpochStream(lambda: loader, buffered=workers * 2 if workers else 0, samples=samples)
+
+
+# -- DALI by hand -----------------------------------------------------------------------
+def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
+              options: dict[str, Any]) -> Stream:
+    """fn.readers.file -> image_random_crop (ROI decode) -> resize -> crop_mirror_normalize
+    (train), or decode -> resize shorter 256 -> crop_mirror_normalize 224 (eval); ``cpu``
+    decoders with device_id=None, or ``mixed`` (nvJPEG) on a GPU."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    if workers < 1:
+        raise ValueError("DALI needs at least one thread: use --workers 1 or more")
+    cuda = device.startswith("cuda")
+    layout = dataset_layout(data)
+    reader_args: dict[str, Any]
+    cleanup: list[str] = []
+    if layout == "folder":
+        reader_args = {"file_root": str(data)}
+    elif layout == "manifest":
+        fd, list_path = tempfile.mkstemp(suffix=".txt", prefix="mediapipe-bench-dali-")
+        with os.fdopen(fd, "w") as f:
+            f.writelines(f"{p} {label}\n" for p, label in manifest_rows(data))
+        reader_args, cleanup = {"file_list": list_path}, [list_path]
+    else:
+        raise NotImplementedError("not available: the hand-written DALI pipeline reads folders and manifests, "
+                                  "not converted shards")
+    mean = [m * 255 for m in IMAGENET_MEAN]
+    std = [s * 255 for s in IMAGENET_STD]
+    decoder_device = "mixed" if cuda else "cpu"
+
+    @pipeline_def(batch_size=batch_size, num_threads=workers, device_id=0 if cuda else None, seed=0)
+    def pipeline() -> Any:
+        jpegs, labels = fn.readers.file(**reader_args, random_shuffle=scenario == TRAIN, name="Reader")
+        if scenario == TRAIN:
+            images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=types.RGB)
+            images = fn.resize(images, resize_x=224, resize_y=224)
+            images = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), mean=mean, std=std,
+                                              output_layout="CHW", dtype=types.FLOAT)
+        else:
+            images = fn.decoders.image(jpegs, device=decoder_device, output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=256)
+            images = fn.crop_mirror_normalize(images, crop=(224, 224), mean=mean, std=std,
+                                              output_layout="CHW", dtype=types.FLOAT)
+        return images, labels
+
+    pipe = pipeline()
+    pipe.build()
+    iterator = DALIGenericIterator(pipe, ["image", "label"], reader_name="Reader",
+                                   last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+
+    def close() -> None:
+        for path in cleanup:
+            Path(path).unlink(missing_ok=True)
+
+    return EpochStream(lambda: iterator, buffered=2, on_close=close,
+                       samples=lambda outputs: _touch_image(outputs[0]))
+
+
+OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali,
+           "torchvision": open_torchvision, "dali": open_dali}
+
+
+def open_stream(scenario: str, backend: str, data: Path, *, device: str, workers: int, batch_size: int,
+                options: dict[str, Any]) -> Stream:
+    return OPENERS[backend](scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)

@@ -1,0 +1,149 @@
+"""The scenarios, which backends apply to each, and why a backend cannot run where it cannot.
+
+Image backends live in `mediapipe.bench.images`. The video and audio scenarios call the
+runners of ``mediapipe.bench.video`` and ``mediapipe.bench.audio``, imported only when such
+a scenario runs; a missing module or runner is reported as the backend's reason, not hidden.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mediapipe.bench.streams import RunnerStream, Stream
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A training-input workload: what is decoded, what is done to it, and its unit."""
+
+    name: str
+    kind: str  # "image", "video" or "audio": which dataset and backends apply
+    dataset: str  # the built-in dataset it runs on without --data
+    unit: str  # what samples_per_s counts
+    description: str
+    backends: tuple[str, ...]
+    batch_size: int | None  # default; None where the runner chooses
+    frames_per_sample: int | None = None
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("image-train", "image", "sample-images", "images",
+                 "RandomResizedCrop 224, horizontal flip, normalise", ("mediapipe", "mediapipe-dali", "torchvision", "dali"),
+                 64),
+        Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
+                 ("mediapipe", "mediapipe-dali", "torchvision", "dali"), 64),
+        Scenario("video-clips", "video", "sample-video", "clips", "AV1 clips of 16 frames, stride 2, 112x112",
+                 ("mediapipe", "pyav", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16),
+        Scenario("audio-asr", "audio", "sample-audio", "utterances",
+                 "16 kHz, 80-bin log-mel, SpecAugment, duration buckets", ("mediapipe", "pyav", "dali"), None),
+    )
+}
+DEFAULT_SCENARIOS = ("image-train", "image-eval")
+BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "pyav", "dav1d", "ceiling")
+DEVICES = ("cpu", "cuda")
+
+# backend -> runner function of mediapipe.bench.<kind> (a dict when it differs by device)
+RUNNERS: dict[str, dict[str, Any]] = {
+    "video": {"mediapipe": "run_mediapipe", "pyav": "run_naive_pyav", "dav1d": "run_dav1d_cli",
+              "ceiling": "run_sequential_ceiling", "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
+    "audio": {"mediapipe": "run_mediapipe", "pyav": "run_naive",
+              "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
+}
+UNITS = {("video", "ceiling"): "frames"}  # the sequential decode ceiling counts frames, not clips
+CPU_ONLY = {("video", "dav1d"), ("video", "ceiling")}
+NOT_APPLICABLE = {
+    "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
+    "mediapipe-dali": "pipe.loader(backend='dali') is benchmarked on the image scenarios",
+    "pyav": "the PyAV baseline is for video and audio; torchvision is the image baseline",
+    "dav1d": "the dav1d command line is the AV1 video decode ceiling",
+    "ceiling": "the sequential decode ceiling is for video",
+}
+DALI_HINT = "pip install nvidia-dali-cuda130"
+
+
+def unit_of(scenario: Scenario, backend: str) -> str:
+    return UNITS.get((scenario.kind, backend), scenario.unit)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def runner_name(scenario: Scenario, backend: str, device: str) -> str | None:
+    name = RUNNERS.get(scenario.kind, {}).get(backend)
+    return name.get(device) if isinstance(name, dict) else name
+
+
+def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
+    """Why ``backend`` cannot run ``scenario`` on ``device`` on this machine, or None.
+
+    Cheap: checks what is installed without importing heavy modules (the video and audio
+    modules of this package are imported, to see that their runner exists)."""
+    if backend not in scenario.backends:
+        if backend not in BACKENDS:
+            return f"unknown backend; known: {', '.join(BACKENDS)}"
+        return f"not applicable: {NOT_APPLICABLE.get(backend, 'does not apply to ' + scenario.name)}"
+    if device not in DEVICES:
+        return f"unknown device {device!r}; expected one of {DEVICES}"
+    if (scenario.kind, backend) in CPU_ONLY and device != "cpu":
+        return "not applicable: runs on the CPU only (see its cpu row)"
+    if device == "cuda" and not cuda_available():
+        return "not available: no CUDA device on this machine (torch.cuda.is_available() is False)"
+    if scenario.kind == "image":
+        if backend in ("dali", "mediapipe-dali") and not _installed("nvidia.dali"):
+            return f"not installed: NVIDIA DALI ({DALI_HINT})"
+        if backend == "torchvision" and not _installed("torchvision"):
+            return "not installed: torchvision (pip install torchvision)"
+        if backend == "mediapipe-dali" and not _installed("mediapipe.loaders.dali"):
+            return "not available: mediapipe.loaders.dali (pipe.loader(backend='dali')) does not exist yet"
+        return None
+    module_name = f"mediapipe.bench.{scenario.kind}"
+    function = runner_name(scenario, backend, device)
+    if function is None:
+        return f"not available: no {backend} runner for {scenario.kind} on {device}"
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure is the reason to report
+        return f"not available: {module_name} cannot be imported ({type(err).__name__}: {err})"
+    if not callable(getattr(module, function, None)):
+        return f"not available: {module_name} has no {function}()"
+    return None
+
+
+def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, workers: int,
+                batch_size: int | None, options: dict[str, Any]) -> Stream:
+    """Open ``backend``'s stream of batches for a scenario (in the bench worker process)."""
+    scenario = SCENARIOS[scenario_name]
+    if scenario.kind == "image":
+        from mediapipe.bench import images
+
+        return images.open_stream(scenario.name, backend, data, device=device, workers=workers,
+                                  batch_size=batch_size or 64, options=options)
+    function = runner_name(scenario, backend, device)
+    module_name = f"mediapipe.bench.{scenario.kind}"
+    try:
+        runner = getattr(importlib.import_module(module_name), function or "")
+    except (ImportError, AttributeError) as err:
+        raise NotImplementedError(f"not available: {module_name}.{function}: {err}") from err
+    kwargs: dict[str, Any] = {"data": data, "workers": workers, "device": device, "batches": options["max_batches"]}
+    if scenario.kind == "video":
+        kwargs.update(clip_len=scenario.frames_per_sample, stride=2, size=112, batch_size=batch_size or 8)
+    return RunnerStream(runner, buffered=2 * max(1, workers), **kwargs)

@@ -1,0 +1,114 @@
+"""``mediapipe bench``: training-input throughput of this library and its peers, in one run.
+
+With no arguments: the image scenarios (train and eval) on a built-in sample dataset,
+generated once into the user cache directory, with every installed backend. Tells whether
+a training loop would be input-bound (``--step-ms``) and which backend feeds it fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXAMPLES = """examples:
+  mediapipe bench                                   image-train and image-eval on the sample images
+  mediapipe bench --data ~/imagenet/val --workers 1,2,4,8 --plot scaling.png
+  mediapipe bench --scenario image-train --backends mediapipe,dali --device cpu,cuda --json out.json
+  mediapipe bench --dataset sample-video            video-clips on generated AV1 clips
+  mediapipe bench --step-ms 120                     would a 120 ms training step wait for input?
+"""
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected N or N,N,... (e.g. 1,2,4)") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected worker counts >= 0")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mediapipe.bench.datasets import BUILTIN
+    from mediapipe.bench.scenarios import BACKENDS, SCENARIOS
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXAMPLES
+    parser.add_argument("--scenario", action="append", metavar="NAME",
+                        help=f"repeatable or comma-separated: {', '.join(SCENARIOS)} (default: image-train, "
+                             "image-eval; or the scenarios of --dataset)")
+    parser.add_argument("--data", type=Path, metavar="PATH",
+                        help="a folder (class sub-folders), a .jsonl manifest or a converted dataset")
+    parser.add_argument("--dataset", choices=sorted(BUILTIN), help="a built-in sample dataset (default: sample-images)")
+    parser.add_argument("--backends", type=_csv, metavar="LIST",
+                        help=f"comma-separated, of {', '.join(BACKENDS)} (default: all that apply)")
+    parser.add_argument("--device", type=_csv, metavar="cpu|cuda",
+                        help="cpu, cuda or cpu,cuda (default: cpu, plus cuda when a GPU is present)")
+    parser.add_argument("--workers", type=_int_list, metavar="N[,N...]",
+                        help="loader workers (DALI threads); several give a scaling sweep (default: the core count)")
+    parser.add_argument("--batches", type=int, default=10, help="batches per timed repetition (default: 10)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repetitions per backend (default: 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed batches after the first (default: 1)")
+    parser.add_argument("--batch-size", type=int, help="samples per batch (default: 64 images, 8 clips)")
+    parser.add_argument("--step-ms", type=float, default=0.0,
+                        help="simulate a training step of N ms per batch and report whether input is the bottleneck")
+    parser.add_argument("--worker-type", choices=("process", "thread"), help="this library's loader workers")
+    parser.add_argument("--count", type=int, help="samples in a generated dataset (default: 1000 images)")
+    parser.add_argument("--cache-dir", type=Path, help="where built-in datasets are generated "
+                                                       "(default: $MEDIAPIPE_CACHE_DIR or ~/.cache/mediapipe)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the full results as JSON")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as Markdown")
+    parser.add_argument("--plot", type=Path, metavar="PATH.png", help="plot throughput and the scaling curve")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a backend may take per step")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def settings_from_args(args: argparse.Namespace) -> object:
+    """`Settings` from parsed arguments, with the defaults that depend on the machine."""
+    import os
+
+    from mediapipe.bench.datasets import BUILTIN
+    from mediapipe.bench.harness import Settings
+    from mediapipe.bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS, cuda_available
+
+    scenarios = [s for group in (args.scenario or []) for s in _csv(group)]
+    if not scenarios and args.dataset:
+        scenarios = [s.name for s in SCENARIOS.values() if s.kind == BUILTIN[args.dataset]]
+    devices = args.device or (["cpu", "cuda"] if cuda_available() else ["cpu"])
+    return Settings(
+        scenarios=scenarios or list(DEFAULT_SCENARIOS), data=args.data, dataset=args.dataset,
+        backends=args.backends, devices=devices, workers=args.workers or [os.cpu_count() or 1],
+        batches=args.batches, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size,
+        step_ms=args.step_ms, count=args.count, cache_dir=args.cache_dir, progress=not args.no_progress,
+        worker_type=args.worker_type, timeout=args.timeout,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from mediapipe.bench import report as rpt
+    from mediapipe.bench.harness import run as run_bench
+
+    try:
+        settings = settings_from_args(args)
+    except ValueError as err:
+        print(f"mediapipe bench: {err}", file=sys.stderr)
+        return 2
+    if args.data is not None and not args.data.exists():
+        print(f"mediapipe bench: --data {args.data}: no such file or folder", file=sys.stderr)
+        return 2
+    report = run_bench(settings)
+    print(rpt.render_table(report))
+    if args.json:
+        rpt.write_json(report, args.json)
+    if args.markdown:
+        rpt.write_markdown(report, args.markdown)
+    if args.plot:
+        rpt.write_plot(report, args.plot)
+    ran = [r for r in report["results"] if r["error"] is None]
+    return 0 if ran else 1
