@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -365,7 +365,38 @@ def _check_center(op: Op, center: tuple[float, float] | None) -> None:
 
 
 @dataclass(frozen=True)
-class RandomRotation(Op):
+class _Warp(Op):
+    """Shared by the affine warps: ``mask_keys`` fields are warped with nearest and fill 0."""
+
+    mask_keys: tuple[str, ...] = field(default=(), kw_only=True)
+
+    def _check_warp_args(self) -> None:
+        name = type(self).__name__
+        if self.interpolation not in ("nearest", "bilinear"):
+            raise ValueError(f"{name}(interpolation={self.interpolation!r}): expected 'nearest' or 'bilinear'")
+        _check_center(self, self.center)
+        _check_fill(self, self.fill)
+        object.__setattr__(self, "mask_keys", tuple(self.mask_keys))
+        unknown = [k for k in self.mask_keys if k not in self.inputs]
+        if unknown:
+            raise ValueError(f"{name}(mask_keys={self.mask_keys!r}): {unknown} not among the inputs {self.inputs}")
+
+    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        return self._warp(x, params, self.interpolation, self.fill)
+
+    def apply_fields(self, data: dict, params: Params) -> None:
+        for src, dst in zip(self.inputs, self.outputs):
+            if src in self.mask_keys:
+                data[dst] = self._warp(data[src], params, "nearest", 0)
+            else:
+                data[dst] = self._warp(data[src], params, self.interpolation, self.fill)
+
+    def _warp(self, x: torch.Tensor, params: Params, interpolation: str, fill: Fill | None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RandomRotation(_Warp):
     """Rotate each sample by its own random angle, counter-clockwise (torchvision's ``RandomRotation``).
 
     Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W); uint8 or float. A clip turns as a whole.
@@ -379,6 +410,8 @@ class RandomRotation(Op):
         center: (x, y) in pixels from the top-left corner; None for the image centre.
         fill: value of pixels from outside the image: a number or one per channel; None lets
             bilinear samples at the border blend with zeros (torchvision's ``fill=None``).
+        mask_keys: input fields (segmentation masks) warped with "nearest" and fill 0 whatever
+            ``interpolation`` and ``fill`` say, with the same angle as the other fields.
     Stage: batch (one batched ``grid_sample`` with per-sample matrices); sample when ``expand``.
     """
 
@@ -391,10 +424,7 @@ class RandomRotation(Op):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "degrees", _degrees(self.degrees, "RandomRotation(degrees)"))
-        if self.interpolation not in ("nearest", "bilinear"):
-            raise ValueError(f"RandomRotation(interpolation={self.interpolation!r}): expected 'nearest' or 'bilinear'")
-        _check_center(self, self.center)
-        _check_fill(self, self.fill)
+        self._check_warp_args()
 
     @property
     def stage(self) -> Stage:  # type: ignore[override]
@@ -403,7 +433,7 @@ class RandomRotation(Op):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"angle": rng.uniform(*self.degrees)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def _warp(self, x: torch.Tensor, params: Params, interpolation: str, fill: Fill | None) -> torch.Tensor:
         xb, pb, single = as_batch(x, params)
         angle = pb["angle"].reshape(-1)
         b = angle.shape[0]
@@ -417,12 +447,12 @@ class RandomRotation(Op):
             if b != 1:
                 raise ValueError("RandomRotation(expand=True) runs per sample (the output size depends on the angle)")
             size = F.rotate_output_size(matrix[0], *xb.shape[-2:])
-        out = F.warp_affine(xb, matrix, self.interpolation, self.fill, size)
+        out = F.warp_affine(xb, matrix, interpolation, fill, size)
         return out[0] if single else out
 
 
 @dataclass(frozen=True)
-class RandomAffine(Op):
+class RandomAffine(_Warp):
     """Random rotation, translation, scale and shear per sample, about the centre (torchvision's
     ``RandomAffine``, its ``_get_inverse_affine_matrix`` convention: positive angles turn clockwise).
 
@@ -436,6 +466,7 @@ class RandomAffine(Op):
         interpolation: "nearest" (default, use it for masks) or "bilinear".
         fill: value of pixels from outside the image: a number or one per channel; None as in
             `RandomRotation`.
+        mask_keys: input fields warped with "nearest" and fill 0, as in `RandomRotation`.
         center: (x, y) in pixels from the top-left corner; None for the image centre.
     Stage: batch (one batched ``grid_sample`` with per-sample matrices).
     """
@@ -468,10 +499,7 @@ class RandomAffine(Op):
             else:
                 raise ValueError(f"RandomAffine(shear={self.shear!r}): expected a number, 2 or 4 values in degrees")
             object.__setattr__(self, "shear", tuple(shear))
-        if self.interpolation not in ("nearest", "bilinear"):
-            raise ValueError(f"RandomAffine(interpolation={self.interpolation!r}): expected 'nearest' or 'bilinear'")
-        _check_center(self, self.center)
-        _check_fill(self, self.fill)
+        self._check_warp_args()
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         height, width = meta["size"]
@@ -489,7 +517,7 @@ class RandomAffine(Op):
         return {"angle": angle, "translate_x": tx, "translate_y": ty, "scale": scale,
                 "shear_x": shear_x, "shear_y": shear_y}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def _warp(self, x: torch.Tensor, params: Params, interpolation: str, fill: Fill | None) -> torch.Tensor:
         xb, pb, single = as_batch(x, params)
         b = xb.shape[0]
         center = torch.tensor(_center_offset(self.center, x), dtype=torch.float64, device=pb["angle"].device)
@@ -497,5 +525,5 @@ class RandomAffine(Op):
             pb["angle"], torch.stack((pb["translate_x"], pb["translate_y"]), -1), pb["scale"],
             torch.stack((pb["shear_x"], pb["shear_y"]), -1), center.expand(b, 2),
         )
-        out = F.warp_affine(xb, matrix, self.interpolation, self.fill)
+        out = F.warp_affine(xb, matrix, interpolation, fill)
         return out[0] if single else out

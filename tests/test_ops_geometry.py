@@ -281,6 +281,22 @@ def test_keys_share_params_across_fields() -> None:
     assert torch.equal(data["image"], data["mask"])
 
 
+def test_mask_keys_warp_masks_with_nearest_and_zero_fill() -> None:
+    x = images(4)
+    mask = (x[:, :1] > 128).to(torch.uint8) * 3  # class ids 0 and 3
+    op = A.RandomAffine(25, scale=(0.8, 1.2), interpolation="bilinear", fill=100, keys=("image", "mask"),
+                        mask_keys=("mask",))
+    _, params = draw(op, x)
+    data = {"image": x, "mask": mask}
+    op.apply_fields(data, params)
+    nearest = A.RandomAffine(25, scale=(0.8, 1.2), interpolation="nearest", fill=0)
+    assert torch.equal(data["mask"], nearest.apply(mask, params))
+    assert set(data["mask"].unique().tolist()) <= {0, 3}  # no blended class ids
+    assert torch.equal(data["image"], op.apply(x, params))
+    with pytest.raises(ValueError, match="mask_keys"):
+        A.RandomRotation(5, mask_keys=("mask",))  # not an input
+
+
 def test_out_writes_a_new_field() -> None:
     x = images(4)
     op = A.VerticalFlip(p=1.0, out="view2")
