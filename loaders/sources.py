@@ -118,8 +118,10 @@ class FolderSource(Source):
 class ManifestSource(Source):
     """A JSON-lines file: one object per sample with ``path`` (relative to the manifest's
     folder, or absolute), optional integer ``label``, and other fields: numbers are passed
-    through to the batch, and ``width``/``height``/``duration``/``frames``/``fps``/
-    ``sample_rate``/``num_samples`` also serve as metadata for samplers."""
+    through to the batch; a string naming a media file (``"mask": "masks/0001.png"``) is
+    another blob of the sample, read by the decoder of the field with that name; and
+    ``width``/``height``/``duration``/``frames``/``fps``/``sample_rate``/``num_samples``
+    also serve as metadata for samplers."""
 
     kind = "manifest"
     META_KEYS = ("width", "height", "duration", "frames", "fps", "sample_rate", "num_samples", "channels")
@@ -139,8 +141,10 @@ class ManifestSource(Source):
                         raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from err
                     if not isinstance(row, dict) or "path" not in row:
                         raise SourceError(f"{path}:{lineno}", "each line must be an object with a 'path'")
-                    p = Path(row["path"])
-                    row["path"] = str(p if p.is_absolute() else base / p)
+                    for key, value in row.items():
+                        if key == "path" or (isinstance(value, str) and _is_media_path(value)):
+                            p = Path(value)
+                            row[key] = str(p if p.is_absolute() else base / p)
                     self._rows.append(row)
         except OSError as err:
             raise SourceError(str(path), err.strerror or str(err)) from err
@@ -160,7 +164,10 @@ class ManifestSource(Source):
             k: v for k, v in row.items()
             if k not in ("path", "label", "key") and isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        return SampleRef(index=index, key=str(row.get("key", path)), blobs={ext: Blob(path, path=path)},
+        blobs = {ext: Blob(path, path=path)}
+        blobs.update({k: Blob(v, path=v) for k, v in row.items()
+                      if k not in ("path", "key") and isinstance(v, str) and _is_media_path(v)})
+        return SampleRef(index=index, key=str(row.get("key", path)), blobs=blobs,
                          label=None if label is None else int(label), meta=meta, fields=fields)
 
     def meta(self, index: int) -> SampleMeta:
@@ -169,6 +176,10 @@ class ManifestSource(Source):
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.path)}
+
+
+def _is_media_path(value: str) -> bool:
+    return "." in value and kind_of_extension(value.rsplit(".", 1)[-1]) is not None
 
 
 def folder(root: str | os.PathLike, extensions: Iterable[str] | None = None) -> FolderSource:

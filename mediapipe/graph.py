@@ -258,7 +258,7 @@ class Plan:
     def _decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
                       data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats) -> None:
         t0 = time.perf_counter()
-        blob = ref.blob(decoder.kind)
+        blob = ref.blob(decoder.kind, name)
         if getattr(decoder, "reads_whole", True) and blob.data is None:
             blob = replace(blob, data=blob.read())
         stats.bytes += blob.nbytes()

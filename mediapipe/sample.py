@@ -113,8 +113,12 @@ class SampleRef:
     meta: SampleMeta = field(default_factory=dict)
     fields: dict[str, float | int] = field(default_factory=dict)
 
-    def blob(self, kind: str) -> Blob:
-        """The blob a decoder of ``kind`` reads: the one of that kind, else the only one."""
+    def blob(self, kind: str, field: str | None = None) -> Blob:
+        """The blob that the decoder of field ``field`` (media ``kind``) reads: the one named
+        after the field (a manifest's ``"mask": "m.png"``), else the one of that kind, else
+        the only one."""
+        if field is not None and field in self.blobs:
+            return self.blobs[field]
         if kind in self.blobs:
             return self.blobs[kind]
         for ext, blob in self.blobs.items():
