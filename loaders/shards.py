@@ -57,6 +57,8 @@ class ShardSource(Source):
 
     def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None) -> None:
         self.root = Path(root)
+        if self.root.name == sf.MANIFEST and self.root.is_file():
+            self.root = self.root.parent
         self.shard_ids = sorted(shard_ids) if shard_ids is not None else None
         self.manifest = sf.read_manifest(self.root)
         if not self.manifest.get("complete"):
@@ -141,7 +143,7 @@ class ShardSource(Source):
 
 
 def shards(path: str | os.PathLike, *, by_rank: bool = False) -> ShardSource:
-    """A dataset written by `mediapipe convert` (the folder holding manifest.json).
+    """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file).
 
     ``by_rank=True`` keeps only this process's shards when torch.distributed is initialised
     (rank r reads shards r, r + W, ...); the loader must then not split again (rank=0,

@@ -28,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -281,21 +282,18 @@ def finish(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- engines --------------------------------------------------------------------------------
-def _convert_item_star(args: tuple[InputItem, TranscodeOptions]) -> ItemResult:
-    return convert_item(*args)
-
-
 def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, workers: int,
               on_item: Callable[[ItemResult], None]) -> Iterator[ShardResult]:
-    """Transcode inputs on ``workers`` processes (in order) and write shards here, one by one."""
-    jobs = [(item, options) for task in tasks for item in task.items]
+    """Transcode inputs on ``workers`` processes and write shards here, one by one, in order.
+    At most ``4 * workers`` inputs are in flight, so memory stays bounded however slow the disk."""
+    jobs = ((item, options) for task in tasks for item in task.items)
+    pool = None
     if workers <= 1:
         results: Iterator[ItemResult] = (convert_item(*job) for job in jobs)
-        pool = None
     else:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         pool = multiprocessing.get_context(method).Pool(workers)
-        results = pool.imap(_convert_item_star, jobs, chunksize=1)
+        results = _bounded_imap(pool, jobs, 4 * workers)
     try:
         for task in tasks:
             def shard_items(task: ShardTask = task) -> Iterator[ItemResult]:
@@ -308,6 +306,17 @@ def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, work
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def _bounded_imap(pool: Any, jobs: Iterator[tuple[InputItem, TranscodeOptions]], window: int) -> Iterator[ItemResult]:
+    """``pool.imap`` in order, with at most ``window`` jobs submitted and not yet consumed."""
+    pending: deque = deque()
+    for job in jobs:
+        pending.append(pool.apply_async(convert_item, job))
+        if len(pending) >= window:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
 
 
 @dataclass
@@ -350,6 +359,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str |
     out.mkdir(parents=True, exist_ok=True)
     manifest, done = _start_or_resume(out, plan, resume)
     if manifest["complete"]:
+        shutil.rmtree(out / sf.PARTS, ignore_errors=True)  # killed between the last two steps of `finish`
         return _result(out, plan, manifest, 0, start, len(done))
     pending = [t for t in plan.tasks if t.index not in done]
     total_in = sum(i.size for t in pending for i in t.items)
@@ -434,3 +444,49 @@ def measure_conversion(src: str | os.PathLike, workdir: str | os.PathLike, worke
             "mb_in": result.bytes_in / 1e6, "mb_out": result.bytes_out / 1e6, "seconds": result.seconds,
             "files_per_s": result.num_inputs / seconds, "mb_per_s": result.bytes_in / 1e6 / seconds,
             "out": str(out)}
+
+
+# -- benchmark helpers ------------------------------------------------------------------------
+def evict_from_page_cache(paths: Iterable[str | os.PathLike]) -> None:
+    """Ask the kernel to drop these files' cached pages (POSIX_FADV_DONTNEED): a per-file
+    cold cache that needs no root and leaves other processes' files alone."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except (OSError, AttributeError):
+            pass
+        finally:
+            os.close(fd)
+
+
+def measure_read(source: Any, *, cold: bool = False, decode: Any = None, seed: int = 0,
+                 limit: int | None = None) -> dict[str, Any]:
+    """Read every sample of ``source`` once in a shuffled order (as an epoch does): bytes only,
+    or through a `Pipeline` with ``decode`` (e.g. ``{"image": mp.decoders.image()}``).
+    ``cold=True`` evicts the source's files from the page cache first. Returns samples/s and
+    MB/s (of bytes read, or of decoded uint8 elements when decoding)."""
+    order = np.random.default_rng(seed).permutation(len(source))[:limit]
+    if cold:
+        files = {blob.path for i in range(len(source)) for blob in source.ref(i).blobs.values() if blob.path}
+        evict_from_page_cache(files)
+    total = 0
+    start = time.perf_counter()
+    if decode is None:
+        for i in order:
+            for blob in source.ref(int(i)).blobs.values():
+                total += len(blob.read())
+    else:
+        from mediapipe.pipeline import Pipeline
+
+        dataset = Pipeline(source=source, decode=decode, batch_size=1, device="cpu").dataset()
+        for i in order:
+            sample = dataset[int(i)]
+            total += sum(int(v.numel()) for v in sample.values() if hasattr(v, "numel"))
+    seconds = max(time.perf_counter() - start, 1e-9)
+    return {"samples": len(order), "seconds": seconds, "samples_per_s": len(order) / seconds,
+            "mb_per_s": total / 1e6 / seconds, "cold": cold, "decoded": decode is not None}

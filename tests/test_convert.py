@@ -168,3 +168,20 @@ def _png(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(array).save(buf, format="PNG")
     return buf.getvalue()
+
+
+def test_progress_draws_a_bar_on_a_terminal_and_logs_lines_elsewhere() -> None:
+    from mediapipe.progress import Progress
+
+    tty, log = io.StringIO(), io.StringIO()
+    bar = Progress(4, unit="files", desc="convert", stream=tty, tty=True)
+    plain = Progress(4, unit="files", desc="convert", stream=log, tty=False, log_every=0.0)
+    for p in (bar, plain):
+        p._last_draw -= 1.0  # as if the last draw were long ago
+        p.update(1, bytes=2_000_000)
+        p.update(1, bytes=2_000_000)
+        p.close()
+    assert "\r[" in tty.getvalue() and "2/4 files" in tty.getvalue() and tty.getvalue().endswith("\n")
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) == 3 and lines[-1].startswith("convert: 2/4 files")
+    assert "files/s" in lines[-1] and "MB/s" in lines[-1] and "ETA" in lines[-1]
