@@ -30,8 +30,35 @@ def _check_interpolation(op: Op, interpolation: str) -> None:
         raise ValueError(f"{type(op).__name__}(interpolation={interpolation!r}): expected one of {F.INTERPOLATIONS}")
 
 
+def _check_mask_keys(op: Op) -> None:
+    object.__setattr__(op, "mask_keys", tuple(op.mask_keys))
+    unknown = [k for k in op.mask_keys if k not in op.inputs]
+    if unknown:
+        raise ValueError(f"{type(op).__name__}(mask_keys={op.mask_keys!r}): {unknown} not among the inputs {op.inputs}")
+
+
 @dataclass(frozen=True)
-class RandomResizedCrop(Op):
+class _Resample(Op):
+    """Shared by the resizing ops: ``mask_keys`` fields are resized with "nearest", no antialias."""
+
+    mask_keys: tuple[str, ...] = field(default=(), kw_only=True)
+
+    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        return self._resample(x, params, self.interpolation, self.antialias)
+
+    def apply_fields(self, data: dict, params: Params) -> None:
+        for src, dst in zip(self.inputs, self.outputs):
+            if src in self.mask_keys:
+                data[dst] = self._resample(data[src], params, "nearest", False)
+            else:
+                data[dst] = self._resample(data[src], params, self.interpolation, self.antialias)
+
+    def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop(_Resample):
     """Crop a random region of random area and aspect ratio, resized to ``size`` (Inception-style).
 
     Input  ``key``: uint8 or float (C, H, W), or a clip (T, C, H, W) with one crop for all frames.
@@ -42,7 +69,9 @@ class RandomResizedCrop(Op):
         scale: (low, high) fraction of the image area the crop covers.
         ratio: (low, high) crop width / height, drawn log-uniformly.
         interpolation: "bilinear" (default), "bicubic", "nearest" (torchvision's) or "nearest-exact"
-            (pixel centres, Pillow's); use a nearest mode for masks. antialias: when downscaling.
+            (pixel centres, Pillow's). antialias: when downscaling.
+        mask_keys: input fields (segmentation masks) resized with "nearest", with the same crop
+            as the other ``keys``. Setting it turns off the fusion into the decoder.
     """
 
     size: Size = 224
@@ -60,6 +89,7 @@ class RandomResizedCrop(Op):
         if not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"RandomResizedCrop(ratio={self.ratio}): expected 0 < low <= high")
         _check_interpolation(self, self.interpolation)
+        _check_mask_keys(self)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         # torchvision's algorithm: ten tries, then a central crop with the ratio clamped.
@@ -82,11 +112,13 @@ class RandomResizedCrop(Op):
             w, h = width, height
         return {"top": (height - h) // 2, "left": (width - w) // 2, "height": h, "width": w}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
         return F.resized_crop_image(x, params["top"], params["left"], params["height"], params["width"],
-                                    self.size, self.interpolation, self.antialias)
+                                    self.size, interpolation, antialias)
 
-    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint:
+    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
+        if self.mask_keys:
+            return None  # the decoder cannot tell an image from a mask: run unfused, per field
         roi = (params["top"], params["left"], params["height"], params["width"])
         return DecodeHint(roi=roi, size=self.size if not self.interpolation.startswith("nearest") else None)
 
@@ -95,15 +127,17 @@ class RandomResizedCrop(Op):
 
 
 @dataclass(frozen=True)
-class Resize(Op):
+class Resize(_Resample):
     """Resize: the shorter side to ``size`` (int), exactly to (height, width), or the longer
     side to ``max_size`` (``size=None``); ``max_size`` also caps the longer side of an int resize.
 
     Input/Output: (..., C, H, W), same dtype. Stage: sample, fused into the decoder (DCT scaling).
     Args:
         size: int (shorter side), (height, width), or None (then ``max_size`` sets the longer side).
-        max_size: cap on the longer side, in pixels. interpolation: "bilinear", "bicubic" or
-            "nearest" or "nearest-exact" (use a nearest mode for masks); antialias: when downscaling (torchvision's default).
+        max_size: cap on the longer side, in pixels.
+        interpolation: "bilinear", "bicubic", "nearest" or "nearest-exact"; antialias: when
+            downscaling (torchvision's default).
+        mask_keys: input fields resized with "nearest" (segmentation masks); turns off decoder fusion.
     """
 
     size: Size | None = 256
@@ -121,6 +155,7 @@ class Resize(Op):
             if self.max_size is not None:
                 raise ValueError("Resize: max_size applies only to an int (shorter side) size")
         _check_interpolation(self, self.interpolation)
+        _check_mask_keys(self)
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         """The (height, width) an image of this size is resized to (torchvision's rounding)."""
@@ -139,10 +174,12 @@ class Resize(Op):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"size": self.output_size(*meta["size"])}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        return F.resize_image(x, tuple(params["size"]), self.interpolation, self.antialias)
+    def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
+        return F.resize_image(x, tuple(params["size"]), interpolation, antialias)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
+        if self.mask_keys:
+            return None
         return DecodeHint(size=tuple(params["size"])) if not self.interpolation.startswith("nearest") else None
 
 
@@ -376,10 +413,7 @@ class _Warp(Op):
             raise ValueError(f"{name}(interpolation={self.interpolation!r}): expected 'nearest' or 'bilinear'")
         _check_center(self, self.center)
         _check_fill(self, self.fill)
-        object.__setattr__(self, "mask_keys", tuple(self.mask_keys))
-        unknown = [k for k in self.mask_keys if k not in self.inputs]
-        if unknown:
-            raise ValueError(f"{name}(mask_keys={self.mask_keys!r}): {unknown} not among the inputs {self.inputs}")
+        _check_mask_keys(self)
 
     def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         return self._warp(x, params, self.interpolation, self.fill)

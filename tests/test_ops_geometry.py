@@ -297,6 +297,24 @@ def test_mask_keys_warp_masks_with_nearest_and_zero_fill() -> None:
         A.RandomRotation(5, mask_keys=("mask",))  # not an input
 
 
+@pytest.mark.parametrize("op", [A.RandomResizedCrop(24, keys=("image", "mask"), mask_keys=("mask",)),
+                                A.Resize((20, 30), keys=("image", "mask"), mask_keys=("mask",))])
+def test_mask_keys_resize_masks_with_nearest(op) -> None:
+    x = images(1, 48, 64)[0]
+    mask = (x[:1] > 128).to(torch.uint8) * 7
+    p = op.sample_params(SampleRNG(0, 0, 0, 0), {"size": (48, 64)})
+    data = {"image": x, "mask": mask}
+    op.apply_fields(data, p)
+    assert torch.equal(data["image"], op.apply(x, p))  # the image keeps bilinear
+    assert set(data["mask"].unique().tolist()) <= {0, 7}
+    if isinstance(op, A.Resize):
+        assert torch.equal(data["mask"], TF.resize(mask, [20, 30], InterpolationMode.NEAREST))
+    else:
+        ref = TF.resized_crop(mask, p["top"], p["left"], p["height"], p["width"], [24, 24], InterpolationMode.NEAREST)
+        assert torch.equal(data["mask"], ref)
+    assert op.decode_hint(p, {}) is None  # unfused: the decoder cannot tell a mask from an image
+
+
 def test_out_writes_a_new_field() -> None:
     x = images(4)
     op = A.VerticalFlip(p=1.0, out="view2")
