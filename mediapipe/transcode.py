@@ -170,7 +170,9 @@ def transcode_video(data: bytes, ext: str, options: TranscodeOptions) -> tuple[s
         else:
             out_data = _encode_av1(data, options)
         return "mkv", out_data, probe_video(out_data)
-    except (av.FFmpegError, OSError, ValueError, IndexError) as err:
+    except IndexError as err:
+        raise TranscodeError("video: the file has no video stream") from err
+    except (av.FFmpegError, OSError, ValueError) as err:
         raise TranscodeError(f"video: {err}") from err
 
 
@@ -289,6 +291,8 @@ def transcode_audio(data: bytes, ext: str, options: TranscodeOptions) -> tuple[s
                 out.mux(packet)
         out_data = buf.getvalue()
         return out_ext, out_data, probe_audio(out_data)
-    except (av.FFmpegError, OSError, IndexError) as err:
+    except IndexError as err:
+        raise TranscodeError("audio: the file has no audio stream") from err
+    except (av.FFmpegError, OSError) as err:
         raise TranscodeError(f"audio: {err}") from err
 
