@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
 
 INSTALL_HINT = "pip install mediapipe-loader[dali]"
+RNG_MODES = ("dali", "keyed")
 
 
 def dali_available() -> bool:
@@ -168,7 +169,11 @@ class DaliLoader:
 
     Args beyond `Loader`'s: ``num_workers`` sets DALI's ``num_threads``; ``prefetch`` its
     ``prefetch_queue_depth``; ``device_id`` the GPU (default: the pipeline's CUDA device, or
-    None, CPU only, when the pipeline's device is the CPU).
+    None, CPU only, when the pipeline's device is the CPU). ``rng``: "dali" (default) lets DALI
+    draw RandomResizedCrop's windows and the flips (``image_random_crop``, ``coin_flip``: the
+    graph a hand-written DALI pipeline uses); "keyed" feeds the torch backend's keyed draws for
+    those too, so every op gets exactly the torch backend's parameters (a header parse and a
+    few microseconds of Python per sample on the host). Other random ops always take the keyed draws.
     """
 
     def __init__(
@@ -184,12 +189,16 @@ class DaliLoader:
         rank: int | None = None,
         world_size: int | None = None,
         device_id: int | None = None,
+        rng: str = "dali",
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers={num_workers}: expected >= 0")
         if prefetch < 1:
             raise ValueError(f"prefetch={prefetch}: expected >= 1")
+        if rng not in RNG_MODES:
+            raise ValueError(f"rng={rng!r}: expected one of {RNG_MODES}")
         check_lowerable(pipeline)
+        self.rng = rng
         self._dali = import_dali()
         if drop_last is not None:
             last_batch = "drop" if drop_last else last_batch
@@ -295,6 +304,7 @@ class DaliLoader:
             return fn.external_source(source=feed.add(unique, compute), batch=True, name=unique)
 
         ctx = LoweringContext(fn, types, "gpu" if self.device_id is not None else "cpu", host_input)
+        ctx.keyed = self.rng == "keyed"
         with warnings.catch_warnings():
             # DALI warns that it cannot checkpoint a callable source: our feed restarts
             # at the sampler's position itself.

@@ -57,6 +57,7 @@ class LoweringContext:
         self.fn, self.types, self.device = fn, types, device  # device: "cpu" or "gpu"
         self.fields: dict[str, FieldNode] = {}
         self.op_index = 0  # the op being lowered: its position in the spec, the key of its draws
+        self.keyed = False  # True: crops and flips too take the torch backend's keyed draws
         self._host_input = host_input
 
     def drawn(self, op: Op, f: FieldNode, name: str, value: Callable[[dict[str, Any]], Any], dtype: Any) -> Any:
@@ -134,23 +135,35 @@ def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
     fn, types = ctx.fn, ctx.types
     height, width = op.size
     interp = getattr(types, INTERP[op.interpolation])
+    resize = dict(size=[height, width], interp_type=interp, antialias=op.antialias)
     for src in op.inputs:
         in_place = op.outputs[op.inputs.index(src)] == src
-        if not ctx.fields[src].decoded and in_place:
-            # fused: decode only the random region (nvJPEG ROI decode on a GPU)
-            def fused(f: FieldNode) -> Any:
-                return fn.decoders.image_random_crop(
-                    f.node, device="mixed" if ctx.device == "gpu" else "cpu",
-                    random_area=list(op.scale), random_aspect_ratio=list(op.ratio), num_attempts=10,
-                    **image_decoder_args(f.options, types))
-            f = _copy(ctx.decoded(src, fused))
-            f.node = fn.resize(f.node, size=[height, width], interp_type=interp, antialias=op.antialias)
+        fuse = not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
+        decoder = dict(device="mixed" if ctx.device == "gpu" else "cpu")
+        if ctx.keyed:  # the torch backend's window, drawn on the host from the header's size
+            f = ctx.fields[src]
+            anchor = ctx.drawn(op, f, "anchor", lambda p: (p["top"], p["left"]), np.int32)
+            shape = ctx.drawn(op, f, "shape", lambda p: (p["height"], p["width"]), np.int32)
+            if fuse:
+                f = _copy(ctx.decoded(src, lambda f, a=anchor, s=shape, d=decoder: fn.decoders.image_slice(
+                    f.node, a, s, axis_names="HW", normalized_anchor=False, normalized_shape=False,
+                    **d, **image_decoder_args(f.options, types))))
+            else:
+                f = _copy(ctx.decoded(src))
+                ctx.flush_mirror(f)
+                f.node = fn.slice(f.node, anchor, shape, axis_names="HW", normalized_anchor=False,
+                                  normalized_shape=False)
+            f.node = fn.resize(f.node, **resize)
+        elif fuse:
+            f = _copy(ctx.decoded(src, lambda f, d=decoder: fn.decoders.image_random_crop(
+                f.node, random_area=list(op.scale), random_aspect_ratio=list(op.ratio), num_attempts=10,
+                **d, **image_decoder_args(f.options, types))))
+            f.node = fn.resize(f.node, **resize)
         else:
             f = _copy(ctx.decoded(src))
             ctx.flush_mirror(f)
-            f.node = fn.random_resized_crop(f.node, size=[height, width], random_area=list(op.scale),
-                                            random_aspect_ratio=list(op.ratio), num_attempts=10,
-                                            interp_type=interp, antialias=op.antialias)
+            f.node = fn.random_resized_crop(f.node, random_area=list(op.scale), random_aspect_ratio=list(op.ratio),
+                                            num_attempts=10, **resize)
         f.size_of = lambda sample, s=(height, width): s
         _write(ctx, op, src, f)
 
@@ -193,10 +206,16 @@ def lower_center_crop(op: Any, ctx: LoweringContext) -> None:
         _write(ctx, op, src, f)
 
 
+def _coin(op: Any, ctx: LoweringContext, f: FieldNode) -> Any:
+    if ctx.keyed:
+        return ctx.drawn(op, f, "flip", lambda p: int(p["flip"]), np.int32)
+    return ctx.fn.random.coin_flip(probability=float(op.p), dtype=ctx.types.INT32)
+
+
 def lower_horizontal_flip(op: Any, ctx: LoweringContext) -> None:
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
-        coin = ctx.fn.random.coin_flip(probability=float(op.p), dtype=ctx.types.INT32)
+        coin = _coin(op, ctx, f)
         if f.mirror is not None:  # two flips: their parities add
             f.mirror = (f.mirror + coin) % 2
         else:
@@ -207,7 +226,7 @@ def lower_horizontal_flip(op: Any, ctx: LoweringContext) -> None:
 def lower_vertical_flip(op: Any, ctx: LoweringContext) -> None:
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
-        coin = ctx.fn.random.coin_flip(probability=float(op.p), dtype=ctx.types.INT32)
+        coin = _coin(op, ctx, f)
         f.node = ctx.fn.flip(f.node, horizontal=0, vertical=coin)  # commutes with a pending mirror
         _write(ctx, op, src, f)
 

@@ -162,12 +162,14 @@ class Posterize(Op):
 
 
 def test_unsupported_ops_are_listed_at_build_time(image_folder):
-    pipe = _pipe(image_folder, [A.RandomResizedCrop(32), Posterize(), A.Normalize(dtype="bfloat16"), Posterize()])
+    pipe = _pipe(image_folder, [A.RandomResizedCrop(32), Posterize(), A.Normalize(dtype="bfloat16"), Posterize(),
+                                A.ColorJitter(hue=0.1), A.MixUp(num_classes=3)])
     with pytest.raises(PipelineError) as info:
         pipe.loader(backend="dali")
     message = str(info.value)
     assert "augment[1] Posterize" in message and "augment[3] Posterize" in message
     assert "augment[2] Normalize(dtype='bfloat16'" in message
+    assert "augment[4] ColorJitter(hue" in message and "augment[5] MixUp" in message
     assert "backend='torch'" in message and "RandomResizedCrop" not in message.split("Lowered ops")[0]
     with pytest.raises(PipelineError, match="on_error='skip'"):
         mp.Pipeline(source=mp.loaders.folder(image_folder), decode={"image": mp.decoders.image()},
@@ -185,6 +187,54 @@ def test_unknown_option_is_rejected_and_table_lists_ops(image_folder):
         _pipe(image_folder, [A.Resize(32)]).loader(backend="dali", worker_type="thread")
     table = lowering_table()
     assert "image_random_crop" in table["RandomResizedCrop"] and "crop_mirror_normalize" in table["Normalize"]
+
+
+
+def test_keyed_rng_gives_the_torch_backends_crops_and_flips(image_folder):
+    pipe = _pipe(image_folder, [A.RandomResizedCrop(160), A.HorizontalFlip(), A.VerticalFlip(), A.Normalize()],
+                 batch_size=8, seed=1)
+    dali_loader, torch_loader = pipe.loader(backend="dali", rng="keyed"), pipe.loader(backend="torch")
+    for _ in range(2):  # two epochs: each epoch's draws are keyed by it
+        for a, b in zip(dali_loader, torch_loader, strict=True):
+            assert torch.equal(a["index"], b["index"])
+            # same windows and flips: rounding apart, a few grey levels where the region's
+            # edge falls between pixels of the reduced-size decode (a wrong draw: about 0.8 mean)
+            diff = (a["image"] - b["image"]).abs()
+            assert diff.mean().item() <= MEAN_ABS and diff.max().item() <= 8 / 255 / 0.224
+
+
+BLOCK = [A.Resize(128), A.CenterCrop(112)]
+
+
+@pytest.mark.parametrize("ops, max_levels", [
+    ([A.GaussianBlur(5, sigma=(0.5, 2.0))], 1),
+    ([A.RandomGrayscale(p=0.5)], 1),
+    ([A.RandomCrop(100, padding=4)], 1),
+    ([A.Pad((3, 5), fill=7)], 1),
+    ([A.ColorJitter(brightness=0.4)], 2),
+    ([A.ColorJitter(contrast=0.4)], 2),
+    ([A.ColorJitter(saturation=0.4)], 2),
+    ([A.ToDtype(), A.RandomErasing(p=1.0, value=0.5)], 1),
+])
+def test_keyed_ops_equal_torch_backend(image_folder, ops, max_levels):
+    # DALI applies the torch backend's own keyed draws: values differ by rounding only
+    pipe = _pipe(image_folder, BLOCK + ops, batch_size=8, seed=2)
+    a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+    assert a["image"].shape == b["image"].shape and a["image"].dtype == b["image"].dtype
+    scale = 255.0 if a["image"].is_floating_point() else 1.0
+    diff = (a["image"].float() - b["image"].float()).abs() * scale
+    assert diff.max().item() <= max_levels + 1e-3
+    assert diff.mean().item() <= 0.5
+
+
+def test_approximate_ops_stay_close(image_folder):
+    # ColorJitter runs its steps in a fixed order (the drawn order matters only where values clip);
+    # DALI's rotation samples pixels with its own rounding at the borders
+    for ops, mean_levels in (([A.ColorJitter(0.4, 0.4, 0.4)], 1.5), ([A.RandomRotation(30)], 1.5)):
+        pipe = _pipe(image_folder, BLOCK + ops, batch_size=8, seed=2)
+        a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+        assert a["image"].shape == b["image"].shape and a["image"].dtype == b["image"].dtype == torch.uint8
+        assert (a["image"].float() - b["image"].float()).abs().mean().item() <= mean_levels
 
 
 # -- audio ------------------------------------------------------------------------------------
