@@ -186,6 +186,13 @@ def test_mix_reads_and_writes_label() -> None:
 def test_mix_rejects_labels_out_of_range() -> None:
     with pytest.raises(ValueError, match="num_classes=3"):
         FM.soft_labels(torch.tensor([0, 3]), 3)
+    with pytest.raises(ValueError, match="-2"):
+        FM.soft_labels(torch.tensor([0, -2]), 3)
+
+
+def test_replaced_sample_label_gives_zero_row() -> None:
+    soft = FM.soft_labels(torch.tensor([2, -1, 0]), 3)
+    assert torch.equal(soft, torch.tensor([[0.0, 0, 1], [0, 0, 0], [1, 0, 0]]))
 
 
 # -- end to end through a Pipeline --------------------------------------------------------------------------

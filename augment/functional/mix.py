@@ -10,16 +10,20 @@ import torch
 
 
 def soft_labels(label: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """int64 (B,) class indices to one-hot (B, num_classes); float (B, num_classes) passes as is."""
+    """int64 (B,) class indices to one-hot (B, num_classes); float (B, num_classes) passes as is.
+
+    Label -1 (a sample replaced by zeros under ``on_error="replace"``) gives a row of zeros.
+    """
     if label.is_floating_point():
         if label.ndim != 2 or label.shape[1] != num_classes:
             raise ValueError(f"soft labels of shape {tuple(label.shape)}: expected (B, {num_classes})")
         return label
     if label.ndim != 1:
         raise ValueError(f"labels of shape {tuple(label.shape)}: expected class indices (B,)")
-    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= num_classes):
+    if label.numel() and (int(label.min()) < -1 or int(label.max()) >= num_classes):
         raise ValueError(f"labels in [{int(label.min())}, {int(label.max())}] for num_classes={num_classes}")
-    return torch.nn.functional.one_hot(label, num_classes).to(dtype)
+    valid = (label >= 0).to(dtype).unsqueeze(1)
+    return torch.nn.functional.one_hot(label.clamp(min=0), num_classes).to(dtype).mul_(valid)
 
 
 def _lerp(a: torch.Tensor, partner: torch.Tensor, lam: float) -> torch.Tensor:
