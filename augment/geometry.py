@@ -246,7 +246,11 @@ class HorizontalFlip(Op):
 
 @dataclass(frozen=True)
 class VerticalFlip(HorizontalFlip):
-    """Mirror top-bottom with probability ``p``, drawn per sample. Stage: batch."""
+    """Mirror top-bottom with probability ``p``, drawn per sample.
+
+    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W), any dtype. Output: same shape and dtype.
+    Args: p: probability of a flip per sample; 0 never, 1 always. Stage: batch.
+    """
 
     def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         xb, pb, single = as_batch(x, params)

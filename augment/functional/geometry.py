@@ -122,7 +122,8 @@ def _flip_selected(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tenso
         return x
     if idx.numel() == x.shape[0]:
         return x.flip(dim)
-    return x.index_copy(0, idx, x.index_select(0, idx).flip(dim))
+    out = x.clone()  # ours to write: the input stays untouched
+    return out.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
 
 
 # -- affine warps (batched: one matrix per sample) ------------------------------------------------
