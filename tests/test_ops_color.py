@@ -96,7 +96,9 @@ def test_color_jitter_matches_torchvision_in_each_samples_order(dtype) -> None:
     op = A.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
     drawn, params = draw(op, x)
     assert len({d["order"] for d in drawn}) > 2  # orders differ between samples
+    before = x.clone()
     out = op.apply(x, params)
+    assert torch.equal(x, before)  # pure
     for i, d in enumerate(drawn):
         ref = x[i]
         for j in d["order"]:
@@ -124,6 +126,14 @@ def test_color_jitter_factor_ranges_like_torchvision() -> None:
     assert all(0.0 <= d["brightness"] <= 2.5 and -0.3 <= d["hue"] <= 0.3 for d in draws)
     first = [d["order"][0] for d in draws]
     assert all(first.count(k) > 40 for k in range(4))  # each adjustment comes first about 1/4 of the time
+
+
+def test_color_jitter_one_channel_input_is_not_written() -> None:
+    x = images(6)[:, :1].contiguous()
+    before = x.clone()
+    op = A.ColorJitter(brightness=0.3, contrast=0.3, saturation=0.3, hue=0.2)
+    out = op.apply(x, draw(op, x)[1])
+    assert torch.equal(x, before) and out.shape == x.shape
 
 
 def test_color_jitter_clip_one_draw_for_all_frames() -> None:

@@ -170,7 +170,7 @@ def random_grayscale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     idx = mask.to(x.device).reshape(-1).nonzero().reshape(-1)
     if idx.numel() == 0 or x.shape[-3] == 1:
         return x
-    return x.index_copy(0, idx, rgb_to_grayscale(x.index_select(0, idx)).contiguous())
+    return x.clone().index_copy_(0, idx, rgb_to_grayscale(x.index_select(0, idx)).contiguous())
 
 
 JITTER_ORDER = ("brightness", "contrast", "saturation", "hue")
@@ -196,7 +196,7 @@ def color_jitter(
     """
     factors = dict(zip(JITTER_ORDER, (brightness, contrast, saturation, hue)))
     order = order.to(x.device).reshape(x.shape[0], len(JITTER_ORDER))
-    out = x
+    out, owned = x, False  # owned: ``out`` is a tensor of ours, safe to write in place
     for position in range(len(JITTER_ORDER)):
         for op_id, name in enumerate(JITTER_ORDER):
             f = factors[name]
@@ -207,9 +207,12 @@ def color_jitter(
                 continue
             f = torch.as_tensor(f, device=x.device).reshape(-1)
             if idx.numel() == x.shape[0]:
-                out = _ADJUST[name](out, f)
-            else:
-                out = out.index_copy(0, idx, _ADJUST[name](out.index_select(0, idx), f.index_select(0, idx)))
+                new = _ADJUST[name](out, f)  # a new tensor, or ``out`` itself (hue of 1 channel)
+                out, owned = new, owned or new is not out
+                continue
+            if not owned:
+                out, owned = out.clone(), True
+            out.index_copy_(0, idx, _ADJUST[name](out.index_select(0, idx), f.index_select(0, idx)))
     return out
 
 
