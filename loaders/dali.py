@@ -20,9 +20,11 @@ Importing this module does not import DALI; building a `DaliLoader` does.
 from __future__ import annotations
 
 import collections
+import copy
 import importlib.util
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -120,14 +122,15 @@ class _Feed:
 
     Each input pulls its own queue; when a queue is empty the next planned batch is read
     and every queue gets its part, so the order in which DALI calls them does not matter.
+    The feed runs on into the next epochs' plans, so DALI prefetches across an epoch's end
+    as its own readers do (no bubble, no reset).
     """
 
     def __init__(self, loader: DaliLoader) -> None:
         self.loader = loader
         self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
         self.queues: dict[str, collections.deque] = {}
-        self.planned: Iterator[PlannedBatch] = iter(())
-        self.epoch = 0
+        self.planned: Iterator[tuple[int, PlannedBatch]] = iter(())
         self.host: collections.deque = collections.deque()  # (PlannedBatch, refs) per batch fed
 
     def add(self, name: str, compute: Any) -> Any:
@@ -141,14 +144,11 @@ class _Feed:
 
         return source
 
-    def start(self, epoch: int, planned: list[PlannedBatch]) -> None:
-        self.epoch, self.planned = epoch, iter(planned)
-        for q in self.queues.values():
-            q.clear()
-        self.host.clear()
+    def start(self, sampler: BatchSampler, epoch: int, position: int) -> None:
+        self.planned = _plans(sampler, epoch, position)
 
     def _next_batch(self) -> None:
-        batch = next(self.planned)  # StopIteration ends DALI's epoch
+        epoch, batch = next(self.planned)
         source, plan = self.loader.pipeline.source, self.loader.plan
         refs = [source.ref(int(i)) for i in batch.indices]
         samples = []
@@ -157,10 +157,33 @@ class _Feed:
             for name, spec in plan.decode.items():
                 blob = ref.blob(spec.kind)
                 data[name] = np.frombuffer(blob.read(), dtype=np.uint8)
-            samples.append(HostSample(ref, data, self.loader._probes, self.loader.pipeline.seed, self.epoch))
+            samples.append(HostSample(ref, data, self.loader._probes, self.loader.pipeline.seed, epoch))
         for name, compute in self.inputs.items():
             self.queues[name].append([compute(s) for s in samples])
         self.host.append((batch, refs))
+
+
+def _plans(sampler: BatchSampler, epoch: int, position: int) -> Iterator[tuple[int, PlannedBatch]]:
+    """(epoch, batch) from ``position`` of ``epoch`` on, then every later epoch's, endlessly."""
+    planner = copy.copy(sampler)  # plans other epochs without moving the loader's sampler
+    while True:
+        planner.set_epoch(epoch)
+        planned = planner.batches()
+        for batch in planned[position:]:
+            yield epoch, batch
+        if not planned:
+            raise PipelineError(f"epoch {epoch} has no batches (fewer samples than one batch with drop_last?)")
+        epoch, position = epoch + 1, 0
+
+
+@dataclass
+class _Live:
+    """The DALI pipeline in use and the (epoch, position) of the next batch it will give."""
+
+    pipe: Any
+    feed: _Feed
+    epoch: int
+    position: int
 
 
 class DaliLoader:
@@ -221,7 +244,7 @@ class DaliLoader:
         decoders = self.plan.decoders()
         self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.ref.blob(d.kind), s.data[n].tobytes()))
                         for name in self.plan.decode}
-        self._live: tuple[Any, int] | None = None  # (DALI pipeline, epoch) that delivered the last batch
+        self._live: _Live | None = None
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
 
     # -- the contract -----------------------------------------------------------------
@@ -234,10 +257,9 @@ class DaliLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
-        self._live = self._checkpoint = None
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's position and, mid-epoch, DALI's checkpoint (its generators' state)."""
+        """The sampler's position and DALI's checkpoint (its generators' state) at that position."""
         state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
         checkpoint = self._current_checkpoint()
         if checkpoint is not None:
@@ -261,33 +283,39 @@ class DaliLoader:
         planned = sampler.batches()
         if start > len(planned):
             raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
-        checkpoint = self._current_checkpoint() if start > 0 else None
-        if start > 0 and checkpoint is None:
-            warnings.warn(f"DaliLoader resumes at batch {start} without a DALI checkpoint: the samples are the "
-                          "same, DALI's random draws are not those of an uninterrupted run", stacklevel=2)
-        self._live = self._checkpoint = None
-        pipe, feed = self._build(epoch, checkpoint)
-        feed.start(epoch, planned[start:])
+        live = self._live
+        if live is None or (live.epoch, live.position) != (epoch, start):
+            # a fresh pipeline: at a checkpoint's position, or seeded by (seed, rank, epoch)
+            checkpoint = self._current_checkpoint()
+            if start > 0 and checkpoint is None:
+                warnings.warn(f"DaliLoader resumes at batch {start} without a DALI checkpoint: the samples are the "
+                              "same, DALI's random draws are not those of an uninterrupted run", stacklevel=2)
+            self._live = None  # the old pipeline goes before the new one allocates
+            pipe, feed = self._build(epoch, checkpoint)
+            feed.start(sampler, epoch, start)
+            live = _Live(pipe, feed, epoch, start)
+        self._live, self._checkpoint = live, None
         for _ in range(len(planned) - start):
-            outputs = pipe.run()
-            batch, refs = feed.host.popleft()
+            outputs = live.pipe.run()
+            batch, refs = live.feed.host.popleft()
             out = self._to_torch(outputs, batch, refs)
             self.stats.samples += batch.valid
             self.stats.batches += 1
             sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
-            self._live = (pipe, epoch)
+            live.position += 1
             yield out
         if sampler.epoch == epoch and sampler.position >= len(planned):
             sampler.set_epoch(epoch + 1)
-            self._live = None
+            live.epoch, live.position = epoch + 1, 0  # the feed runs on into the next epoch
 
     # -- DALI graph -------------------------------------------------------------------
     def _current_checkpoint(self) -> str | None:
-        position, epoch = self.sampler.position, self.sampler.epoch
-        if self._checkpoint is not None and self._checkpoint[1:] == (epoch, position):
+        here = (self.sampler.epoch, self.sampler.position)
+        live = self._live
+        if live is not None and (live.epoch, live.position) == here:
+            return live.pipe.checkpoint()
+        if self._checkpoint is not None and self._checkpoint[1:] == here:
             return self._checkpoint[0]
-        if self._live is not None and self._live[1] == epoch and position > 0:
-            return self._live[0].checkpoint()
         return None
 
     def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:

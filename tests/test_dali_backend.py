@@ -90,14 +90,14 @@ def test_random_ops_shapes_ranges_labels_and_sample_sets(image_manifest):
     assert not torch.allclose(dali[0]["image"], torch_[0]["image"], atol=0.1)
 
 
-def test_epochs_are_reshuffled_and_reseeded(image_folder):
+def test_epochs_are_reshuffled_and_a_fresh_epoch_is_reseeded(image_folder):
     pipe = _pipe(image_folder, [A.RandomResizedCrop(32), A.Normalize()], batch_size=24)
     loader = pipe.loader(backend="dali")
     (first,), (second,) = list(loader), list(loader)
     assert sorted(first["index"].tolist()) == sorted(second["index"].tolist()) == list(range(24))
     assert not torch.equal(first["index"], second["index"])
     loader.set_epoch(0)
-    (again,) = list(loader)  # an epoch's draws depend on (seed, epoch) only
+    (again,) = list(loader)  # a pipeline started at an epoch is seeded by (seed, rank, epoch)
     assert torch.equal(again["index"], first["index"]) and torch.equal(again["image"], first["image"])
 
 
@@ -152,6 +152,20 @@ def test_resume_mid_epoch_equals_uninterrupted_run(image_folder):
     # breaking out and iterating again continues where the last delivered batch left off
     it2 = iter(loader)
     assert torch.equal(next(it2)["image"], full[2]["image"])
+
+
+def test_resume_at_an_epoch_boundary(image_folder):
+    # the pipeline runs on across epochs, so DALI's state at the boundary travels in the checkpoint
+    augment = [A.RandomResizedCrop(40), A.HorizontalFlip(), A.Normalize()]
+    loader = _pipe(image_folder, augment, batch_size=8, seed=5).loader(backend="dali")
+    list(loader)
+    state = loader.state_dict()
+    assert state["sampler"]["epoch"] == 1 and state["sampler"]["position"] == 0 and "dali" in state
+    second = list(loader)
+    resumed = _pipe(image_folder, augment, batch_size=8, seed=5).loader(backend="dali")
+    resumed.load_state_dict(state)
+    for a, b in zip(resumed, second, strict=True):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
 
 
 @dataclass(frozen=True)
