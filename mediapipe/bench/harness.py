@@ -200,7 +200,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
                     fail(row, f"failed in repetition {repeat + 1}: {err}", settings.repeats - repeat)
                     continue
                 rep = Rep(**reply["rep"])
-                rep.peak_rss_mb = proc.peak_rss_mb
+                rep.peak_rss_mb = max(proc.peak_rss_mb or 0.0, rep.end_rss_mb or 0.0) or None
                 reps[id(row)].append(rep)
                 delivered[id(row)] = reply["delivered"]
                 bar.update(1)

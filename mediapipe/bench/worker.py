@@ -98,8 +98,10 @@ class _Backend:
         return {}
 
 
-def serve(conn: Any, log_path: str) -> None:
+def serve(conn: Any, log_path: str, start_method: str | None) -> None:
     """The backend process: answer the harness's commands until ``close``."""
+    if start_method is not None:  # a forkserver child defaults to forkserver: give loaders what
+        multiprocessing.set_start_method(start_method, force=True)  # a training script would get
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)  # what libraries print goes to the log, quoted when the backend fails
     os.dup2(log, 2)
@@ -146,6 +148,11 @@ def _context() -> Any:
     return ctx
 
 
+def _default_start_method() -> str:
+    """The start method a fresh interpreter would use (without fixing this process's)."""
+    return multiprocessing.get_all_start_methods()[0]
+
+
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -163,7 +170,8 @@ class BackendProcess:
         os.close(fd)
         ctx = _context()
         self._conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, self._log), name=f"mediapipe-bench {label}")
+        start_method = multiprocessing.get_start_method(allow_none=True) or _default_start_method()
+        self.proc = ctx.Process(target=serve, args=(child, self._log, start_method), name=f"mediapipe-bench {label}")
         self.proc.start()
         child.close()
         self.peak_rss_mb: float | None = None
@@ -182,6 +190,13 @@ class BackendProcess:
         deadline = time.monotonic() + timeout
         peak, pids, pids_at = None, [], 0.0
         while True:
+            if sample_rss:
+                now = time.monotonic()
+                if now - pids_at > 0.5:  # the tree changes when a loader restarts its workers
+                    pids, pids_at = tree_pids(self.pid), now
+                values = [v for v in (rss_mb(p) for p in pids) if v is not None]
+                if values:
+                    peak = max(peak or 0.0, sum(values))
             try:
                 ready = self._conn.poll(RSS_SAMPLE_SECONDS)
                 reply = self._conn.recv() if ready else None
@@ -194,13 +209,6 @@ class BackendProcess:
                 if not reply.pop("ok"):
                     raise BackendError(reply["error"])
                 return reply
-            if sample_rss:
-                now = time.monotonic()
-                if now - pids_at > 0.5:  # the tree changes when a loader restarts its workers
-                    pids, pids_at = tree_pids(self.pid), now
-                values = [v for v in (rss_mb(p) for p in pids) if v is not None]
-                if values:
-                    peak = max(peak or 0.0, sum(values))
             if not self.proc.is_alive():
                 raise BackendError(self._died(f"exited with code {self.proc.exitcode}"))
             if time.monotonic() > deadline:

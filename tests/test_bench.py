@@ -1,0 +1,187 @@
+"""`mediapipe bench`: end to end on a tiny dataset, the JSON fields, stage accounting, missing backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mediapipe.bench import core, datasets, harness, report, scenarios
+from mediapipe.bench.core import Rep, Result, ratio_rows, stage_table, stages_add_up, summarise
+from mediapipe.cli import main
+
+RESULT_FIELDS = {"scenario", "backend", "device", "workers", "samples_per_s", "samples_per_s_min",
+                 "samples_per_s_max", "stages", "peak_rss_mb", "rss_growth_pct", "error"}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def bench_run(image_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench")
+    argv = ["bench", "--data", str(image_folder), "--scenario", "image-train,image-eval", "--workers", "1",
+            "--batches", "2", "--repeats", "2", "--warmup", "0", "--batch-size", "8", "--step-ms", "1",
+            "--device", "cpu", "--no-progress", "--json", str(out / "r.json"), "--markdown", str(out / "r.md"),
+            "--plot", str(out / "r.png")]
+    code = main(argv)
+    return {"code": code, "dir": out, "report": json.loads((out / "r.json").read_text())}
+
+
+def test_end_to_end_json_has_the_documented_fields(bench_run: dict) -> None:
+    assert bench_run["code"] == 0
+    rep = bench_run["report"]
+    assert rep["machine"]["cores"] == os.cpu_count()
+    assert "torch" in rep["machine"]["versions"]
+    rows = rep["results"]
+    assert {(r["scenario"], r["backend"]) for r in rows} >= {("image-train", "mediapipe"), ("image-eval", "torchvision")}
+    for r in rows:
+        assert RESULT_FIELDS <= set(r), sorted(RESULT_FIELDS - set(r))
+        assert r["device"] == "cpu" and r["workers"] == 1
+        if r["error"] is None:
+            assert 0 < r["samples_per_s_min"] <= r["samples_per_s"] <= r["samples_per_s_max"]
+            assert len(r["samples_per_s_reps"]) == 2
+            assert r["peak_rss_mb"] > 50  # a process with torch imported, at least
+            assert r["rss_growth_pct"] is not None and r["first_batch_s"] > 0
+            assert r["decoded_mpix_per_s"] > 0 and r["input_mb_per_s"] > 0
+            assert r["stages"]["total"] > 0 and r["input_bound"] in (True, False)
+        else:
+            assert isinstance(r["error"], str) and r["error"]
+
+
+def test_every_installed_backend_ran(bench_run: dict) -> None:
+    by = {(r["scenario"], r["backend"]): r for r in bench_run["report"]["results"]}
+    for scenario in ("image-train", "image-eval"):
+        assert by[scenario, "mediapipe"]["error"] is None
+        assert by[scenario, "torchvision"]["error"] is None
+        if _installed("nvidia.dali"):
+            assert by[scenario, "dali"]["error"] is None, by[scenario, "dali"]["error"]
+        else:
+            assert by[scenario, "dali"]["error"].startswith("not installed")
+        if _installed("mediapipe.loaders.dali") and _installed("nvidia.dali"):
+            assert by[scenario, "mediapipe-dali"]["error"] is None, by[scenario, "mediapipe-dali"]["error"]
+    ratios = {(r["scenario"], r["peer"]) for r in bench_run["report"]["ratios"]}
+    assert ("image-train", "torchvision") in ratios
+
+
+def test_stage_times_add_up_to_the_total(bench_run: dict) -> None:
+    for r in bench_run["report"]["results"]:
+        if r["error"] is not None:
+            continue
+        st = r["stages"]
+        consumer = sum(st.get(k, 0.0) for k in ("wait", "host_to_device", "device_ops", "step", "other"))
+        assert consumer == pytest.approx(st["total"], rel=1e-6)
+        assert stages_add_up(st), (r["backend"], st)  # the harness's own time stays within the slack
+        if r["backend"] == "mediapipe":  # this library reports its worker stages too
+            assert st["decode"] > 0 and st["read"] >= 0
+            assert st["step"] >= 2 * 2 * 0.001  # 2 repetitions x 2 batches x 1 ms
+
+
+def test_outputs_written(bench_run: dict) -> None:
+    out = bench_run["dir"]
+    md = (out / "r.md").read_text()
+    assert "## image-train" in md and "mediapipe" in md
+    assert (out / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = report.render_table(bench_run["report"])
+    assert "mediapipe / peer" in text and "samples/s" in text
+
+
+def test_missing_backend_is_reported_with_its_reason(image_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = scenarios._installed
+    monkeypatch.setattr(scenarios, "_installed", lambda m: False if m.startswith("nvidia.dali") else real(m))
+    monkeypatch.setattr(scenarios, "cuda_available", lambda: False)
+    rep = harness.run(harness.Settings(scenarios=["image-train"], data=image_folder, devices=["cpu", "cuda"],
+                                       backends=["dali", "mediapipe-dali", "pyav"], workers=[1], progress=False))
+    errors = {(r["backend"], r["device"]): r["error"] for r in rep["results"]}
+    assert errors["dali", "cpu"].startswith("not installed: NVIDIA DALI")
+    assert errors["mediapipe-dali", "cpu"].startswith("not installed")
+    assert "no CUDA device" in errors["dali", "cuda"]
+    assert errors["pyav", "cpu"].startswith("not applicable")
+    assert "not installed: NVIDIA DALI" in report.render_table(rep)
+
+
+def test_missing_video_module_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mediapipe.bench.video", None)  # importing it now fails
+    reason = scenarios.why_not(scenarios.SCENARIOS["video-clips"], "mediapipe", "cpu")
+    assert reason.startswith("not available: mediapipe.bench.video cannot be imported")
+    assert scenarios.why_not(scenarios.SCENARIOS["video-clips"], "torchvision", "cpu").startswith("not applicable")
+    assert "CPU only" in scenarios.why_not(scenarios.SCENARIOS["video-clips"], "dav1d", "cuda")
+
+
+def test_summary_median_spread_growth_and_input_bound() -> None:
+    reps = [Rep(batches=2, samples=100, seconds=1.0, wait=0.5, step=0.2, cpu_seconds=1.5, end_rss_mb=100.0,
+                peak_rss_mb=120.0, stages={"wait": 0.4, "transfer": 0.1, "decode": 1.0}),
+            Rep(batches=2, samples=100, seconds=0.5, wait=0.0, step=0.2, cpu_seconds=1.0, end_rss_mb=110.0,
+                peak_rss_mb=130.0),
+            Rep(batches=2, samples=100, seconds=0.25, wait=0.0, step=0.2, cpu_seconds=0.5, end_rss_mb=125.0)]
+    row = summarise(Result("image-train", "mediapipe", "cpu", 2, unit="images", step_ms=100.0), reps,
+                    dataset={"mean_bytes": 1e5, "mean_megapixels": 0.5}, cores=2)
+    assert (row.samples_per_s_min, row.samples_per_s, row.samples_per_s_max) == (100.0, 200.0, 400.0)
+    assert row.input_mb_per_s == pytest.approx(20.0) and row.decoded_mpix_per_s == pytest.approx(100.0)
+    assert row.rss_growth_pct == pytest.approx(25.0) and row.peak_rss_mb == 130.0
+    assert row.cpu_cores_used == pytest.approx(3.0 / 1.75) and row.cpu_util_pct == pytest.approx(50 * 3.0 / 1.75)
+    assert row.input_bound is True  # waited 0.5 s against 0.6 s of steps
+    st = row.stages
+    assert st["wait"] == pytest.approx(0.4 + 0.0 + 0.0)  # the loader's own wait where it reports one
+    assert st["host_to_device"] == pytest.approx(0.1) and st["decode"] == pytest.approx(1.0)
+    assert st["other"] == pytest.approx(1.75 - 0.4 - 0.1 - 0.6)
+
+
+def test_stage_slack_catches_stages_that_exceed_the_total() -> None:
+    assert not stages_add_up(stage_table([Rep(batches=1, samples=1, seconds=1.0, wait=2.0)]))
+    assert not stages_add_up(stage_table([Rep(batches=1, samples=1, seconds=1.0, wait=0.1)]))  # 0.9 s unexplained
+    assert stages_add_up(stage_table([Rep(batches=1, samples=1, seconds=1.0, wait=0.95)]))
+
+
+def test_ratios_compare_like_with_like() -> None:
+    rows = [Result("video-clips", "mediapipe", "cpu", 2, unit="clips", samples_per_s=10.0, frames_per_s=160.0),
+            Result("video-clips", "pyav", "cpu", 2, unit="clips", samples_per_s=5.0, frames_per_s=80.0),
+            Result("video-clips", "ceiling", "cpu", 2, unit="frames", samples_per_s=320.0, frames_per_s=320.0),
+            Result("video-clips", "dali", "cpu", 2, unit="clips", error="not available: x"),
+            Result("video-clips", "pyav", "cpu", 4, unit="clips", samples_per_s=9.0)]
+    got = {(r["peer"], r["workers"]): (r["ratio"], r["metric"]) for r in ratio_rows(rows)}
+    assert got == {("pyav", 2): (2.0, "clips/s"), ("ceiling", 2): (0.5, "frames/s")}
+
+
+def test_sample_images_are_deterministic_and_imagenet_like(tmp_path: Path) -> None:
+    a = datasets.sample_images(tmp_path / "a", count=6, seed=3, progress=False, processes=1)
+    b = datasets.sample_images(tmp_path / "b", count=6, seed=3, progress=False, processes=1)
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*.jpg"))
+    assert len(files_a) == 6 and files_a == sorted(p.relative_to(b) for p in b.rglob("*.jpg"))
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files_a)
+    info = datasets.describe(a, "image")
+    assert info["samples"] == 6 and 0.08 < info["mean_megapixels"] < 0.8 and info["mean_bytes"] > 5000
+    assert datasets.sample_images(tmp_path / "a", count=6, seed=3, progress=False) == a  # cached: not redone
+    assert not list((tmp_path / "a").glob("*.tmp-*"))
+
+
+def test_process_tree_memory_and_cpu() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; x = bytearray(64 << 20); time.sleep(30)"])
+    try:
+        for _ in range(100):
+            if (core.rss_mb(child.pid) or 0) > 60:
+                break
+            subprocess.run([sys.executable, "-c", "pass"])  # let the child allocate
+        assert child.pid in core.tree_pids(os.getpid())
+        assert core.tree_rss_mb(os.getpid()) >= core.rss_mb(os.getpid()) + 60
+        assert core.tree_cpu_seconds(os.getpid()) > 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--workers", "two"])
+    assert exc.value.code == 2
+    assert main(["bench", "--scenario", "image-nope", "--no-progress"]) == 2
+    assert "unknown scenario 'image-nope'" in capsys.readouterr().err
