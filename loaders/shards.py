@@ -1,13 +1,19 @@
 """`shards(path)`: a converted dataset (tar shards + DALI indices) as a random-access source.
 
 Opening reads manifest.json, samples.jsonl.gz and the small .idx files, never the tars.
-Each sample's media is a byte range of its shard, read in one call (with the tar header
-in front of it, which is checked) in the worker that decodes it; nothing is extracted.
+Each sample's media is a byte range of its shard, read with ``os.pread`` (with the tar
+header in front of it, which is checked) in the worker that decodes it; nothing is
+extracted. Shard files stay open per process, so a dataset must not be rewritten in
+place while it is read.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,26 +27,61 @@ META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sampl
              "channels", "codec", "kind", "bytes")
 
 
+class _OpenShards:
+    """Shard files kept open per process (at most ``limit``), read with ``os.pread``: one
+    system call per read, no seek, safe to share between threads and across fork."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # a lock held during fork stays held
+
+    def _reset(self) -> None:
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._busy: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def open(self, path: str) -> Iterator[int]:
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            self._fds.move_to_end(path)
+            self._busy[fd] = self._busy.get(fd, 0) + 1
+            if len(self._fds) > self.limit:  # close the least recently used, never one being read
+                for old in [p for p, f in self._fds.items() if not self._busy.get(f)][: len(self._fds) - self.limit]:
+                    os.close(self._fds.pop(old))
+        try:
+            yield fd
+        finally:
+            with self._lock:
+                self._busy[fd] -= 1
+
+
+_OPEN_SHARDS = _OpenShards()
+
+
 @dataclass(frozen=True)
 class ShardBlob(Blob):
-    """A tar member's bytes, read together with its 512-byte header, which must agree with
-    the index (regular file, same name and size, valid checksum)."""
+    """A tar member's bytes. The 512-byte tar header in front of them is read too and must
+    agree with the index (regular file, same name and size, valid checksum)."""
 
     def read(self) -> bytes:
         if self.data is not None:
             return self.data
         member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
         try:
-            with open(self.path, "rb") as f:  # type: ignore[arg-type]
-                f.seek(self.offset - sf.BLOCK)
-                raw = f.read(sf.BLOCK + member.size)
+            with _OPEN_SHARDS.open(self.path) as fd:  # type: ignore[arg-type]
+                header = os.pread(fd, sf.BLOCK, self.offset - sf.BLOCK)
+                data = os.pread(fd, member.size, self.offset)
         except OSError as err:
             raise SourceError(self.name, f"{err.strerror or err} (offset {self.offset})") from err
-        if len(raw) != sf.BLOCK + member.size:
+        if len(data) != member.size:
             raise SourceError(self.name, f"shard is truncated: expected {member.size} bytes at offset "
-                              f"{self.offset}, got {max(0, len(raw) - sf.BLOCK)}")
-        sf.check_header(raw[: sf.BLOCK], member, where=self.name)
-        return raw[sf.BLOCK :]
+                              f"{self.offset}, got {len(data)}")
+        sf.check_header(header, member, where=self.name)
+        return data
 
 
 class ShardSource(Source):
@@ -85,15 +126,17 @@ class ShardSource(Source):
             self._paths[sid] = str(tar)
         records = [r for r in sf.read_samples(self.root) if r["shard"] in members]
         position: dict[int, int] = {sid: 0 for sid in members}
-        self._rows: list[tuple[dict[str, Any], list[sf.Member]]] = []
+        self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
         for r in records:
             sid = r["shard"]
             row = members[sid][position[sid]]
             position[sid] += 1
-            if sf.split_member_name(row[0].name)[0] != r["key"]:
+            if not row or sf.split_member_name(row[0].name)[0] != r["key"]:
                 raise SourceError(self._paths[sid], f"index lists {row[0].name!r} where the sample records "
                                   f"expect key {r['key']!r}")
-            self._rows.append((r, row))
+            media = tuple((m.extension, f"{os.path.basename(self._paths[sid])}:{m.name}", m.offset, m.size)
+                          for m in row if m.extension not in sf.META_EXTENSIONS)
+            self._rows.append((r, media, {k: r[k] for k in META_KEYS if k in r}))
         for sid, n in position.items():
             if n != len(members[sid]):
                 raise SourceError(self._paths[sid], f"index lists {len(members[sid])} samples, records {n}")
@@ -110,17 +153,13 @@ class ShardSource(Source):
         return len(self._paths)
 
     def ref(self, index: int) -> SampleRef:
-        record, row = self._rows[index]
+        record, media, meta = self._rows[index]
         path = self._paths[record["shard"]]
-        shard = os.path.basename(path)
-        blobs = {m.extension: ShardBlob(f"{shard}:{m.name}", path=path, offset=m.offset, size=m.size)
-                 for m in row if m.extension not in sf.META_EXTENSIONS}
-        return SampleRef(index=index, key=record["key"], blobs=blobs, label=record.get("label"),
-                         meta=self.meta(index))
+        blobs = {ext: ShardBlob(name, path, offset, size) for ext, name, offset, size in media}
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta))
 
     def meta(self, index: int) -> SampleMeta:
-        record = self._rows[index][0]
-        return {k: record[k] for k in META_KEYS if k in record}
+        return dict(self._rows[index][2])
 
     def shard_of(self, index: int) -> int:
         return self._rows[index][0]["shard"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,20 @@ def test_verify_finds_a_flipped_byte_and_a_bad_image(dataset: Path, tmp_path: Pa
     assert ("shard-000000.tar", None, "sha256 differs from the manifest's") in reasons
     assert ("shard-000000.tar", member.offset, "cannot decode") in reasons
     assert verify(dataset) == []
+
+
+def test_open_shard_files_are_bounded_and_reads_stay_correct(dataset: Path) -> None:
+    from mediapipe.loaders.shards import _OpenShards
+
+    files = _OpenShards(limit=2)
+    tars = sorted(str(p) for p in dataset.glob("shard-*.tar"))
+    with files.open(tars[0]) as busy:
+        for path in tars[1:] + tars[1:]:
+            with files.open(path) as fd:
+                assert os.pread(fd, 5, 257) == b"ustar"
+        assert len(files._fds) <= 2 and tars[0] in files._fds  # the busy one was never closed
+        assert os.pread(busy, 5, 257) == b"ustar"
+    source = mp.loaders.shards(dataset)
+    with ThreadPoolExecutor(4) as pool:  # threads share the descriptors
+        got = list(pool.map(lambda i: source.ref(i).blob("image").read(), range(len(source))))
+    assert got == [data for _, data, _ in _members(dataset)]
