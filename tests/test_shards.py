@@ -181,3 +181,12 @@ def test_open_shard_files_are_bounded_and_reads_stay_correct(dataset: Path) -> N
     with ThreadPoolExecutor(4) as pool:  # threads share the descriptors
         got = list(pool.map(lambda i: source.ref(i).blob("image").read(), range(len(source))))
     assert got == [data for _, data, _ in _members(dataset)]
+
+
+def test_shards_by_rank_follow_torch_distributed(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mediapipe.loaders.loader as loader
+
+    monkeypatch.setattr(loader, "distributed_rank_and_size", lambda: (1, 2))
+    mine = mp.loaders.shards(dataset, by_rank=True)
+    assert mine.num_shards == 1 and {mine.shard_of(i) for i in range(len(mine))} == {1}
+    assert mp.loaders.shards(dataset).num_shards == 3  # by_rank is asked for, never implied

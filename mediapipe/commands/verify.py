@@ -27,5 +27,5 @@ def run(args: argparse.Namespace) -> int:
             if p["offset"] is not None:
                 where += f" at offset {p['offset']}"
             print(f"FAIL {where}: {p['reason']}", file=sys.stderr)
-        print(f"{args.dataset}: {'OK' if not problems else f'{len(problems)} problems'}")
+        print(f"{args.dataset}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
