@@ -1,18 +1,24 @@
 """The DALI backend: ``pipe.loader(backend="dali")`` runs the same pipeline spec on NVIDIA DALI.
 
 The sample order is ours: `EpochBatchSampler` plans each epoch's batches (shuffle, rank
-shard, last-batch policy) exactly as the torch loader does, and the file bytes are fed to
-DALI in that order through ``fn.external_source``; DALI decodes (``mixed`` = nvJPEG on a
-GPU, ``cpu`` with ``device_id=None``) and runs the lowered ops (see `dali_lowering`).
-Labels, indices and manifest fields never enter DALI: they are attached on the host from
-the planned batch, so they cannot drift from the images.
+shard, last-batch policy) exactly as the torch loader does, and the file bytes (files,
+manifest rows, or byte ranges of converted shards) are fed to DALI in that order through
+``fn.external_source``; DALI decodes (``mixed`` = nvJPEG on a GPU, ``cpu`` with
+``device_id=None``) and runs the lowered ops (see `dali_lowering`). Labels, indices and
+manifest fields never enter DALI: they are attached on the host from the planned batch, so
+they cannot drift from the images.
 
-What differs from the torch backend: random parameters (crop windows, flips) are drawn by
-DALI's generators, not by our keyed `SampleRNG`, so random ops give other numbers (same
-distributions); the samples of each batch are identical. DALI's generators are seeded per
-``(seed, rank, epoch)`` (one DALI pipeline per epoch), so an epoch's draws do not depend on
-earlier epochs, and a mid-epoch ``state_dict()`` carries a DALI checkpoint
-(``enable_checkpointing``) that restores them: a resumed run equals an uninterrupted one.
+Random parameters: ops whose draws DALI has no operator for (ColorJitter, GaussianBlur,
+RandomErasing, RandomCrop...) take the torch backend's keyed draws, computed on the host and
+fed as per-sample arguments, so they equal the torch backend's. RandomResizedCrop's windows
+and the flips are drawn by DALI (``image_random_crop``, ``coin_flip``: the graph a
+hand-written DALI pipeline uses; same distributions, other numbers) unless ``rng="keyed"``.
+
+One DALI pipeline serves every epoch: the feed runs on into the next epoch's plan, so DALI
+prefetches across the epoch's end. A pipeline started fresh (first use, ``set_epoch`` to
+another epoch) is seeded by ``(seed, rank, epoch)``. ``state_dict()`` carries DALI's
+checkpoint (``enable_checkpointing``) of its generators at the delivered position, so a
+resumed run equals an uninterrupted one, mid-epoch or at an epoch's end.
 
 Importing this module does not import DALI; building a `DaliLoader` does.
 """

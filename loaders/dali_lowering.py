@@ -1,16 +1,24 @@
 """Op lowering for the DALI backend: each op of a pipeline spec to the DALI operators that
-mean the same, found through a table keyed by op class name.
+mean the same, found through a table (`LOWERINGS`) keyed by op class name.
 
-An op is lowered by a function ``lower(op, ctx)`` that reads the op's dataclass fields
-and rewrites ``ctx.fields`` with DALI data nodes. Deterministic parameters that depend on
-a sample's size (Resize's output size, CenterCrop's offset) are computed on the host by
-the op's own ``output_size`` / ``sample_params`` from the JPEG header and fed to DALI as
-per-sample argument inputs, so the geometry is exactly this library's. Random
-parameters are drawn by DALI's own generators (same distributions, other numbers).
+A lowering ``lower(op, ctx)`` reads the op's dataclass fields and rewrites ``ctx.fields``
+with DALI data nodes (images stay HWC uint8 in DALI until ``crop_mirror_normalize`` or
+the final transpose to this library's (C, H, W)). Parameters that depend on a sample's
+size are computed on the host by the op's own code from the JPEG header and fed as
+per-sample argument inputs: Resize's output size (torchvision's rounding), CenterCrop's
+offset, and the keyed draws of random ops (`LoweringContext.drawn`), so the geometry and
+the draws are exactly this library's.
 
-An op whose class is not in `LOWERINGS` (or whose fields do not match what its lowering
-reads, e.g. an op that changed since this table was written) is reported by `unsupported`
-before anything is built. Nothing here imports DALI at import time.
+Approximations, stated where they apply: ColorJitter runs brightness, contrast, saturation
+in a fixed order (they commute except where values clip; the drawn per-sample order is
+not followed; ``hue`` is refused: DALI turns hue in YIQ, not HSV); RandomRotation samples
+with DALI's pixel-centre rounding (borders differ); Resample uses DALI's windowed sinc,
+not torchaudio's; decoding is DALI's libjpeg-turbo / nvJPEG (our decoder's reduced-size
+DCT decode is not used, so resized pixels differ by rounding).
+
+An op whose class is not in the table, whose fields no longer match what its lowering
+reads, or whose settings have no counterpart (``Lowering.check``) is reported by
+`unsupported` before anything is built. Nothing here imports DALI at import time.
 """
 
 from __future__ import annotations
@@ -110,7 +118,9 @@ def decode_problem(kind: str, options: dict[str, Any]) -> str | None:
         if options.get("offset") or options.get("duration") is not None or options.get("random_crop") is not None:
             return "offset/duration/random_crop (decode windows are not lowered)"
         return None
-    return f"{kind} decoding is not lowered to DALI yet"
+    if kind == "video":  # DALI's CPU video decoder (2.4) takes neither AV1 nor H.264; NVDEC is untested here
+        return "video decoding is not lowered to DALI yet"
+    return f"{kind} decoding has no DALI counterpart"
 
 
 def image_decoder_args(options: dict[str, Any], types: Any) -> dict[str, Any]:
