@@ -90,12 +90,20 @@ class Op:
         """Apply the kernel to one field's tensor."""
         raise NotImplementedError(f"{type(self).__name__}.apply")
 
+    def apply_to(self, x: torch.Tensor, params: Params, field: str) -> torch.Tensor:
+        """Apply to the input field named ``field`` (ops that treat masks differently override)."""
+        return self.apply(x, params)
+
     def apply_fields(self, data: dict[str, Any], params: Params) -> None:
         """Apply to every input field, writing the outputs; ops that read several fields override."""
         for src, dst in zip(self.inputs, self.outputs):
-            data[dst] = self.apply(data[src], params)
+            data[dst] = self.apply_to(data[src], params, src)
 
     # -- fusion with the decoder (sample-stage geometry) --------------------------------
+    def fusable(self, field: str) -> bool:
+        """Whether the decoder of input ``field`` may do this op's work through `decode_hint`."""
+        return type(self).decode_hint is not Op.decode_hint
+
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         """A hint that lets the decoder do (part of) this op's work, or None."""
         return None

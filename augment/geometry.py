@@ -46,12 +46,13 @@ class _Resample(Op):
     def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         return self._resample(x, params, self.interpolation, self.antialias)
 
-    def apply_fields(self, data: dict, params: Params) -> None:
-        for src, dst in zip(self.inputs, self.outputs):
-            if src in self.mask_keys:
-                data[dst] = self._resample(data[src], params, "nearest", False)
-            else:
-                data[dst] = self._resample(data[src], params, self.interpolation, self.antialias)
+    def apply_to(self, x: torch.Tensor, params: Params, field: str) -> torch.Tensor:
+        if field in self.mask_keys:
+            return self._resample(x, params, "nearest", False)
+        return self.apply(x, params)
+
+    def fusable(self, field: str) -> bool:
+        return field not in self.mask_keys and super().fusable(field)  # a mask is never smoothed
 
     def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
         raise NotImplementedError
@@ -117,8 +118,6 @@ class RandomResizedCrop(_Resample):
                                     self.size, interpolation, antialias)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        if self.mask_keys:
-            return None  # the decoder cannot tell an image from a mask: run unfused, per field
         roi = (params["top"], params["left"], params["height"], params["width"])
         return DecodeHint(roi=roi, size=self.size if not self.interpolation.startswith("nearest") else None)
 
@@ -137,7 +136,7 @@ class Resize(_Resample):
         max_size: cap on the longer side, in pixels.
         interpolation: "bilinear", "bicubic", "nearest" or "nearest-exact"; antialias: when
             downscaling (torchvision's default).
-        mask_keys: input fields resized with "nearest" (segmentation masks); turns off decoder fusion.
+        mask_keys: input fields resized with "nearest" (segmentation masks), never fused into their decoder.
     """
 
     size: Size | None = 256
@@ -178,8 +177,6 @@ class Resize(_Resample):
         return F.resize_image(x, tuple(params["size"]), interpolation, antialias)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        if self.mask_keys:
-            return None
         return DecodeHint(size=tuple(params["size"])) if not self.interpolation.startswith("nearest") else None
 
 

@@ -155,8 +155,7 @@ class Plan:
         for name in self.decode:
             for p in self.placed:
                 if name in p.op.reads():
-                    overrides = type(p.op).decode_hint is not Op.decode_hint
-                    if p.stage is Stage.SAMPLE and overrides and p.op.reads() == p.op.inputs:
+                    if p.stage is Stage.SAMPLE and p.op.fusable(name) and p.op.reads() == p.op.inputs:
                         fused[name] = p
                     break
         return fused
@@ -253,7 +252,7 @@ class Plan:
                 p.op.apply_fields(data, params)
             else:
                 for src, dst in todo:
-                    data[dst] = p.op.apply(data[src], params)
+                    data[dst] = p.op.apply_to(data[src], params, src)
 
     def _decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
                       data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats) -> None:
