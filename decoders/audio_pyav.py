@@ -92,8 +92,8 @@ class PyAVAudioDecoder(AudioDecoder):
             x, rate = self._decode_window(container, blob.name, header, start, length)
         except (DecodeError, LimitError):
             raise
-        except av.FFmpegError as err:
-            raise DecodeError(blob.name, self.name, str(err)) from err
+        except av.FFmpegError as err:  # FFmpeg refused a packet: a damaged stream
+            raise DecodeError(blob.name, self.name, f"truncated or corrupt: {err}") from err
         finally:
             container.close()
         if x.shape[1] == 0:
@@ -107,9 +107,8 @@ class PyAVAudioDecoder(AudioDecoder):
     def _decode_window(self, container: Any, path: str, header: SampleMeta, start: float,
                        length: float | None) -> tuple[np.ndarray, int]:
         stream = container.streams.audio[0]
-        stream.thread_type = "AUTO"
         rate = header["sample_rate"]
-        tb = stream.time_base
+        tb_num, tb_den = (stream.time_base.numerator, stream.time_base.denominator) if stream.time_base else (1, 1)
         origin = stream.start_time or 0
         first = round(start * rate) if rate else 0
         last = None if length is None or not rate else first + round(length * rate)
@@ -117,13 +116,18 @@ class PyAVAudioDecoder(AudioDecoder):
         if first > 0:
             seek_to = max(0.0, start - _PREROLL_SECONDS.get(stream.codec_context.name, 0.0))
             if seek_to > 0:
-                container.seek(origin + int(seek_to / tb), stream=stream, backward=True)
+                container.seek(origin + int(seek_to * tb_den / tb_num), stream=stream, backward=True)
+        if first == 0 and last is None:
+            x = self._decode_all(container, stream, path, header, limit)
+            self._check_shortfall(container, path, header, 0, None, x.shape[1])
+            return x, rate
         pieces: list[np.ndarray] = []
         position = None  # sample index of the next decoded sample, in the full decode's numbering
-        total = 0
+        total, fmt = 0, None
+        scale = 2 * tb_den
         for frame in container.decode(stream):
-            if frame.pts is not None and rate:
-                position = round((frame.pts - origin) * tb * rate)
+            if frame.pts is not None and rate:  # integer arithmetic: Fractions cost more than decoding
+                position = (2 * (frame.pts - origin) * tb_num * rate + tb_den) // scale
             elif position is None:
                 position = 0
             n = frame.samples
@@ -133,7 +137,11 @@ class PyAVAudioDecoder(AudioDecoder):
                 if last is not None and position >= last:
                     break
                 continue
-            x = _frame_to_float(frame)
+            if fmt is None:
+                fmt = (frame.format.name, frame.format.is_planar, frame.layout.nb_channels)
+            elif fmt != (frame.format.name, frame.format.is_planar, frame.layout.nb_channels):
+                raise DecodeError(path, self.name, f"sample format changed mid-stream: {fmt} to {frame.format.name}")
+            x = _frame_samples(frame, n)
             pieces.append(x[:, lo:hi] if (lo, hi) != (0, n) else x)
             total += hi - lo
             if limit is not None and total > limit:
@@ -141,10 +149,33 @@ class PyAVAudioDecoder(AudioDecoder):
                                                   f"the header declared {header.get('duration')} s")
             if last is not None and position >= last:
                 break
-        channels = header["channels"] or (pieces[0].shape[0] if pieces else 1)
-        x = np.concatenate(pieces, axis=1) if pieces else np.zeros((channels, 0), np.float32)
+        channels = header["channels"] or (fmt[2] if fmt else 1)
+        if not pieces:
+            x = np.zeros((channels, 0), np.float32)
+        else:  # one concatenation of the raw samples, then one conversion to float
+            x = _to_float(np.concatenate(pieces, axis=1) if len(pieces) > 1 else pieces[0], fmt[0])
         self._check_shortfall(container, path, header, first, last, x.shape[1])
         return x, rate
+
+    def _decode_all(self, container: Any, stream: Any, path: str, header: SampleMeta, limit: int | None
+                    ) -> np.ndarray:
+        """The whole stream through an AudioFifo: frames are appended in C, converted once at the end."""
+        fifo = av.AudioFifo()
+        total = 0
+        for frame in container.decode(stream):
+            frame.pts = None  # the FIFO checks timestamps for gaps; a whole decode keeps every sample
+            try:
+                fifo.write(frame)
+            except ValueError as err:  # the format, layout or rate changed mid-stream
+                raise DecodeError(path, self.name, f"stream parameters changed mid-stream: {err}") from err
+            total += frame.samples
+            if limit is not None and total > limit:
+                raise LimitError(path, self.name, f"decoded more than max_duration={self.max_duration:g} s; "
+                                                  f"the header declared {header.get('duration')} s")
+        if fifo.samples == 0:
+            return np.zeros((header["channels"] or 1, 0), np.float32)
+        frame = fifo.read()
+        return _to_float(_frame_samples(frame, frame.samples), frame.format.name)
 
     def _check_shortfall(self, container: Any, path: str, header: SampleMeta, first: int, last: int | None,
                          got: int) -> None:
@@ -161,21 +192,35 @@ class PyAVAudioDecoder(AudioDecoder):
                                                f"{expected / rate:.3f} s the header declares")
 
 
-def _frame_to_float(frame: Any) -> np.ndarray:
-    """A frame as float32 (channels, samples), whatever its sample format."""
-    x = frame.to_ndarray()
+_DTYPES = {"u8": np.uint8, "s16": np.int16, "s32": np.int32, "s64": np.int64, "flt": np.float32, "dbl": np.float64}
+
+
+def _frame_samples(frame: Any, n: int) -> np.ndarray:
+    """A frame's samples as (channels, samples) in its own dtype: views of its planes, no conversion."""
     name = frame.format.name
-    if not frame.format.is_planar:
-        x = x.reshape(-1, frame.layout.nb_channels).T
+    dtype = _DTYPES[name.rstrip("p")]
+    if frame.format.is_planar:
+        planes = [np.frombuffer(p, dtype, count=n) for p in frame.planes]
+        return planes[0][None] if len(planes) == 1 else np.stack(planes)
+    channels = frame.layout.nb_channels
+    return np.frombuffer(frame.planes[0], dtype, count=n * channels).reshape(n, channels).T
+
+
+def _to_float(x: np.ndarray, name: str) -> np.ndarray:
+    """Samples of FFmpeg format ``name`` to float32 in [-1, 1]."""
     if name in _INT_SCALE:
         if name.startswith("u8"):
-            return (x.astype(np.float32) - 128.0) * _INT_SCALE[name]
+            return (x.astype(np.float32) - 128.0) * np.float32(_INT_SCALE[name])
         return x.astype(np.float32) * np.float32(_INT_SCALE[name])
-    return x.astype(np.float32, copy=False)
+    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """float32 (C, N) from ``rate`` to ``target`` Hz with FFmpeg's swresample, in one call."""
+    """float32 (C, N) from ``rate`` to ``target`` Hz with FFmpeg's swresample, in one call.
+
+    (torchaudio's sinc resampler costs about the same on one thread, but its OpenMP threads
+    make it several times dearer in a process with more than one; swresample has no threads.)
+    """
     layout = {1: "mono", 2: "stereo"}.get(x.shape[0])
     if layout is None:  # swresample wants a named layout; resample channel by channel
         return np.concatenate([resample(c[None], rate, target) for c in x], axis=0)
@@ -184,5 +229,4 @@ def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
     resampler = av.AudioResampler(format="fltp", layout=layout, rate=target)
     out = [f.to_ndarray() for f in resampler.resample(frame)] + [f.to_ndarray() for f in resampler.resample(None)]
     y = np.concatenate(out, axis=1) if out else np.zeros((x.shape[0], 0), np.float32)
-    expected = round(x.shape[1] * target / rate)
-    return y[:, :expected]
+    return y[:, : round(x.shape[1] * target / rate)]

@@ -181,19 +181,22 @@ def _window(kind: str, win_length: int, n_fft: int, device: str) -> torch.Tensor
 def reflect_pad_each(x: torch.Tensor, lengths: torch.Tensor, pad: int) -> torch.Tensor:
     """(B, C, N) to (B, C, pad + N + pad): each sample reflected about its own first and last valid sample.
 
-    A gather with per-sample indices: what ``F.pad(mode="reflect")`` does to one unpadded sample.
+    What ``F.pad(mode="reflect")`` does to one unpadded sample; only the 2 * pad edge columns
+    are gathered, so the cost is a copy of the batch. Expects zeros past each length.
     """
     b, c, n = x.shape
-    pos = torch.arange(-pad, n + pad, device=x.device)[None, :]  # (1, M)
+    out = torch.nn.functional.pad(x, (pad, pad))
+    if pad == 0 or n == 0:
+        return out
+    j = torch.arange(pad, device=x.device)
+    out[..., :pad] = x[..., 1 : pad + 1].flip(-1) if n > pad else x[..., (pad - j).clamp(max=n - 1)]
     last = (lengths.to(x.device) - 1).clamp(min=0)[:, None]  # (B, 1)
-    idx = pos.abs()  # reflect about 0
-    over = idx - last
-    idx = torch.where(over > 0, last - over, idx)  # reflect about the last valid sample
-    idx = idx.clamp(min=0)
-    idx = torch.minimum(idx, last)
-    out = torch.gather(x, 2, idx[:, None, :].expand(b, c, -1))
-    keep = pos < last + 1 + pad  # positions past the sample's own reflected tail stay zero
-    return out * keep[:, None, :].to(x.dtype)
+    src = (last - 1 - j[None, :]).abs()  # reflect about the last valid sample (and about 0 if short)
+    src = torch.minimum(src, last).expand(b, pad)
+    tail = torch.gather(x, 2, src[:, None, :].expand(b, c, pad))
+    dst = (pad + last + 1 + j[None, :]).expand(b, pad)
+    out.scatter_(2, dst[:, None, :].expand(b, c, pad), tail)
+    return out
 
 
 def spectrogram(
@@ -223,9 +226,9 @@ def spectrogram(
     spec = spec.reshape(b, c, spec.shape[-2], spec.shape[-1])
     frames = frame_lengths(lengths.to(x.device), n_fft, hop_length, center)
     if power is not None:
-        spec = spec.abs()
-        if power != 1.0:
-            spec = spec.pow(power)
+        spec = spec.real.square() + spec.imag.square()  # |z|^2 without the sqrt of abs()
+        if power != 2.0:
+            spec = spec.pow(power / 2.0)
     mask = valid_mask(frames, spec.shape[-1])[:, None, None, :]
     return spec * mask, frames
 

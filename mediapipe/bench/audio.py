@@ -23,7 +23,7 @@ import numpy as np
 SAMPLE_RATE = 16000
 N_FFT, HOP, N_MELS = 400, 160, 80
 MAX_BATCH_SECONDS = 320.0  # about 32 clips of 10 s
-DALI_FORMATS = ("flac", "wav", "ogg")  # what fn.decoders.audio reads (libsndfile): not Opus, not MP3
+DALI_FORMATS = ("flac", "wav", "ogg", "opus")  # what fn.decoders.audio reads (libsndfile): not MP3
 
 
 # -- data ---------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ def encode_audio(path: str | Path, x: np.ndarray, sample_rate: int, *, codec: st
 
 
 def make_sample_audio(dest: Path, count: int, seed: int, formats: Sequence[str] = ("flac", "opus"),
-                      progress: Callable[[int, int], Any] | None = None) -> list[Path]:
+                      progress: Any = None) -> list[Path]:
     """``count`` speech-like 16 kHz mono clips of 2 to 15 s, cycling through ``formats``; a
     ``manifest.jsonl`` beside them lists each path with its duration. Deterministic in ``seed``;
     files already there are kept."""
@@ -117,8 +117,8 @@ def make_sample_audio(dest: Path, count: int, seed: int, formats: Sequence[str] 
             tmp.replace(path)
         paths.append(path)
         rows.append({"path": path.name, "duration": round(float(int(seconds[i] * SAMPLE_RATE)) / SAMPLE_RATE, 6)})
-        if progress is not None:
-            progress(i + 1, count)
+        if progress is not None:  # a bar with update(n), or a callable (done, total)
+            progress.update(1) if hasattr(progress, "update") else progress(i + 1, count)
     with open(dest / "manifest.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     return paths
