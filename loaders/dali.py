@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import copy
 import importlib.util
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -302,9 +303,13 @@ class DaliLoader:
             live = _Live(pipe, feed, epoch, start)
         self._live, self._checkpoint = live, None
         for _ in range(len(planned) - start):
+            t0 = time.perf_counter()
             outputs = live.pipe.run()
+            t1 = time.perf_counter()
             batch, refs = live.feed.host.popleft()
             out = self._to_torch(outputs, batch, refs)
+            self.stats.seconds["wait"] += t1 - t0  # DALI's decode and ops, as far as they were not ahead
+            self.stats.seconds["transfer"] += time.perf_counter() - t1
             self.stats.samples += batch.valid
             self.stats.batches += 1
             sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch

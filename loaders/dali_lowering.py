@@ -79,6 +79,10 @@ class LoweringContext:
 
         return self.host_input(f"{type(op).__name__}.{name}", compute)
 
+    def operand(self, node: Any) -> Any:
+        """A host input used as a tensor operand (not as an argument) next to device data."""
+        return node.gpu() if self.device == "gpu" else node
+
     def host_input(self, name: str, compute: HostFn) -> Any:
         """A per-sample argument input, ``compute(sample)`` evaluated on the host for each sample."""
         return self._host_input(name, compute)
@@ -332,14 +336,14 @@ def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
         # brightness, contrast and saturation commute (each is linear in the image and keeps its
         # grey mean): their order, drawn per sample, only matters where values clip
         if "brightness" in ranges:
-            b = ctx.drawn(op, f, "brightness", lambda p: p["brightness"], np.float32)
+            b = ctx.operand(ctx.drawn(op, f, "brightness", lambda p: p["brightness"], np.float32))
             x = _floor(ctx, dmath.clamp(x * b, 0.0, bound), f)  # uint8 truncates after each step
         if "contrast" in ranges:
-            c = ctx.drawn(op, f, "contrast", lambda p: p["contrast"], np.float32)
+            c = ctx.operand(ctx.drawn(op, f, "contrast", lambda p: p["contrast"], np.float32))
             mean = ctx.fn.reductions.mean(_floor(ctx, _gray(ctx, x, f.layout), f))
             x = _floor(ctx, dmath.clamp(x * c + mean * (1.0 - c), 0.0, bound), f)
         if "saturation" in ranges:
-            s = ctx.drawn(op, f, "saturation", lambda p: p["saturation"], np.float32)
+            s = ctx.operand(ctx.drawn(op, f, "saturation", lambda p: p["saturation"], np.float32))
             gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
             x = _floor(ctx, dmath.clamp(x * s + gray * (1.0 - s), 0.0, bound), f)
         f.node = ctx.fn.cast(x, dtype=getattr(ctx.types, DTYPES[f.dtype]))
@@ -349,7 +353,7 @@ def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
 def lower_random_grayscale(op: Any, ctx: LoweringContext) -> None:
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
-        on = ctx.drawn(op, f, "gray", lambda p: float(p["gray"]), np.float32)
+        on = ctx.operand(ctx.drawn(op, f, "gray", lambda p: float(p["gray"]), np.float32))
         x = ctx.fn.cast(f.node, dtype=ctx.types.FLOAT)
         gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
         f.node = ctx.fn.cast(x + (gray - x) * on, dtype=getattr(ctx.types, DTYPES[f.dtype]))
