@@ -88,7 +88,8 @@ class ShardSource(Source):
     """The samples of a dataset written by `mediapipe convert`.
 
     ``blobs`` are keyed by extension (``jpg``, ``mkv``, ``flac``...), so the image, video
-    and audio decoders find their member; the label comes from the sample records (the
+    and audio decoders find their member, and a manifest's named media (``<key>.mask.png``)
+    by field name (``mask``); numeric manifest fields come back as ``fields``; the label comes from the sample records (the
     same value as the ``.cls`` member); ``meta(i)`` gives width/height, duration, fps,
     frames, keyframes and sample_rate without any I/O. ``shard_ids`` restricts the source
     to some shards (see `for_rank`).
@@ -134,7 +135,9 @@ class ShardSource(Source):
             if not row or sf.split_member_name(row[0].name)[0] != r["key"]:
                 raise SourceError(self._paths[sid], f"index lists {row[0].name!r} where the sample records "
                                   f"expect key {r['key']!r}")
-            media = tuple((m.extension, f"{os.path.basename(self._paths[sid])}:{m.name}", m.offset, m.size)
+            # "jpg" -> blob "jpg"; "mask.png" (a manifest's named field) -> blob "mask"
+            media = tuple((m.extension.split(".", 1)[0] if "." in m.extension else m.extension,
+                           f"{os.path.basename(self._paths[sid])}:{m.name}", m.offset, m.size)
                           for m in row if m.extension not in sf.META_EXTENSIONS)
             self._rows.append((r, media, {k: r[k] for k in META_KEYS if k in r}))
         for sid, n in position.items():
@@ -156,7 +159,7 @@ class ShardSource(Source):
         record, media, meta = self._rows[index]
         path = self._paths[record["shard"]]
         blobs = {ext: ShardBlob(name, path, offset, size) for ext, name, offset, size in media}
-        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta))
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), dict(record.get("fields", {})))
 
     def meta(self, index: int) -> SampleMeta:
         return dict(self._rows[index][2])

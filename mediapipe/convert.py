@@ -62,7 +62,9 @@ class InputItem:
     key: str
     label: int | None
     ext: str
-    size: int
+    size: int  # bytes of every file of the sample
+    extra: tuple[tuple[str, str], ...] = ()  # (field, path): more media of the sample (a mask), copied as is
+    fields: tuple[tuple[str, float | int], ...] = ()  # numbers passed through to the batch
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,15 @@ def plan_conversion(src: str | os.PathLike, *, shard_size: str | int = "256MB", 
     assignment is known before anything is transcoded."""
     source = open_inputs(src)
     refs = [source.ref(i) for i in range(len(source))]
-    keys = sf.unique_keys(ref.key for ref in refs)
+    base = Path(src) if Path(src).is_dir() else Path(src).parent
+    keys = sf.unique_keys(_relative(ref.key, base) for ref in refs)
     items = []
     for i, (ref, key) in enumerate(zip(refs, keys)):
-        blob = next(iter(ref.blobs.values()))
-        try:
-            size = os.path.getsize(blob.path)
-        except OSError:
-            size = 0  # reported when converted
-        items.append(InputItem(i, str(blob.path), ref.key, key, ref.label, blob.extension, size))
+        (_, blob), *others = ref.blobs.items()  # the sample's file first, then named fields
+        extra = tuple((name, str(b.path)) for name, b in others)
+        size = sum(_size(b.path) for b in ref.blobs.values())
+        items.append(InputItem(i, str(blob.path), ref.key, key, ref.label, blob.extension, size, extra,
+                               tuple(sorted(ref.fields.items()))))
     max_samples, max_bytes = parse_shard_size(shard_size)
     order = np.random.default_rng(seed).permutation(len(items)) if shuffle else np.arange(len(items))
     tasks: list[ShardTask] = []
@@ -144,8 +146,24 @@ def plan_conversion(src: str | os.PathLike, *, shard_size: str | int = "256MB", 
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for task in tasks:
         for item in task.items:
-            digest.update(f"{task.index}\0{item.name}\0{item.key}\0{item.label}\0{item.size}\n".encode())
+            digest.update(f"{task.index}\0{item.name}\0{item.key}\0{item.label}\0{item.size}\0{item.extra}"
+                          f"\0{item.fields}\n".encode())
     return ConversionPlan(str(src), source.classes, tuple(tasks), settings, digest.hexdigest())
+
+
+def _relative(name: str, base: Path) -> str:
+    """A manifest's absolute path as a path under the manifest's folder, where it is one."""
+    if os.path.isabs(name):
+        rel = os.path.relpath(name, base)
+        return name if rel.startswith("..") else rel
+    return name
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path)  # type: ignore[arg-type]
+    except OSError:
+        return 0  # a missing file is reported when converted
 
 
 # -- converting one input and writing one shard -------------------------------------------
@@ -156,6 +174,7 @@ class ItemResult:
     data: bytes = b""
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    extra: dict[str, bytes] = field(default_factory=dict)  # member extension ("mask.png") -> bytes
 
 
 def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
@@ -168,13 +187,21 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
     kind = kind_of_extension(item.ext) or kind_of_bytes(data[:16])
     if kind is None:
         return ItemResult(item, error=f"unknown media kind (extension {item.ext!r})")
+    extra = {}
+    for name, path in item.extra:  # masks and other per-field media: lossless, so copied as they are
+        ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else "bin"
+        try:
+            with open(path, "rb") as f:
+                extra[f"{sf.safe_key(name)}.{ext}"] = f.read()
+        except OSError as err:
+            return ItemResult(item, error=f"cannot read its {name!r} file {path}: {err.strerror or err}")
     try:
         ext, out, meta = transcode(data, kind, item.ext, options)
     except TranscodeError as err:
         return ItemResult(item, error=str(err))
     except Exception as err:  # noqa: BLE001  every failure is reported with its reason, none is dropped
         return ItemResult(item, error=f"{type(err).__name__}: {err}")
-    return ItemResult(item, ext, out, {"kind": kind, **meta})
+    return ItemResult(item, ext, out, {"kind": kind, **meta}, extra=extra)
 
 
 @dataclass
@@ -203,7 +230,9 @@ def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemR
                 continue
             record = {"key": item.key, "shard": task.index, "label": item.label, "source": item.name,
                       "ext": result.ext, "bytes": len(result.data), **result.meta}
-            members = {result.ext: result.data}
+            if item.fields:
+                record["fields"] = dict(item.fields)
+            members = {result.ext: result.data, **result.extra}
             if item.label is not None:
                 members["cls"] = str(item.label).encode()
             members["json"] = json.dumps({k: v for k, v in record.items() if k != "shard"},

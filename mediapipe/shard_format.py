@@ -51,10 +51,10 @@ def index_name(index: int) -> str:
 # -- keys and member names ---------------------------------------------------------------
 def safe_key(text: str) -> str:
     """A WebDataset key from a relative path: no separators, no dots (the key ends at the
-    first dot for both DALI and webdataset), at most MAX_KEY_CHARS characters."""
+    first dot for both DALI and webdataset), its last MAX_KEY_CHARS characters at most."""
     stem = text.rsplit(".", 1)[0] if "." in os.path.basename(text) else text
     key = _UNSAFE_KEY_CHARS.sub("_", stem).strip("_") or "sample"
-    return key[:MAX_KEY_CHARS]
+    return key[-MAX_KEY_CHARS:].lstrip("_-") or key[-MAX_KEY_CHARS:]  # the end of a path tells files apart
 
 
 def unique_keys(texts: Iterable[str]) -> list[str]:

@@ -185,3 +185,30 @@ def test_progress_draws_a_bar_on_a_terminal_and_logs_lines_elsewhere() -> None:
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue() and len(lines) == 3 and lines[-1].startswith("convert: 2/4 files")
     assert "files/s" in lines[-1] and "MB/s" in lines[-1] and "ETA" in lines[-1]
+
+
+def test_manifest_masks_and_numeric_fields_survive(tmp_path: Path) -> None:
+    rows = []
+    for i in range(3):
+        (tmp_path / f"img{i}.jpg").write_bytes(jpeg_bytes(photo_like(40, 60, i)))
+        mask = (photo_like(40, 60, 10 + i)[..., 0] > 128).astype(np.uint8) * 255
+        buf = io.BytesIO()
+        Image.fromarray(mask).save(buf, format="PNG")
+        (tmp_path / f"mask{i}.png").write_bytes(buf.getvalue())
+        rows.append({"path": f"img{i}.jpg", "mask": f"mask{i}.png", "label": i % 2, "weight": 0.5 + i})
+    manifest = tmp_path / "train.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    convert(manifest, tmp_path / "out", options=TranscodeOptions(image_max_side=30))
+    source = mp.loaders.shards(tmp_path / "out")
+    by_key = {source.ref(i).key: source.ref(i) for i in range(3)}
+    assert sorted(by_key) == ["img0", "img1", "img2"]
+    for i in range(3):
+        ref = by_key[f"img{i}"]
+        assert set(ref.blobs) == {"jpg", "mask"} and ref.fields == {"weight": 0.5 + i} and ref.label == i % 2
+        assert ref.blob("image", "mask").read() == (tmp_path / f"mask{i}.png").read_bytes()  # lossless, as is
+        assert ref.blob("image", "image").extension == "jpg"
+    pipe = mp.Pipeline(source=source, decode={"image": mp.decoders.image(), "mask": mp.decoders.image(mode="L")},
+                       batch_size=1, device="cpu")
+    sample = pipe.dataset()[0]
+    assert sample["mask"].shape[-2:] == (40, 60) and sample["image"].shape[-2:] == (20, 30)
+    assert float(sample["weight"]) == source.ref(0).fields["weight"]
