@@ -34,7 +34,7 @@ def summarize(root: str | os.PathLike) -> dict[str, Any]:
     """Counts, bytes, classes, and histograms of resolution, duration, fps and codecs."""
     manifest = sf.read_manifest(root)
     records = sf.read_samples(root) if manifest.get("complete") else []
-    kinds, codecs, sides, durations, fps, labels = Counter(), Counter(), Counter(), Counter(), Counter(), Counter()
+    kinds, codecs, sides, durations, fps, labels, gops = (Counter() for _ in range(7))
     for r in records:
         kinds[r.get("kind", "?")] += 1
         codecs[f"{r.get('kind', '?')}:{r.get('codec', '?')}"] += 1
@@ -44,6 +44,8 @@ def summarize(root: str | os.PathLike) -> dict[str, Any]:
             durations[_bin(r["duration"], DURATION_BINS, "s")] += 1
         if r.get("fps"):
             fps[f"{r['fps']:g}"] += 1
+        if r.get("keyframes") and r.get("frames"):  # mean frames per key frame: the cost of a seek
+            gops[f"{r['frames'] / len(r['keyframes']):.0f}"] += 1
         labels[r.get("label")] += 1
     classes = manifest.get("classes") or []
     per_class = {(classes[k] if isinstance(k, int) and k < len(classes) else str(k)): v
@@ -56,6 +58,7 @@ def summarize(root: str | os.PathLike) -> dict[str, Any]:
         "bytes": sum(e["bytes"] for e in shards), "fields": manifest.get("fields", []),
         "kinds": dict(kinds), "codecs": dict(codecs), "classes": per_class,
         "max_side": dict(sides), "duration": dict(durations), "fps": dict(fps),
+        "frames_per_keyframe": dict(gops),
         "total_duration_s": round(sum(r.get("duration", 0.0) for r in records), 3),
         "settings": manifest.get("plan", {}),
     }
@@ -66,7 +69,8 @@ def format_summary(s: dict[str, Any]) -> str:
              + ("" if s["complete"] else " (INCOMPLETE: conversion did not finish)"),
              f"  fields: {', '.join(s['fields'])}; failed inputs: {s['failures']}"]
     for title, key in (("kinds", "kinds"), ("codecs", "codecs"), ("classes", "classes"),
-                       ("longest side", "max_side"), ("duration", "duration"), ("fps", "fps")):
+                       ("longest side", "max_side"), ("duration", "duration"), ("fps", "fps"),
+                       ("frames per key frame", "frames_per_keyframe")):
         if s[key]:
             lines.append(f"  {title}: " + ", ".join(f"{k}: {v}" for k, v in s[key].items()))
     if s["total_duration_s"]:

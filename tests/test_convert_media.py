@@ -101,6 +101,7 @@ def test_video_to_av1_and_audio_to_flac(media_folder: Path, tmp_path: Path) -> N
     assert verify(tmp_path / "out") == []
     summary = summarize(tmp_path / "out")
     assert summary["codecs"] == {"video:av1": 1, "audio:flac": 1} and summary["fps"] == {"4": 1}
+    assert summary["frames_per_keyframe"] == {"2": 1}
 
 
 def test_copy_keeps_streams_and_opus_and_dropping_audio(media_folder: Path, tmp_path: Path) -> None:
