@@ -154,7 +154,8 @@ def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
         in_place = op.outputs[op.inputs.index(src)] == src
         fuse = not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
         decoder = dict(device="mixed" if ctx.device == "gpu" else "cpu")
-        if ctx.keyed:  # the torch backend's window, drawn on the host from the header's size
+        if ctx.keyed or len(op.inputs) > 1:  # the torch backend's window (one for every field), drawn
+            # on the host from the header's size
             f = ctx.fields[src]
             anchor = ctx.drawn(op, f, "anchor", lambda p: (p["top"], p["left"]), np.int32)
             shape = ctx.drawn(op, f, "shape", lambda p: (p["height"], p["width"]), np.int32)
@@ -227,9 +228,10 @@ def _coin(op: Any, ctx: LoweringContext, f: FieldNode) -> Any:
 
 
 def lower_horizontal_flip(op: Any, ctx: LoweringContext) -> None:
-    for src in op.inputs:
+    coin = None
+    for src in op.inputs:  # every field of the op flips together
         f = _copy(ctx.decoded(src))
-        coin = _coin(op, ctx, f)
+        coin = _coin(op, ctx, f) if coin is None else coin
         if f.mirror is not None:  # two flips: their parities add
             f.mirror = (f.mirror + coin) % 2
         else:
@@ -238,9 +240,10 @@ def lower_horizontal_flip(op: Any, ctx: LoweringContext) -> None:
 
 
 def lower_vertical_flip(op: Any, ctx: LoweringContext) -> None:
-    for src in op.inputs:
+    coin = None
+    for src in op.inputs:  # every field of the op flips together
         f = _copy(ctx.decoded(src))
-        coin = _coin(op, ctx, f)
+        coin = _coin(op, ctx, f) if coin is None else coin
         f.node = ctx.fn.flip(f.node, horizontal=0, vertical=coin)  # commutes with a pending mirror
         _write(ctx, op, src, f)
 

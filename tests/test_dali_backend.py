@@ -232,6 +232,18 @@ def test_keyed_rng_gives_the_torch_backends_crops_and_flips(image_folder):
             assert diff.mean().item() <= MEAN_ABS and diff.max().item() <= 8 / 255 / 0.224
 
 
+def test_fields_of_one_op_share_its_crop_and_flip(image_folder):
+    pipe = mp.Pipeline(source=mp.loaders.folder(image_folder), device="cpu", batch_size=8, seed=4,
+                       decode={"image": mp.decoders.image(), "mask": mp.decoders.image(mode="L")},
+                       augment=[A.RandomResizedCrop(48, keys=("image", "mask")),
+                                A.HorizontalFlip(keys=("image", "mask"))])
+    batch = next(iter(pipe.loader(backend="dali")))
+    assert batch["image"].shape == (8, 3, 48, 48) and batch["mask"].shape == (8, 1, 48, 48)
+    luma = (batch["image"].float() * torch.tensor([0.299, 0.587, 0.114]).reshape(1, 3, 1, 1)).sum(1, keepdim=True)
+    # the same window and the same flip: the grey decode is the colour one's luma (a few levels apart)
+    assert (luma - batch["mask"].float()).abs().mean() < 3.0
+
+
 BLOCK = [A.Resize(128), A.CenterCrop(112)]
 
 
