@@ -46,7 +46,7 @@ class DurationBucketSampler:
         durations: Sequence[float] | np.ndarray,
         max_duration: float,
         *,
-        num_buckets: int = 10,
+        num_buckets: int = 30,
         buffer_size: int = 10_000,
         max_batch_size: int | None = None,
         shuffle: bool = True,
@@ -129,12 +129,14 @@ class DurationBucketSampler:
                 if not full or (buffered < self.buffer_size and not self._overfull(buckets, sums, full)):
                     break
                 out.append(take(full[int(pick.integers(len(full)))]))
-        # flush: what is left, bucket after bucket (neighbours have similar durations), cut greedily
+        # flush: what is left, bucket after bucket (each in its shuffled order), cut greedily; the
+        # flushed batches are shuffled among themselves (a small dataset is all flush)
         buckets = [[i for items in buckets for i in items]]
         sums = [float(durations[buckets[0]].sum())] if buckets[0] else [0.0]
+        tail: list[np.ndarray] = []
         while buffered:
-            out.append(take(0))
-        return out
+            tail.append(take(0))
+        return out + [tail[k] for k in pick.permutation(len(tail))]
 
     def _overfull(self, buckets: list[list[int]], sums: list[float], full: list[int]) -> bool:
         """A bucket that already holds two batches' worth emits without waiting for the buffer."""

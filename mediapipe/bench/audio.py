@@ -14,7 +14,7 @@ Importable without DALI; `run_dali_cpu` raises RuntimeError naming why it cannot
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 
 SAMPLE_RATE = 16000
 N_FFT, HOP, N_MELS = 400, 160, 80
-MAX_BATCH_SECONDS = 320.0  # about 32 clips of 10 s
+MAX_BATCH_SECONDS = 200.0  # about 23 clips of 8.5 s (2 to 15 s)
 DALI_FORMATS = ("flac", "wav", "ogg", "opus")  # what fn.decoders.audio reads (libsndfile): not MP3
 
 
@@ -151,7 +151,7 @@ def mediapipe_pipeline(data: Path, device: str = "cpu", seed: int = 0) -> tuple[
                  A.SpecAugment(freq_masks=(1, 2), freq_width=27, time_masks=(1, 2), time_width=40)],
         seed=seed, device=device,
     )
-    sampler = DurationBucketSampler(source_durations(source), MAX_BATCH_SECONDS, seed=seed, num_buckets=16,
+    sampler = DurationBucketSampler(source_durations(source), MAX_BATCH_SECONDS, seed=seed, num_buckets=32,
                                     buffer_size=2000)
     return pipe, sampler
 
@@ -162,8 +162,8 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int) -> Ite
     done = 0
     while done < batches:
         for batch in loader:
-            lengths = batch["audio_lengths"]  # frames after the log-mel
-            yield int(lengths.shape[0]), float(((lengths - 1).clamp(min=0) * HOP).sum()) / SAMPLE_RATE
+            index = batch["index"].cpu().numpy()
+            yield len(index), float(sampler.durations[index].sum())
             done += 1
             if done >= batches:
                 return
@@ -233,32 +233,58 @@ def run_naive(data: Path, *, workers: int, device: str, batches: int, batch_size
 # -- DALI ---------------------------------------------------------------------------------
 
 
-def run_dali_cpu(data: Path, *, workers: int, device: str, batches: int, batch_size: int = 32
-                 ) -> Iterator[tuple[int, float]]:
-    """DALI's CPU audio pipeline on the formats it reads (FLAC here; Opus is skipped)."""
+def _dali_pipeline(data: Path, workers: int, batch_size: int, gpu: bool) -> Any:
     try:
         from nvidia.dali import fn, pipeline_def, types
     except ImportError as err:
         raise RuntimeError(f"DALI is not installed ({err})") from err
     files = [str(p) for p in _clips(data, DALI_FORMATS)]
-    if not files:
-        raise RuntimeError(f"no clips DALI can read ({DALI_FORMATS}) in {data}")
 
-    @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=None, seed=0)
+    @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=0 if gpu else None, seed=0)
     def pipe():
         encoded, _ = fn.readers.file(files=files, random_shuffle=True, name="reader")
-        audio, rate = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=SAMPLE_RATE)
+        audio, _ = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=SAMPLE_RATE)
+        lengths = fn.shapes(audio)
+        if gpu:
+            audio = audio.gpu()
         spec = fn.spectrogram(audio, nfft=N_FFT, window_length=N_FFT, window_step=HOP)
         mel = fn.mel_filter_bank(spec, sample_rate=SAMPLE_RATE, nfilter=N_MELS)
         db = fn.to_decibels(mel, multiplier=10.0, cutoff_db=-100.0)
-        return fn.pad(db, axes=(1,)), fn.shapes(audio)
+        return fn.pad(db, axes=(1,)), lengths
 
     p = pipe()
     p.build()
+    return p
+
+
+def _run_dali(data: Path, workers: int, batches: int, batch_size: int, gpu: bool) -> Iterator[tuple[int, float]]:
+    p = _dali_pipeline(data, workers, batch_size, gpu)  # here, so that a missing DALI raises at the call
+    return _dali_batches(p, batches)
+
+
+def _dali_batches(p: Any, batches: int) -> Iterator[tuple[int, float]]:
     for _ in range(batches):
-        feats, shapes = p.run()
+        _, shapes = p.run()
         n = np.array([np.asarray(shapes.at(i))[0] for i in range(len(shapes))])
         yield len(n), float(n.sum()) / SAMPLE_RATE
 
 
-RUNNERS = {"mediapipe": run_mediapipe, "naive": run_naive, "dali_cpu": run_dali_cpu}
+def run_dali_cpu(data: Path, *, workers: int, device: str, batches: int, batch_size: int = 32
+                 ) -> Iterator[tuple[int, float]]:
+    """DALI's CPU audio pipeline: fn.decoders.audio (libsndfile: FLAC, Opus...), spectrogram, mel, dB.
+
+    Fixed batches of ``batch_size`` in a shuffled order; ``workers`` is DALI's thread count."""
+    return _run_dali(data, workers, batches, batch_size, gpu=False)
+
+
+def run_dali_gpu(data: Path, *, workers: int, device: str, batches: int, batch_size: int = 32
+                 ) -> Iterator[tuple[int, float]]:
+    """As `run_dali_cpu`, with the features on the GPU (DALI decodes audio on the CPU only)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("run_dali_gpu needs a CUDA device; torch.cuda.is_available() is False")
+    return _run_dali(data, workers, batches, batch_size, gpu=True)
+
+
+RUNNERS = {"mediapipe": run_mediapipe, "naive": run_naive, "dali_cpu": run_dali_cpu, "dali_gpu": run_dali_gpu}

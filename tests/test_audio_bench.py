@@ -1,0 +1,50 @@
+"""The audio bench scenario's data and runners, on a handful of clips."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mediapipe.bench import audio as B
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench_audio")
+    B.make_sample_audio(root, 4, seed=1)
+    return root
+
+
+def test_make_sample_audio_is_deterministic_and_in_range(data, tmp_path):
+    paths = sorted(p.name for p in data.iterdir() if p.suffix in (".flac", ".opus"))
+    assert paths == ["clip00000.flac", "clip00001.opus", "clip00002.flac", "clip00003.opus"]
+    rows = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]
+    assert all(2.0 <= r["duration"] <= 15.0 for r in rows)
+    ticks = []
+    again = B.make_sample_audio(tmp_path, 2, seed=1, progress=lambda done, total: ticks.append((done, total)))
+    assert ticks == [(1, 2), (2, 2)]
+    assert again[0].read_bytes() == (data / "clip00000.flac").read_bytes()
+
+
+@pytest.mark.parametrize("runner", ["run_mediapipe", "run_naive", "run_dali_cpu"])
+def test_runners_yield_samples_and_seconds(data, runner):
+    if runner == "run_dali_cpu":
+        pytest.importorskip("nvidia.dali")
+    rows = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]
+    total = sum(r["duration"] for r in rows)
+    out = list(getattr(B, runner)(data, workers=0, device="cpu", batches=2))
+    assert len(out) == 2
+    for samples, seconds in out:
+        assert samples >= 1 and 0 < seconds <= max(total, samples * 15.1)
+    assert 0.0 <= B.padding_fraction(data) < 1.0
+
+
+def test_dali_missing_is_a_runtime_error(data, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    with pytest.raises(RuntimeError, match="DALI is not installed"):
+        B.run_dali_cpu(data, workers=1, device="cpu", batches=1)
+    assert np.isfinite(B.padding_fraction(data))
