@@ -67,7 +67,9 @@ class Loader:
             raise ValueError(f"prefetch={prefetch}: expected >= 1")
         if drop_last is not None:
             last_batch = "drop" if drop_last else last_batch
-        if rank is None or world_size is None:
+        if getattr(pipeline.source, "split_by_rank", False):
+            rank, world_size = 0, 1  # the source holds this rank's part already (shards by rank)
+        elif rank is None or world_size is None:
             auto_rank, auto_size = distributed_rank_and_size()
             rank = auto_rank if rank is None else rank
             world_size = auto_size if world_size is None else world_size

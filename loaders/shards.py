@@ -96,6 +96,7 @@ class ShardSource(Source):
     """
 
     kind = "shards"
+    split_by_rank = False  # True for `for_rank`'s sources: the loader must not split them again
 
     def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None) -> None:
         self.root = Path(root)
@@ -169,13 +170,15 @@ class ShardSource(Source):
 
     def for_rank(self, rank: int, world_size: int) -> ShardSource:
         """The shards of one rank (rank r reads shards r, r + W, ...), for training across
-        machines where each reads whole shards; give its loader rank=0, world_size=1."""
+        machines where each reads whole shards; its loader does not split it again."""
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
         ids = sorted(self._paths)[rank::world_size]
         if not ids:
             raise ValueError(f"{self.num_shards} shards cannot be shared by world_size={world_size} ranks")
-        return ShardSource(self.root, ids)
+        source = ShardSource(self.root, ids)
+        source.split_by_rank = True  # read by Loader: this rank's part already
+        return source
 
     def to_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"kind": self.kind, "root": str(self.root)}
@@ -188,8 +191,7 @@ def shards(path: str | os.PathLike, *, by_rank: bool = False) -> ShardSource:
     """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file).
 
     ``by_rank=True`` keeps only this process's shards when torch.distributed is initialised
-    (rank r reads shards r, r + W, ...); the loader must then not split again (rank=0,
-    world_size=1).
+    (rank r reads shards r, r + W, ...); the loader then does not split them again.
     """
     source = ShardSource(path)
     if by_rank:

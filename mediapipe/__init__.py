@@ -6,13 +6,41 @@
                        augment=[A.RandomResizedCrop(224), A.HorizontalFlip(), A.Normalize()],
                        batch_size=256, seed=0)
     for batch in pipe.loader(num_workers=8): ...
+
+Names are imported on first use, so the command line (``mediapipe convert``) starts
+without paying for torch until it needs it.
 """
 
-from mediapipe import augment, decoders, loaders  # noqa: F401  (the subpackages, as mp.augment...)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from mediapipe.errors import DecodeError, LimitError, MediapipeError, PipelineError, SourceError, WorkerError
-from mediapipe.pipeline import Pipeline, PipelineDataset
+
+if TYPE_CHECKING:
+    from mediapipe import augment, decoders, loaders
+    from mediapipe.pipeline import Pipeline, PipelineDataset
 
 __version__ = "0.1.0"
+
+_LAZY = {"Pipeline": "mediapipe.pipeline", "PipelineDataset": "mediapipe.pipeline",
+         "augment": None, "decoders": None, "loaders": None}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mediapipe' has no attribute {name!r}")
+    module = _LAZY[name]
+    value = importlib.import_module(f"mediapipe.{name}") if module is None else getattr(
+        importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "DecodeError", "LimitError", "MediapipeError", "Pipeline", "PipelineDataset", "PipelineError", "SourceError",

@@ -190,3 +190,22 @@ def test_shards_by_rank_follow_torch_distributed(dataset: Path, monkeypatch: pyt
     mine = mp.loaders.shards(dataset, by_rank=True)
     assert mine.num_shards == 1 and {mine.shard_of(i) for i in range(len(mine))} == {1}
     assert mp.loaders.shards(dataset).num_shards == 3  # by_rank is asked for, never implied
+
+
+def test_a_source_split_by_rank_is_not_split_again_by_the_loader(tmp_path):
+    import mediapipe as mp
+    from mediapipe import augment as A
+    from mediapipe.convert import convert
+    from tests.conftest import write_image_folder
+
+    write_image_folder(tmp_path / "src", 12, classes=2, seed=1)
+    convert(tmp_path / "src", tmp_path / "out", shard_size="3")
+    whole = mp.loaders.shards(tmp_path / "out")
+    seen = []
+    for rank in range(2):
+        part = whole.for_rank(rank, 2)
+        assert part.split_by_rank
+        pipe = mp.Pipeline(part, {"image": mp.decoders.image()}, [A.Resize((16, 16))], batch_size=4, device="cpu")
+        loader = pipe.loader(rank=rank, world_size=2)  # ignored: the source is this rank's part
+        seen.append(sum(len(b["index"]) for b in loader))
+    assert seen == [6, 6]
