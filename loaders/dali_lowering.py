@@ -447,6 +447,28 @@ def lower_pad_trim(op: Any, ctx: LoweringContext) -> None:
     _write_audio(ctx, op, f)
 
 
+def lower_gain(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    factor = ctx.operand(ctx.drawn(op, f, "factor", lambda p: 10.0 ** (p["db"] / 20.0), np.float32))
+    f.node = f.node * factor  # the torch backend's keyed gain
+    _write_audio(ctx, op, f)
+
+
+def lower_audio_normalize(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    # (x - mean) / sqrt(var + eps) over the utterance (population variance), as ours
+    f.node = ctx.fn.normalize(f.node, axes=[0], epsilon=float(op.eps), ddof=0)
+    _write_audio(ctx, op, f)
+
+
+def lower_mfcc(op: Any, ctx: LoweringContext) -> None:
+    f = _audio(ctx, op)
+    _mel(op, ctx, f)
+    _decibels(ctx, f, 10.0, op.amin, 0.0)
+    f.node = ctx.fn.mfcc(f.node, axis=0, dct_type=2, n_mfcc=op.n_mfcc, normalize=op.dct_norm == "ortho")
+    _write_audio(ctx, op, f)
+
+
 def _window(op: Any) -> list[float]:
     import torch
 
@@ -579,6 +601,12 @@ LOWERINGS: dict[str, Lowering] = {
     "LogMelSpectrogram": _entry(lower_log_mel_spectrogram, "n_mels sample_rate amin top_db pad_value",
                                 "spectrogram + mel_filter_bank + to_decibels(reference=1)",
                                 lambda op: _no_top_db(op) or _mel_check(op)),
+    "Gain": _entry(lower_gain, "db", "multiply (keyed gain)"),
+    "AudioNormalize": _entry(lower_audio_normalize, "eps", "normalize(axes=[0], epsilon)"),
+    "MFCC": _entry(lower_mfcc, "n_mfcc top_db dct_norm amin n_mels sample_rate",
+                   "spectrogram + mel_filter_bank + to_decibels(reference=1) + mfcc",
+                   lambda op: _no_top_db(op) or _mel_check(op) or
+                   (f"dct_norm={op.dct_norm!r}" if op.dct_norm not in (None, "ortho") else None)),
     "AmplitudeToDB": _entry(lower_amplitude_to_db, "stype amin top_db pad_value", "to_decibels(reference=1)",
                             _no_top_db),
 }

@@ -317,6 +317,8 @@ def _audio_pipe(manifest, augment, mono=True):
     ([A.PreEmphasis(), A.MelSpectrogram(n_fft=400, hop_length=160, n_mels=40), A.AmplitudeToDB()], 1e-3),
     ([A.LogMelSpectrogram(n_mels=40, pad_value=-100.0)], 1e-3),
     ([A.NonSilentRegion(cutoff_db=-40, window=256), A.PadTrim(length=12000)], 0.0),
+    ([A.Gain(), A.AudioNormalize(), A.LogMelSpectrogram(n_mels=40)], 1e-3),  # Gain: the keyed draws
+    ([A.MFCC(n_mels=40, n_mfcc=13, top_db=None)], 1e-3),
 ])
 def test_audio_features_equal_torch_backend(wav_manifest, augment, atol):
     dali, torch_ = _both(_audio_pipe(wav_manifest, augment), shuffle=False)
@@ -338,11 +340,11 @@ def test_audio_resample_approximates_torch_backend(wav_manifest):
 
 
 def test_audio_settings_without_counterpart_are_listed(wav_manifest):
-    pipe = _audio_pipe(wav_manifest, [A.Gain(), A.AmplitudeToDB(top_db=80.0), A.Spectrogram(win_length=200)],
+    pipe = _audio_pipe(wav_manifest, [A.SpecAugment(), A.AmplitudeToDB(top_db=80.0), A.Spectrogram(win_length=200)],
                        mono=False)
     with pytest.raises(PipelineError) as info:
         pipe.loader(backend="dali")
     message = str(info.value)
-    for part in ("augment[0] Gain", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
+    for part in ("augment[0] SpecAugment", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
                  "decode['audio'] audio(mono=False"):
         assert part in message
