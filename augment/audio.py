@@ -337,10 +337,11 @@ class Spectrogram(_AudioOp):
     power: float = 2.0
     center: bool = True
 
-    def _stft(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _stft(self, x: torch.Tensor, lengths: torch.Tensor, masked: bool = True
+              ) -> tuple[torch.Tensor, torch.Tensor]:
         return F.spectrogram(x, lengths, n_fft=self.n_fft, hop_length=self.hop_length,
                              win_length=self.win_length, window=self.window, power=self.power,
-                             center=self.center)
+                             center=self.center, zero_padding_frames=masked)
 
     def apply_batch(self, x, lengths, params):
         return self._stft(x, lengths)
@@ -362,10 +363,10 @@ class MelSpectrogram(Spectrogram):
     mel_scale: str = "htk"
 
     def _mel(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        spec, frames = self._stft(x, lengths)
+        spec, frames = self._stft(x, lengths, masked=False)  # the (smaller) mel output is masked instead
         fb = F.mel_filters(self.n_fft // 2 + 1, float(self.f_min), float(self.f_max or self.sample_rate / 2),
                            self.n_mels, self.sample_rate, self.norm, self.mel_scale, str(spec.device))
-        return F.mel_scale(spec, fb), frames
+        return F.zero_padding(F.mel_scale(spec, fb), frames), frames
 
     def apply_batch(self, x, lengths, params):
         return self._mel(x, lengths)
