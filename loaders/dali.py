@@ -137,6 +137,7 @@ class _Feed:
         self.loader = loader
         self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
         self.queues: dict[str, collections.deque] = {}
+        self.fields: dict[str, FieldNode] = {}  # the pipeline's outputs, in order
         self.planned: Iterator[tuple[int, PlannedBatch]] = iter(())
         self.host: collections.deque = collections.deque()  # (PlannedBatch, refs) per batch fed
 
@@ -251,7 +252,7 @@ class DaliLoader:
         decoders = self.plan.decoders()
         self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.ref.blob(d.kind), s.data[n].tobytes()))
                         for name in self.plan.decode}
-        self._live: _Live | None = None
+        self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
 
     # -- the contract -----------------------------------------------------------------
@@ -298,16 +299,14 @@ class DaliLoader:
                 warnings.warn(f"DaliLoader resumes at batch {start} without a DALI checkpoint: the samples are the "
                               "same, DALI's random draws are not those of an uninterrupted run", stacklevel=2)
             self._live = None  # the old pipeline goes before the new one allocates
-            pipe, feed = self._build(epoch, checkpoint)
-            feed.start(sampler, epoch, start)
-            live = _Live(pipe, feed, epoch, start)
+            live = self._start(epoch, start, checkpoint)
         self._live, self._checkpoint = live, None
         for _ in range(len(planned) - start):
             t0 = time.perf_counter()
             outputs = live.pipe.run()
             t1 = time.perf_counter()
             batch, refs = live.feed.host.popleft()
-            out = self._to_torch(outputs, batch, refs)
+            out = self._to_torch(outputs, live.feed.fields, batch, refs)
             self.stats.seconds["wait"] += t1 - t0  # DALI's decode and ops, as far as they were not ahead
             self.stats.seconds["transfer"] += time.perf_counter() - t1
             self.stats.samples += batch.valid
@@ -329,6 +328,11 @@ class DaliLoader:
             return self._checkpoint[0]
         return None
 
+    def _start(self, epoch: int, position: int, checkpoint: str | None) -> _Live:
+        pipe, feed = self._build(epoch, checkpoint)
+        feed.start(self.sampler, epoch, position)
+        return _Live(pipe, feed, epoch, position)
+
     def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:
         DaliPipeline, fn, types = self._dali
         feed = _Feed(self)
@@ -348,11 +352,11 @@ class DaliLoader:
             # DALI warns that it cannot checkpoint a callable source: our feed restarts
             # at the sampler's position itself.
             warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline with external source")
-            self._define(pipe, ctx)
+            self._define(pipe, ctx, feed)
             pipe.build()
         return pipe, feed
 
-    def _define(self, pipe: Any, ctx: LoweringContext) -> None:
+    def _define(self, pipe: Any, ctx: LoweringContext, feed: _Feed) -> None:
         fn = ctx.fn
         with pipe:
             for name, spec in self.plan.decode.items():
@@ -364,23 +368,23 @@ class DaliLoader:
                     LOWERINGS[type(op).__name__].lower(op, ctx)
                 except NotImplementedError as err:
                     raise PipelineError(f"backend='dali': {err}; use backend='torch' for this pipeline") from err
-            self._fields: dict[str, FieldNode] = {}
             outputs = []
             for name in ctx.fields:
                 f = ctx.decoded(name)
                 ctx.flush_mirror(f)
                 if f.layout == "HWC":  # this library's layout: (C, H, W)
                     f.node = fn.transpose(f.node, perm=[2, 0, 1])
-                self._fields[name] = f
+                feed.fields[name] = f
                 outputs.append(f.node)
             pipe.set_outputs(*outputs)
 
     # -- to torch ---------------------------------------------------------------------
-    def _to_torch(self, outputs: tuple, batch: PlannedBatch, refs: list[SampleRef]) -> dict[str, Any]:
+    def _to_torch(self, outputs: tuple, fields: dict[str, FieldNode], batch: PlannedBatch,
+                  refs: list[SampleRef]) -> dict[str, Any]:
         from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
 
         out: dict[str, Any] = {}
-        for (name, f), tl in zip(self._fields.items(), outputs):
+        for (name, f), tl in zip(fields.items(), outputs):
             if f.kind == "audio":
                 out.update(padded_audio(name, f, tl, self.device))
                 continue
