@@ -11,8 +11,9 @@ the draws are exactly this library's.
 
 Approximations, stated where they apply: ColorJitter runs brightness, contrast, saturation
 in a fixed order (they commute except where values clip; the drawn per-sample order is
-not followed; ``hue`` is refused: DALI turns hue in YIQ, not HSV); RandomRotation samples
-with DALI's pixel-centre rounding (borders differ); Resample uses DALI's windowed sinc,
+not followed; ``hue`` is refused: DALI turns hue in YIQ, not HSV); RandomRotation and
+RandomAffine take the keyed inverse matrices (nearest differs at rounding ties; bilinear also
+at the borders, where torchvision blends the fill by the interpolated mask); Resample uses DALI's windowed sinc,
 not torchaudio's; decoding is DALI's libjpeg-turbo / nvJPEG (our decoder's reduced-size
 DCT decode is not used, so resized pixels differ by rounding).
 
@@ -384,15 +385,56 @@ def lower_random_erasing(op: Any, ctx: LoweringContext) -> None:
         _write(ctx, op, src, f)
 
 
-def lower_random_rotation(op: Any, ctx: LoweringContext) -> None:
+def dali_affine(inverse: Any, size: tuple[int, int]) -> np.ndarray:
+    """Our inverse matrix (output to input, pixel coordinates from the image centre, as
+    torchvision's) as DALI's warp_affine matrix (output to input, pixel centres at +0.5)."""
+    m = np.asarray(inverse, dtype=np.float64).reshape(2, 3)
+    height, width = size
+    half = np.array([width / 2.0, height / 2.0])
+    t = m[:, 2] + half - m[:, :2] @ half
+    return np.concatenate([m[:, :2], t[:, None]], axis=1).astype(np.float32)
+
+
+def _warp(op: Any, ctx: LoweringContext, matrix_of: Callable[[dict[str, Any], tuple[int, int]], Any]) -> None:
+    fill = op.fill if op.fill is not None else 0.0
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
         ctx.flush_mirror(f)
-        angle = ctx.drawn(op, f, "angle", lambda p: p["angle"], np.float32)
-        fill = op.fill if op.fill is not None else 0.0
-        f.node = ctx.fn.rotate(f.node, angle=angle, keep_size=True, interp_type=getattr(ctx.types,
-                               INTERP[op.interpolation]), fill_value=float(fill))
+        index, size_of = ctx.op_index, f.size_of
+
+        def matrix(sample: Any, size_of: Any = size_of, index: int = index) -> np.ndarray:
+            size = size_of(sample)
+            return dali_affine(matrix_of(sample.params(index, op, size), size), size)
+
+        m = ctx.host_input(f"{type(op).__name__}.matrix", matrix)
+        f.node = ctx.fn.warp_affine(f.node, matrix=m, interp_type=getattr(ctx.types, INTERP[op.interpolation]),
+                                    fill_value=float(fill))
         _write(ctx, op, src, f)
+
+
+def lower_random_rotation(op: Any, ctx: LoweringContext) -> None:
+    import torch
+
+    from mediapipe.augment.functional.geometry import affine_matrix
+
+    def matrix_of(p: dict[str, Any], size: tuple[int, int]) -> Any:
+        zeros = torch.zeros(1, 2, dtype=torch.float64)  # torchvision's rotate passes -angle
+        return affine_matrix(torch.tensor([-p["angle"]]), zeros, torch.ones(1), zeros, zeros)[0].numpy()
+
+    _warp(op, ctx, matrix_of)
+
+
+def lower_random_affine(op: Any, ctx: LoweringContext) -> None:
+    import torch
+
+    from mediapipe.augment.functional.geometry import affine_matrix
+
+    def matrix_of(p: dict[str, Any], size: tuple[int, int]) -> Any:
+        return affine_matrix(torch.tensor([p["angle"]]), torch.tensor([[p["translate_x"], p["translate_y"]]]),
+                             torch.tensor([p["scale"]]), torch.tensor([[p["shear_x"], p["shear_y"]]]),
+                             torch.zeros(1, 2, dtype=torch.float64))[0].numpy()
+
+    _warp(op, ctx, matrix_of)
 
 
 def _scalar_fill(op: Any) -> str | None:
@@ -586,8 +628,11 @@ LOWERINGS: dict[str, Lowering] = {
     "RandomGrayscale": _entry(lower_random_grayscale, "p", "arithmetic blend with the luma"),
     "GaussianBlur": _entry(lower_gaussian_blur, "kernel_size sigma", "gaussian_blur (keyed sigma)"),
     "RandomErasing": _entry(lower_random_erasing, "p scale ratio value", "erase (keyed boxes)"),
+    "RandomAffine": _entry(lower_random_affine, "degrees translate scale shear interpolation fill center",
+                           "warp_affine (keyed matrices)",
+                           lambda op: (f"center={op.center}" if op.center is not None else None) or _scalar_fill(op)),
     "RandomRotation": _entry(lower_random_rotation, "degrees interpolation expand center fill",
-                             "rotate(keep_size) (keyed angles)",
+                             "warp_affine (keyed matrices)",
                              lambda op: ("expand=True" if op.expand else None) or
                              (f"center={op.center}" if op.center is not None else None) or _scalar_fill(op)),
     "PreEmphasis": _entry(lower_preemphasis, "coef", "preemphasis_filter(border='zero')"),

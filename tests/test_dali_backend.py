@@ -268,14 +268,20 @@ def test_keyed_ops_equal_torch_backend(image_folder, ops, max_levels):
     assert diff.mean().item() <= 0.5
 
 
-def test_approximate_ops_stay_close(image_folder):
-    # ColorJitter runs its steps in a fixed order (the drawn order matters only where values clip);
-    # DALI's rotation samples pixels with its own rounding at the borders
-    for ops, mean_levels in (([A.ColorJitter(0.4, 0.4, 0.4)], 1.5), ([A.RandomRotation(30)], 1.5)):
-        pipe = _pipe(image_folder, BLOCK + ops, batch_size=8, seed=2)
-        a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
-        assert a["image"].shape == b["image"].shape and a["image"].dtype == b["image"].dtype == torch.uint8
-        assert (a["image"].float() - b["image"].float()).abs().mean().item() <= mean_levels
+@pytest.mark.parametrize("ops, mean_levels", [
+    # ColorJitter runs its steps in a fixed order (the drawn order matters only where values clip)
+    ([A.ColorJitter(0.4, 0.4, 0.4)], 1.5),
+    # warps take the keyed matrices; nearest differs at rounding ties, bilinear also at the borders
+    # (torchvision blends the fill by the interpolated mask, DALI fills each tap)
+    ([A.RandomRotation(30)], 0.5),
+    ([A.RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=10)], 0.5),
+    ([A.RandomRotation(30, interpolation="bilinear", fill=128)], 1.0),
+])
+def test_approximate_ops_stay_close(image_folder, ops, mean_levels):
+    pipe = _pipe(image_folder, BLOCK + ops, batch_size=8, seed=2)
+    a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+    assert a["image"].shape == b["image"].shape and a["image"].dtype == b["image"].dtype == torch.uint8
+    assert (a["image"].float() - b["image"].float()).abs().mean().item() <= mean_levels
 
 
 # -- audio ------------------------------------------------------------------------------------
