@@ -284,6 +284,19 @@ def test_approximate_ops_stay_close(image_folder, ops, mean_levels):
     assert (a["image"].float() - b["image"].float()).abs().mean().item() <= mean_levels
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="nvJPEG (DALI's mixed decoders) needs a CUDA device")
+def test_gpu_decoding_gives_the_cpu_batches_on_the_gpu(image_folder):
+    ops = [A.Resize(128), A.CenterCrop(112), A.ColorJitter(0.4, 0.4, 0.4), A.HorizontalFlip(), A.Normalize()]
+    cpu = _pipe(image_folder, ops, batch_size=8)
+    gpu = mp.Pipeline(source=mp.loaders.folder(image_folder), decode={"image": mp.decoders.image()},
+                      augment=ops, batch_size=8, seed=0, device="cuda")
+    for a, b in zip(gpu.loader(backend="dali", rng="keyed"), cpu.loader(backend="dali", rng="keyed"), strict=True):
+        assert a["image"].device.type == "cuda" and a["label"].device.type == "cuda"
+        assert torch.equal(a["index"].cpu(), b["index"])
+        # nvJPEG and libjpeg-turbo round differently: about a grey level on average
+        assert (a["image"].cpu() - b["image"]).abs().mean().item() <= 1.5 / 255 / 0.224
+
+
 # -- audio ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def wav_manifest(tmp_path_factory):
