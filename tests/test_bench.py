@@ -185,3 +185,19 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture) -> None:
     assert exc.value.code == 2
     assert main(["bench", "--scenario", "image-nope", "--no-progress"]) == 2
     assert "unknown scenario 'image-nope'" in capsys.readouterr().err
+
+
+def test_manifest_and_converted_datasets_feed_every_image_backend(image_folder: Path, image_manifest: Path,
+                                                                   tmp_path: Path) -> None:
+    converted = tmp_path / "converted"
+    assert main(["convert", str(image_folder), str(converted), "--shard-size", "10", "--workers", "1",
+                 "--no-progress"]) == 0
+    backends = ["mediapipe", "torchvision"] + (["dali"] if _installed("nvidia.dali") else [])
+    for data in (image_manifest, converted):
+        rep = harness.run(harness.Settings(scenarios=["image-eval"], data=data, backends=backends, workers=[1],
+                                           batches=1, repeats=1, warmup=0, batch_size=8, progress=False))
+        assert rep["datasets"]["image-eval"]["samples"] == 24
+        assert rep["datasets"]["image-eval"]["mean_megapixels"] > 0
+        for r in rep["results"]:
+            assert r["error"] is None, (data.name, r["backend"], r["error"])
+            assert r["samples_per_s"] > 0

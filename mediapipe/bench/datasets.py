@@ -162,11 +162,12 @@ def _sample_media(name: str, root: Path, count: int | None, seed: int, progress:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     bar = _progress(count, "videos" if kind == "video" else "files", f"generating {dest.name}", progress)
+    report = _Reporter(bar)
     try:
         if kind == "video":
-            make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=bar)
+            make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=report)
         else:
-            make(tmp, count, seed, progress=bar)
+            make(tmp, count, seed, progress=report)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -180,7 +181,37 @@ def _sample_media(name: str, root: Path, count: int | None, seed: int, progress:
     return dest
 
 
+class _Reporter:
+    """Progress for a maker that calls ``progress(done, total)`` or ``progress.update(n)``."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar, self.done = bar, 0
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        self.update(done - self.done)
+
+    def update(self, n: int = 1, bytes: int = 0) -> None:  # noqa: A002  (the Progress signature)
+        self.done += n
+        self.bar.update(n, bytes=bytes)
+
+
 # -- what a dataset holds ------------------------------------------------------------------------
+def _describe_converted(path: Path, kind: str, info: dict[str, Any]) -> dict[str, Any]:
+    """From the manifest and the per-sample records: no tar is read."""
+    from mediapipe import shard_format as sf
+
+    records = [r for r in sf.read_samples(path) if r.get("kind", kind) == kind]
+    info.update(layout="converted", samples=len(records))
+    sizes = [r["bytes"] for r in records if r.get("bytes")]
+    if sizes:
+        info["mean_bytes"] = float(np.mean(sizes))
+    pixels = [r["width"] * r["height"] for r in records if r.get("width") and r.get("height")]
+    if kind == "image" and pixels:
+        info["mean_megapixels"] = float(np.mean(pixels)) / 1e6
+    return info
+
+
+
 def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
     """Samples, mean file size and, for images, mean decoded megapixels (headers of up to
     ``sample_limit`` files spread over the dataset), for the MB/s and megapixels/s columns."""
@@ -193,11 +224,7 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
 
         files = [Path(p) for p, _ in manifest_rows(path)]
     elif (path / "manifest.json").is_file():
-        manifest = json.loads((path / "manifest.json").read_text())
-        counts = manifest.get("shards") or manifest.get("shard_samples") or []
-        samples = sum(s.get("samples", 0) if isinstance(s, dict) else int(s) for s in counts) if counts else None
-        info.update(layout="converted", samples=samples)
-        return info
+        return _describe_converted(path, kind, info)
     else:
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
                        and kind_of_extension(p.suffix) == kind)

@@ -9,9 +9,11 @@ processes (torch) or threads (DALI), shuffled for training and in order for eval
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,44 @@ def manifest_rows(path: Path) -> list[tuple[str, int]]:
     return rows
 
 
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
+
+
+@dataclass(frozen=True)
+class ShardImage:
+    """An image inside a converted dataset's tar shard: its bytes are ``size`` at ``offset``."""
+
+    tar: str
+    offset: int
+    size: int
+    label: int
+
+
+def converted_images(data: Path) -> list[ShardImage]:
+    """Every image of a converted dataset, located through the shards' DALI index files."""
+    from mediapipe import shard_format as sf
+
+    manifest = sf.read_manifest(data)
+    labels = {r["key"]: int(r.get("label", 0) or 0) for r in sf.read_samples(data)}
+    out = []
+    for shard in manifest["shards"]:
+        tar = str(data / shard["name"])
+        for members in sf.read_index(data / shard["idx"]):
+            for m in members:
+                key, ext = m.name.split(".", 1)
+                if ext.lower() in IMAGE_EXTENSIONS:
+                    out.append(ShardImage(tar, m.offset, m.size, labels.get(key, 0)))
+    return out
+
+
+def converted_shards(data: Path) -> tuple[list[str], list[str]]:
+    """(tar paths, index paths) of a converted dataset, in the manifest's order."""
+    from mediapipe import shard_format as sf
+
+    manifest = sf.read_manifest(data)
+    return ([str(data / s["name"]) for s in manifest["shards"]], [str(data / s["idx"]) for s in manifest["shards"]])
+
+
 # -- this library ------------------------------------------------------------------------
 def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, seed: int = 0) -> Any:
     import mediapipe as mp
@@ -55,9 +95,10 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
     elif layout == "manifest":
         source = mp.loaders.manifest(data)
     else:
-        shards = getattr(mp.loaders, "shards", None)
-        if shards is None:
-            raise NotImplementedError("not available: mediapipe.loaders.shards (converted datasets) does not exist yet")
+        try:
+            from mediapipe.loaders.shards import shards
+        except ImportError as err:
+            raise NotImplementedError(f"not available: converted datasets need mediapipe.loaders.shards ({err})") from err
         source = shards(data)
     if scenario == TRAIN:
         ops = [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
@@ -138,6 +179,26 @@ class _ManifestImages:
         return self.transform(self.loader(path)), label
 
 
+class _ShardImages:
+    """A converted dataset's images for the baseline: each read from its tar shard by offset
+    (what a hand-written tar Dataset does) and opened with Pillow, as ImageFolder opens files."""
+
+    def __init__(self, items: list[ShardImage], transform: Any) -> None:
+        self.items, self.transform = items, transform
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        from PIL import Image
+
+        item = self.items[i]
+        with open(item.tar, "rb") as f:
+            f.seek(item.offset)
+            data = f.read(item.size)
+        return self.transform(Image.open(io.BytesIO(data)).convert("RGB")), item.label
+
+
 def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                      options: dict[str, Any]) -> Stream:
     """ImageFolder (Pillow) + transforms v2 + DataLoader, same workers, batch 64, defaults otherwise."""
@@ -151,8 +212,7 @@ def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, ba
     elif layout == "manifest":
         dataset = _ManifestImages(manifest_rows(data), transform)
     else:
-        raise NotImplementedError("not available: the torchvision baseline reads folders and manifests, "
-                                  "not converted shards")
+        dataset = _ShardImages(converted_images(data), transform)
     cuda = device.startswith("cuda")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
                                          num_workers=workers, drop_last=True, pin_memory=cuda)
@@ -179,25 +239,29 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
         raise ValueError("DALI needs at least one thread: use --workers 1 or more")
     cuda = device.startswith("cuda")
     layout = dataset_layout(data)
-    reader_args: dict[str, Any]
     cleanup: list[str] = []
     if layout == "folder":
-        reader_args = {"file_root": str(data)}
+        reader, reader_args = "file", {"file_root": str(data)}
     elif layout == "manifest":
         fd, list_path = tempfile.mkstemp(suffix=".txt", prefix="mediapipe-bench-dali-")
         with os.fdopen(fd, "w") as f:
             f.writelines(f"{p} {label}\n" for p, label in manifest_rows(data))
-        reader_args, cleanup = {"file_list": list_path}, [list_path]
-    else:
-        raise NotImplementedError("not available: the hand-written DALI pipeline reads folders and manifests, "
-                                  "not converted shards")
+        reader, reader_args, cleanup = "file", {"file_list": list_path}, [list_path]
+    else:  # DALI reads the shards and their index files directly; the .cls labels are not decoded
+        tars, indices = converted_shards(data)
+        reader, reader_args = "webdataset", {"paths": tars, "index_paths": indices,
+                                             "ext": [";".join(IMAGE_EXTENSIONS)]}
     mean = [m * 255 for m in IMAGENET_MEAN]
     std = [s * 255 for s in IMAGENET_STD]
     decoder_device = "mixed" if cuda else "cpu"
 
     @pipeline_def(batch_size=batch_size, num_threads=workers, device_id=0 if cuda else None, seed=0)
     def pipeline() -> Any:
-        jpegs, labels = fn.readers.file(**reader_args, random_shuffle=scenario == TRAIN, name="Reader")
+        if reader == "file":
+            jpegs, labels = fn.readers.file(**reader_args, random_shuffle=scenario == TRAIN, name="Reader")
+        else:
+            jpegs = fn.readers.webdataset(**reader_args, random_shuffle=scenario == TRAIN, name="Reader")
+            labels = None
         if scenario == TRAIN:
             images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=types.RGB)
             images = fn.resize(images, resize_x=224, resize_y=224)
@@ -208,11 +272,11 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
             images = fn.resize(images, resize_shorter=256)
             images = fn.crop_mirror_normalize(images, crop=(224, 224), mean=mean, std=std,
                                               output_layout="CHW", dtype=types.FLOAT)
-        return images, labels
+        return (images, labels) if labels is not None else images
 
     pipe = pipeline()
     pipe.build()
-    iterator = DALIGenericIterator(pipe, ["image", "label"], reader_name="Reader",
+    iterator = DALIGenericIterator(pipe, ["image", "label"] if reader == "file" else ["image"], reader_name="Reader",
                                    last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
 
     def close() -> None:

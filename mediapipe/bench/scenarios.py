@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ RUNNERS: dict[str, dict[str, Any]] = {
     "audio": {"mediapipe": "run_mediapipe", "pyav": "run_naive",
               "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
 }
-UNITS = {("video", "ceiling"): "frames"}  # the sequential decode ceiling counts frames, not clips
+UNITS = {("video", "ceiling"): "frames", ("video", "dav1d"): "frames"}  # decode ceilings count frames
 CPU_ONLY = {("video", "dav1d"), ("video", "ceiling")}
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
@@ -115,6 +116,8 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
         if backend == "mediapipe-dali" and not _installed("mediapipe.loaders.dali"):
             return "not available: mediapipe.loaders.dali (pipe.loader(backend='dali')) does not exist yet"
         return None
+    if backend == "dav1d" and shutil.which("dav1d") is None:
+        return "not installed: the dav1d command line is not on PATH (apt-get install dav1d)"
     module_name = f"mediapipe.bench.{scenario.kind}"
     function = runner_name(scenario, backend, device)
     if function is None:
