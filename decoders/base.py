@@ -66,6 +66,11 @@ class Decoder:
         """Whether this backend can run here (its library imports, its device exists)."""
         return True
 
+    @classmethod
+    def preferred(cls, device: torch.device | None) -> bool:
+        """Whether "auto" may pick this backend for ``device`` (it measured fastest there)."""
+        return True
+
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         """Cheap metadata from the header (height/width, frames...), without decoding."""
         return {}

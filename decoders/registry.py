@@ -64,7 +64,7 @@ def decoder_class(kind: str, backend: str = "auto", device: torch.device | None 
             raise ValueError(f"no {kind} decoder {backend!r}; known: {sorted(candidates)}")
         return candidates[backend]
     for cls in candidates.values():
-        if cls.available(device):
+        if cls.available(device) and cls.preferred(device):
             return cls
     raise RuntimeError(f"no {kind} decoder can run on {device}; tried {sorted(candidates)}")
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as tmp
 
+from mediapipe import memory
 from mediapipe.errors import WorkerError
 
 Task = tuple[Any, ...]
@@ -41,6 +42,7 @@ class _RemoteError:
 
 def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, results: Any, init: Callable | None) -> None:
     torch.set_num_threads(1)
+    memory.use_shared_memory()
     try:
         if init is not None:
             init(worker)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mediapipe import memory
 from mediapipe.augment.base import Op, Params, Stage
 from mediapipe.decoders.base import NO_HINT, Decoder, DecoderSpec, Limits
 from mediapipe.errors import DecodeError, MediapipeError, PipelineError
@@ -296,7 +297,7 @@ class Plan:
             data[name] = x
 
     def load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int,
-                   with_valid: bool = False) -> HostBatch:
+                   with_valid: bool = False, private: frozenset[str] = frozenset()) -> HostBatch:
         """The sample stage for one batch, then collate; applies the ``on_error`` policy.
 
         ``batch["valid"]`` (bool (B,)) marks real samples; it is present when asked
@@ -308,7 +309,8 @@ class Plan:
             stats.samples += position < valid
         t0 = time.perf_counter()
         policies = {n: s.collate for n, s in self.decode.items()}
-        data = collate(samples, policies, [int(i) for i in indices] if self.on_error == "replace" else None)
+        data = collate(samples, policies, [int(i) for i in indices] if self.on_error == "replace" else None,
+                       private)
         if with_valid or valid < len(indices) or self.on_error == "replace":
             mask = torch.tensor([s is not None for s in samples], dtype=torch.bool)
             mask[valid:] = False
@@ -372,7 +374,8 @@ class Plan:
                             with_valid: bool = False) -> HostBatch:
         """`load_batch`, then the batch-stage ops in the same worker: for a CPU device, where
         the worker's cores are the device. Same parameters, same kernels, same values."""
-        host = self.load_batch(number, epoch, indices, valid, with_valid)
+        replaced = frozenset(f for p in self.batch_ops for f in p.op.outputs if f in p.op.inputs)
+        host = self.load_batch(number, epoch, indices, valid, with_valid, replaced)
         t0 = time.perf_counter()
         host.data = self.run_batch_ops(host.data, host.params)
         host.stats.seconds["batch_ops"] += time.perf_counter() - t0
@@ -408,10 +411,11 @@ def stack_params(drawn: list[Params]) -> Params:
 
 
 def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
-            indices: list[int] | None = None) -> dict[str, Any]:
+            indices: list[int] | None = None, private: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Stack each field over the batch; "pad" fields are padded on their last dim and get
     ``<field>_lengths``. A failed sample (None, under on_error="replace") becomes zeros,
-    label -1, and keeps its own ``index``."""
+    label -1, and keeps its own ``index``. Fields in ``private`` stay in this process
+    (a worker's batch-stage op replaces them): they skip the shared-memory allocation."""
     present = [s for s in samples if s is not None]
     if not present:
         raise PipelineError("every sample of a batch failed to load")
@@ -421,7 +425,7 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
         if name == "index" and indices is not None:
             values = list(indices)
         if isinstance(first, torch.Tensor):
-            out.update(_collate_tensors(name, values, policies.get(name, "stack")))
+            out.update(_collate_tensors(name, values, policies.get(name, "stack"), name in private))
         elif isinstance(first, (bool, int, float, np.integer, np.floating)):
             dtype = torch.int64 if isinstance(first, (int, np.integer)) and not isinstance(first, bool) else None
             filled = [v if v is not None else (-1 if name == "label" else 0) for v in values]
@@ -431,7 +435,8 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
     return out
 
 
-def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str) -> dict[str, torch.Tensor]:
+def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str,
+                     private: bool = False) -> dict[str, torch.Tensor]:
     present = [v for v in values if v is not None]
     first = present[0]
     if policy == "pad":
@@ -449,7 +454,8 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str) 
             f"field {name!r} has shapes {sorted(shapes)[:4]} in one batch: add a sample-stage op that gives "
             "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)"
         )
-    out = torch.empty((len(values), *first.shape), dtype=first.dtype)
+    shape = (len(values), *first.shape)
+    out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
     for i, v in enumerate(values):
         if v is None:
             out[i].zero_()

@@ -7,6 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from mediapipe import memory
+
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
            "uint8": torch.uint8}
 
@@ -34,7 +36,7 @@ def normalize(
     std64 = std.to(torch.float64).reshape(c, 1, 1)
     mul = (1.0 / (scale * std64)).to(x.device, dtype)
     add = (-mean.to(torch.float64).reshape(c, 1, 1) / std64).to(x.device, dtype)
-    out = x.to(dtype, copy=True)
+    out = memory.empty(x.shape, dtype, x.device).copy_(x)  # shared memory in a worker: sent without a copy
     return out.mul_(mul).add_(add)
 
 
@@ -45,7 +47,7 @@ def to_dtype(x: torch.Tensor, dtype: torch.dtype, scale: bool = True) -> torch.T
     if not scale:
         return x.to(dtype)
     if x.dtype == torch.uint8 and dtype.is_floating_point:
-        return x.to(dtype).mul_(1.0 / 255.0)
+        return memory.empty(x.shape, dtype, x.device).copy_(x).mul_(1.0 / 255.0)
     if x.dtype.is_floating_point and dtype == torch.uint8:
         return x.mul(255.0).round_().clamp_(0, 255).to(dtype)
     return x.to(dtype)
