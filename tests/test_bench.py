@@ -52,6 +52,7 @@ def test_end_to_end_json_has_the_documented_fields(bench_run: dict) -> None:
             assert len(r["samples_per_s_reps"]) == 2
             assert r["peak_rss_mb"] > 50  # a process with torch imported, at least
             assert r["rss_growth_pct"] is not None and r["first_batch_s"] > 0
+            assert len(r["uss_mb_by_rep"]) == 2 and 0 < r["uss_mb_by_rep"][0] < r["peak_rss_mb"]
             assert r["decoded_mpix_per_s"] > 0 and r["input_mb_per_s"] > 0
             assert r["stages"]["total"] > 0 and r["input_bound"] in (True, False)
         else:

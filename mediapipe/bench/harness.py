@@ -43,6 +43,9 @@ NOTES = {
     "peak_rss_mb": "largest sum of VmRSS over the backend's process and its loader workers, sampled every 0.1 s",
     "rss_growth_pct": "tree RSS after the last timed repetition against after the first (the stream runs on "
                       "across epochs)",
+    "uss_mb_by_rep": "private memory (smaps_rollup Private_Clean + Private_Dirty) of the tree after each "
+                     "repetition: pages a forked worker shares with its parent count once; uss_growth_pct as "
+                     "rss_growth_pct",
     "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
     "first_batch_s": "building the pipeline, starting workers and the first batch",
     "input_bound": f"with --step-ms: the consumer waited for input more than {INPUT_BOUND_FRACTION:.0%} of the "

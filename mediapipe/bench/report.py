@@ -62,6 +62,7 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = [
     ("CPU", lambda rep, r: _num(r.get("cpu_util_pct"), "{:.0f}%")),
     ("peak RSS", lambda rep, r: _num(r.get("peak_rss_mb"), "{:.0f} MB")),
     ("RSS growth", lambda rep, r: _num(r.get("rss_growth_pct"), "{:+.1f}%")),
+    ("private", lambda rep, r: _num((r.get("uss_mb_by_rep") or [None])[-1], "{:.0f} MB")),
     ("input-bound", lambda rep, r: _input_bound(r)),
     ("mediapipe/peer", lambda rep, r: _ratio_of(rep, r)),
 ]

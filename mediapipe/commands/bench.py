@@ -65,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the full results as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as Markdown")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="plot throughput and the scaling curve")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a backend may take per step")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds a backend may take for one step (warm-up or repetition) before it is "
+                             "stopped and reported as timed out (default: 300)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
