@@ -55,6 +55,7 @@ def test_end_to_end_json_has_the_documented_fields(bench_run: dict) -> None:
             assert len(r["uss_mb_by_rep"]) == 2 and 0 < r["uss_mb_by_rep"][0] < r["peak_rss_mb"]
             assert r["decoded_mpix_per_s"] > 0 and r["input_mb_per_s"] > 0
             assert r["stages"]["total"] > 0 and r["input_bound"] in (True, False)
+            assert r["epochs"] > 2  # 24 images, batches of 8: the stream ran over several passes
         else:
             assert isinstance(r["error"], str) and r["error"]
 
@@ -202,3 +203,19 @@ def test_manifest_and_converted_datasets_feed_every_image_backend(image_folder: 
         for r in rep["results"]:
             assert r["error"] is None, (data.name, r["backend"], r["error"])
             assert r["samples_per_s"] > 0
+
+
+def test_small_datasets_are_repeated_as_one_long_epoch(image_folder: Path) -> None:
+    from mediapipe.bench import images
+    from mediapipe.loaders.sources import folder
+
+    assert images.passes({"max_batches": 10}, 8, 24) == 5  # 80 samples needed: 4 passes, and one spare
+    assert images.passes({"max_batches": 10, "repeat": False}, 8, 24) == 1
+    assert images.passes({"max_batches": 2}, 64, 1000) == 2
+    inner = folder(image_folder)
+    repeated = images.RepeatedSource(inner, 3)
+    assert len(repeated) == 72 and repeated.classes == inner.classes
+    ref = repeated.ref(30)
+    assert ref.index == 30 and ref.key == inner.ref(6).key and ref.label == inner.ref(6).label
+    pipe = images.mediapipe_pipeline("image-train", image_folder, "cpu", 8, options={"max_batches": 10})
+    assert len(pipe.source) == 24 * 5

@@ -48,6 +48,9 @@ NOTES = {
                      "rss_growth_pct",
     "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
     "first_batch_s": "building the pipeline, starting workers and the first batch",
+    "epochs": ("passes over the dataset during the run. Unless --real-epochs, the image backends see a small "
+               "dataset repeated as one long epoch (as a large dataset is), so loaders are not restarted "
+               "every few batches"),
     "input_bound": f"with --step-ms: the consumer waited for input more than {INPUT_BOUND_FRACTION:.0%} of the "
                    "simulated step time",
     "ratios": "this library's samples/s over the peer's, same scenario, device and workers, same run",
@@ -74,7 +77,8 @@ class Settings:
     cache_dir: Path | None = None
     progress: bool = True
     worker_type: str | None = None
-    timeout: float = 600.0
+    real_epochs: bool = False  # restart loaders at each pass over a small dataset
+    timeout: float = 300.0
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
@@ -171,7 +175,8 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
             procs[id(row)] = BackendProcess(f"{scenario.name}/{row.backend}/{row.device}/w{workers}")
             spec = {"scenario": scenario.name, "backend": row.backend, "device": row.device, "workers": workers,
                     "batch_size": row.batch_size, "data": str(data),
-                    "options": {"max_batches": max_batches, "worker_type": settings.worker_type}}
+                    "options": {"max_batches": max_batches, "worker_type": settings.worker_type,
+                                "repeat": not settings.real_epochs}}
             procs[id(row)].send("open", spec=spec)
         for row in rows:
             try:

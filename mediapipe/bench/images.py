@@ -13,11 +13,12 @@ import io
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from mediapipe.bench.streams import EpochStream, Stream
+from mediapipe.loaders.sources import Source
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -84,8 +85,55 @@ def converted_shards(data: Path) -> tuple[list[str], list[str]]:
     return ([str(data / s["name"]) for s in manifest["shards"]], [str(data / s["idx"]) for s in manifest["shards"]])
 
 
+# -- one long epoch over a small dataset ----------------------------------------------------
+def passes(options: dict[str, Any], batch_size: int, samples: int) -> int:
+    """How many passes over the dataset make one epoch long enough for the whole run, so a
+    small benchmark dataset does not restart loaders (workers, DALI pipelines) far more often
+    than an epoch of a real dataset would; 1 with ``repeat=False`` (``--real-epochs``)."""
+    if not options.get("repeat", True) or not options.get("max_batches") or samples <= 0:
+        return 1
+    return max(1, -(-options["max_batches"] * batch_size // samples) + 1)
+
+
+class RepeatedSource(Source):
+    """A source seen ``times`` over, as one source: sample i is sample i mod len(inner)
+    (with its own index, so its random draws differ from pass to pass)."""
+
+    kind = ""  # a benchmark view: not registered for configs
+
+    def __init__(self, inner: Source, times: int) -> None:
+        self.inner, self.times = inner, times
+
+    def __len__(self) -> int:
+        return len(self.inner) * self.times
+
+    def ref(self, index: int) -> Any:
+        return replace(self.inner.ref(index % len(self.inner)), index=index)
+
+    def meta(self, index: int) -> dict[str, Any]:
+        return self.inner.meta(index % len(self.inner))
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.inner.classes
+
+
+class _Repeat:
+    """A map-style dataset seen ``times`` over (the torchvision baseline's long epoch)."""
+
+    def __init__(self, dataset: Any, times: int) -> None:
+        self.dataset, self.times = dataset, times
+
+    def __len__(self) -> int:
+        return len(self.dataset) * self.times
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset[i % len(self.dataset)]
+
+
 # -- this library ------------------------------------------------------------------------
-def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, seed: int = 0) -> Any:
+def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, seed: int = 0,
+                       options: dict[str, Any] | None = None) -> Any:
     import mediapipe as mp
     from mediapipe import augment as A
 
@@ -100,6 +148,8 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
         except ImportError as err:
             raise NotImplementedError(f"not available: converted datasets need mediapipe.loaders.shards ({err})") from err
         source = shards(data)
+    times = passes(options or {}, batch_size, len(source))
+    source = RepeatedSource(source, times) if times > 1 else source
     if scenario == TRAIN:
         ops = [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     else:
@@ -111,7 +161,7 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
 def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                    options: dict[str, Any]) -> Stream:
     """This library's torch loader: worker processes (or threads) build whole batches."""
-    pipe = mediapipe_pipeline(scenario, data, device, batch_size)
+    pipe = mediapipe_pipeline(scenario, data, device, batch_size, options=options)
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
     loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
     prefetch = getattr(loader, "prefetch", 2)
@@ -135,7 +185,7 @@ def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int,
         from mediapipe.loaders.dali import DaliLoader  # noqa: F401  (present and importable?)
     except ImportError as err:
         raise NotImplementedError(f"not available: {err}") from err
-    pipe = mediapipe_pipeline(scenario, data, device, batch_size)
+    pipe = mediapipe_pipeline(scenario, data, device, batch_size, options=options)
     if workers < 1:
         raise ValueError("DALI needs at least one thread: use --workers 1 or more")
     loader = pipe.loader(backend="dali", num_workers=workers, shuffle=scenario == TRAIN, drop_last=True)
@@ -213,6 +263,7 @@ def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, ba
         dataset = _ManifestImages(manifest_rows(data), transform)
     else:
         dataset = _ShardImages(converted_images(data), transform)
+    dataset = _Repeat(dataset, passes(options, batch_size, len(dataset)))
     cuda = device.startswith("cuda")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
                                          num_workers=workers, drop_last=True, pin_memory=cuda)

@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="simulate a training step of N ms per batch and report whether input is the bottleneck")
     parser.add_argument("--worker-type", choices=("process", "thread"), help="this library's loader workers")
+    parser.add_argument("--real-epochs", action="store_true",
+                        help="restart the loaders at each pass over the dataset, as training on this very dataset "
+                             "would (default: a small dataset is repeated as one long epoch, as a large one is)")
     parser.add_argument("--count", type=int, help="samples in a generated dataset (default: 1000 images)")
     parser.add_argument("--cache-dir", type=Path, help="where built-in datasets are generated "
                                                        "(default: $MEDIAPIPE_CACHE_DIR or ~/.cache/mediapipe)")
@@ -88,7 +91,7 @@ def settings_from_args(args: argparse.Namespace) -> object:
         backends=args.backends, devices=devices, workers=args.workers or [os.cpu_count() or 1],
         batches=args.batches, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size,
         step_ms=args.step_ms, count=args.count, cache_dir=args.cache_dir, progress=not args.no_progress,
-        worker_type=args.worker_type, timeout=args.timeout,
+        worker_type=args.worker_type, real_epochs=args.real_epochs, timeout=args.timeout,
     )
 
 
