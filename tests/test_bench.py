@@ -219,3 +219,13 @@ def test_small_datasets_are_repeated_as_one_long_epoch(image_folder: Path) -> No
     assert ref.index == 30 and ref.key == inner.ref(6).key and ref.label == inner.ref(6).label
     pipe = images.mediapipe_pipeline("image-train", image_folder, "cpu", 8, options={"max_batches": 10})
     assert len(pipe.source) == 24 * 5
+
+
+def test_worker_sweep_gives_one_row_per_count_and_a_scaling_plot(image_folder: Path, tmp_path: Path) -> None:
+    rep = harness.run(harness.Settings(scenarios=["image-train"], data=image_folder, backends=["mediapipe"],
+                                       workers=[0, 2], batches=1, repeats=1, warmup=0, batch_size=8, progress=False))
+    rows = rep["results"]
+    assert [(r["workers"], r["error"]) for r in rows] == [(0, None), (2, None)]
+    assert all(r["samples_per_s"] > 0 for r in rows)
+    report.write_plot(rep, tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000

@@ -45,9 +45,12 @@ def _ratio_of(report: dict[str, Any], row: dict[str, Any]) -> str:
 
 
 def _input_bound(row: dict[str, Any]) -> str:
+    """yes/no, with the consumer's wait as a share of the simulated step time."""
     if row.get("input_bound") is None:
         return "-"
-    return "yes" if row["input_bound"] else "no"
+    step = (row.get("stages") or {}).get("step") or 0.0
+    share = f" ({100 * row['wait_s'] / step:.0f}% wait)" if step and row.get("wait_s") is not None else ""
+    return ("yes" if row["input_bound"] else "no") + share
 
 
 # (header, cell) for the main table
@@ -220,10 +223,15 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
             for (backend, device), points in sorted(lines.items()):
                 points.sort()
                 scale.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{backend} {device}")
+            scale.set_xticks(sorted({r["workers"] for r in ok}))
+            scale.set_ylim(bottom=0)
             scale.set_xlabel("workers")
             scale.set_ylabel(f"{ok[0]['unit']}/s")
             scale.set_title(f"{scenario}: scaling")
             scale.legend(fontsize=8)
+            if len({r["workers"] for r in ok}) == 1:
+                scale.text(0.5, 0.1, "one worker count: --workers 1,2,4 draws the curve", ha="center",
+                           transform=scale.transAxes, fontsize=8)
         else:
             bars.text(0.5, 0.5, "no backend ran", ha="center", va="center")
             scale.axis("off")
