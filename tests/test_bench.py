@@ -229,3 +229,16 @@ def test_worker_sweep_gives_one_row_per_count_and_a_scaling_plot(image_folder: P
     assert all(r["samples_per_s"] > 0 for r in rows)
     report.write_plot(rep, tmp_path / "sweep.png")
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
+
+
+def test_a_backend_that_fails_is_reported_and_the_run_goes_on(image_folder: Path, tmp_path: Path) -> None:
+    data = tmp_path / "broken"
+    (data / "a").mkdir(parents=True)
+    for p in sorted(image_folder.rglob("*.jpg"))[:4]:
+        (data / "a" / p.name).write_bytes(p.read_bytes())
+    (data / "a" / "zz_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    rep = harness.run(harness.Settings(scenarios=["image-eval"], data=data, backends=["mediapipe", "nope"],
+                                       workers=[1], batches=1, repeats=1, warmup=0, batch_size=5, progress=False))
+    errors = {r["backend"]: r["error"] for r in rep["results"]}
+    assert errors["nope"].startswith("unknown backend")
+    assert "failed in warm-up" in errors["mediapipe"] and "zz_broken.jpg" in errors["mediapipe"]
