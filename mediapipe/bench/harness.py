@@ -177,8 +177,13 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
                     "batch_size": row.batch_size, "data": str(data),
                     "options": {"max_batches": max_batches, "worker_type": settings.worker_type,
                                 "repeat": not settings.real_epochs}}
-            procs[id(row)].send("open", spec=spec)
+            try:
+                procs[id(row)].send("open", spec=spec)
+            except BackendError as err:
+                fail(row, str(err), 1 + settings.repeats)
         for row in rows:
+            if id(row) not in procs:
+                continue
             try:
                 drains[id(row)] = procs[id(row)].receive(settings.timeout)["buffered"]
             except BackendError as err:
@@ -212,7 +217,12 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
                 reps[id(row)].append(rep)
                 delivered[id(row)] = reply["delivered"]
                 bar.update(1)
-    finally:
+    except BaseException:  # interrupted (Ctrl-C) or a bug: stop the backends now, do not wait for them
+        for proc in procs.values():
+            proc.kill()
+            proc.close()
+        raise
+    else:
         for proc in procs.values():
             proc.close()
     per_epoch = (data_info.get("samples") or 0) // (rows[0].batch_size or 1) if rows else 0
