@@ -30,7 +30,7 @@ from mediapipe.bench.core import (
 )
 from mediapipe.bench.progress import make_progress
 from mediapipe.bench.scenarios import SCENARIOS, Scenario, unit_of, why_not
-from mediapipe.bench.worker import BackendError, BackendProcess
+from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 
 OURS = "mediapipe"
 NOTES = {
@@ -132,6 +132,8 @@ def run(settings: Settings) -> dict[str, Any]:
             groups.append((scenario, workers, rows))
             results.extend(rows)
     steps = sum((1 + settings.repeats) * sum(r.error is None for r in rows) for _, _, rows in groups)
+    live = [(scenario, r) for scenario, _, rows in groups for r in rows if r.error is None]
+    set_preload({s.kind for s, _ in live}, {r.backend for _, r in live})
     bar = make_progress(steps, "steps", "bench", settings.progress)
     try:
         for scenario, workers, rows in groups:

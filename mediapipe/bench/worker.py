@@ -133,8 +133,23 @@ class BackendError(RuntimeError):
     """A backend process failed a command; ``str()`` is the reason for the report."""
 
 
-PRELOAD = ("torch", "torchvision", "torchvision.transforms.v2", "nvidia.dali", "nvidia.dali.plugin.pytorch",
-           "mediapipe", "mediapipe.bench.worker", "mediapipe.bench.images")
+BASE_PRELOAD = ("torch", "mediapipe", "mediapipe.bench.worker")
+PRELOAD_BY_BACKEND = {
+    "torchvision": ("torchvision", "torchvision.transforms.v2"),
+    "dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch"),
+    "mediapipe-dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch", "mediapipe.loaders.dali"),
+}
+_preload: list[str] = list(BASE_PRELOAD)
+
+
+def set_preload(kinds: set[str], backends: set[str]) -> None:
+    """What the backend server imports once, before it forks the first backend: only what the
+    run's backends use (DALI alone costs seconds of CPU). Later calls change nothing."""
+    modules = list(BASE_PRELOAD)
+    modules += [f"mediapipe.bench.{'images' if k == 'image' else k}" for k in sorted(kinds)]
+    for b in sorted(backends):
+        modules += [m for m in PRELOAD_BY_BACKEND.get(b, ()) if m not in modules]
+    _preload[:] = modules
 
 
 def _context() -> Any:
@@ -144,7 +159,7 @@ def _context() -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([m for m in PRELOAD if _installed(m)])
+    ctx.set_forkserver_preload([m for m in _preload if _installed(m)])
     return ctx
 
 
