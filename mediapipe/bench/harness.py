@@ -159,7 +159,8 @@ def run(settings: Settings) -> dict[str, Any]:
 def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path, settings: Settings, bar: Any,
                data_info: dict[str, Any], cores: int | None) -> None:
     """Every backend of one (scenario, workers) comparison, alive together, alternated."""
-    max_batches = 2 + settings.warmup + settings.repeats * (settings.batches + 2 * max(1, workers) + 1)
+    # batches a stream must be able to give: generous, since drains depend on each backend's prefetch
+    max_batches = 2 + settings.warmup + settings.repeats * (settings.batches + 4 * max(1, workers) + 2)
     procs: dict[int, BackendProcess] = {}
     reps: dict[int, list[Rep]] = {id(r): [] for r in rows}
     drains: dict[int, int] = {}
@@ -170,6 +171,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
         proc = procs.pop(id(row), None)
         if proc is not None:
             proc.kill()
+            proc.close()
         bar.update(ticks)
 
     try:
