@@ -247,7 +247,7 @@ def _dali_pipeline(data: Path, workers: int, batch_size: int, gpu: bool) -> Any:
     def pipe():
         encoded, _ = fn.readers.file(files=files, random_shuffle=True, name="reader")
         audio, _ = fn.decoders.audio(encoded, dtype=types.FLOAT, downmix=True, sample_rate=SAMPLE_RATE)
-        lengths = fn.shapes(audio)
+        lengths = audio.shape()
         if gpu:
             audio = audio.gpu()
         spec = fn.spectrogram(audio, nfft=N_FFT, window_length=N_FFT, window_step=HOP)
