@@ -127,7 +127,10 @@ def render_table(report: dict[str, Any]) -> str:
         out.append("")
         out.append(_scenario_header(report, scenario))
         ok = [r for r in rows if r.get("error") is None]
-        out.extend(_grid([h for h, _ in COLUMNS], [[cell(report, r) for _, cell in COLUMNS] for r in ok]))
+        if ok:
+            out.extend(_grid([h for h, _ in COLUMNS], [[cell(report, r) for _, cell in COLUMNS] for r in ok]))
+        else:
+            out.append("no backend ran:")
         stage_rows = _stage_rows(report, scenario)
         if stage_rows:
             out.append("stage seconds (worker stages summed over workers; consumer stages add up to total):")
@@ -164,8 +167,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     for scenario in _scenarios(report):
         rows = [r for r in report["results"] if r["scenario"] == scenario]
         out += [f"## {scenario}", "", _scenario_header(report, scenario), ""]
-        out += table([h for h, _ in COLUMNS], [[cell(report, r) for _, cell in COLUMNS]
-                                                for r in rows if r.get("error") is None])
+        ok = [r for r in rows if r.get("error") is None]
+        if ok:
+            out += table([h for h, _ in COLUMNS], [[cell(report, r) for _, cell in COLUMNS] for r in ok])
         stage_rows = _stage_rows(report, scenario)
         if stage_rows:
             out += ["", "Stage seconds (worker stages summed over workers):", ""]

@@ -108,12 +108,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"mediapipe bench: --data {args.data}: no such file or folder", file=sys.stderr)
         return 2
     report = run_bench(settings)
-    print(rpt.render_table(report))
-    if args.json:
+    if args.json:  # the files first: a closed terminal pipe must not lose them
         rpt.write_json(report, args.json)
     if args.markdown:
         rpt.write_markdown(report, args.markdown)
     if args.plot:
         rpt.write_plot(report, args.plot)
+    print(rpt.render_table(report))
     ran = [r for r in report["results"] if r["error"] is None]
     return 0 if ran else 1
