@@ -189,13 +189,17 @@ def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture) -> None:
     assert "unknown scenario 'image-nope'" in capsys.readouterr().err
 
 
-def test_manifest_and_converted_datasets_feed_every_image_backend(image_folder: Path, image_manifest: Path,
+def test_manifest_converted_and_flat_datasets_feed_every_image_backend(image_folder: Path, image_manifest: Path,
                                                                    tmp_path: Path) -> None:
     converted = tmp_path / "converted"
     assert main(["convert", str(image_folder), str(converted), "--shard-size", "10", "--workers", "1",
                  "--no-progress"]) == 0
+    flat = tmp_path / "flat"  # no class sub-folders
+    flat.mkdir()
+    for p in image_folder.rglob("*.jpg"):
+        (flat / f"{p.parent.name}_{p.name}").write_bytes(p.read_bytes())
     backends = ["mediapipe", "torchvision"] + (["dali"] if _installed("nvidia.dali") else [])
-    for data in (image_manifest, converted):
+    for data in (image_manifest, converted, flat):
         rep = harness.run(harness.Settings(scenarios=["image-eval"], data=data, backends=backends, workers=[1],
                                            batches=1, repeats=1, warmup=0, batch_size=8, progress=False))
         assert rep["datasets"]["image-eval"]["samples"] == 24

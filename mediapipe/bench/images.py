@@ -36,6 +36,17 @@ def dataset_layout(data: Path) -> str:
     raise FileNotFoundError(f"{data}: expected a folder of images, a .jsonl manifest or a converted dataset")
 
 
+def has_class_folders(data: Path) -> bool:
+    return any(p.is_dir() and not p.name.startswith(".") for p in data.iterdir())
+
+
+def flat_rows(data: Path) -> list[tuple[str, int]]:
+    """(path, 0) for the images of a folder without class sub-folders (ImageFolder and DALI's
+    file_root want class folders; such a folder is read as an unlabelled list instead)."""
+    return [(str(p), 0) for p in sorted(data.iterdir())
+            if p.is_file() and p.suffix.lower().lstrip(".") in IMAGE_EXTENSIONS and not p.name.startswith(".")]
+
+
 def manifest_rows(path: Path) -> list[tuple[str, int]]:
     """(absolute path, label) per line of a JSON-lines manifest (label 0 where absent)."""
     rows = []
@@ -257,8 +268,10 @@ def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, ba
 
     layout = dataset_layout(data)
     transform = torchvision_transform(scenario)
-    if layout == "folder":
+    if layout == "folder" and has_class_folders(data):
         dataset = ImageFolder(str(data), transform=transform)
+    elif layout == "folder":
+        dataset = _ManifestImages(flat_rows(data), transform)
     elif layout == "manifest":
         dataset = _ManifestImages(manifest_rows(data), transform)
     else:
@@ -291,12 +304,13 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
     cuda = device.startswith("cuda")
     layout = dataset_layout(data)
     cleanup: list[str] = []
-    if layout == "folder":
+    if layout == "folder" and has_class_folders(data):
         reader, reader_args = "file", {"file_root": str(data)}
-    elif layout == "manifest":
+    elif layout in ("folder", "manifest"):
         fd, list_path = tempfile.mkstemp(suffix=".txt", prefix="mediapipe-bench-dali-")
+        rows = manifest_rows(data) if layout == "manifest" else flat_rows(data)
         with os.fdopen(fd, "w") as f:
-            f.writelines(f"{p} {label}\n" for p, label in manifest_rows(data))
+            f.writelines(f"{p} {label}\n" for p, label in rows)
         reader, reader_args, cleanup = "file", {"file_list": list_path}, [list_path]
     else:  # DALI reads the shards and their index files directly; the .cls labels are not decoded
         tars, indices = converted_shards(data)
