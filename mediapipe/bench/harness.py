@@ -156,6 +156,13 @@ def run(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _when(err: BaseException, where: str) -> str:
+    """The row's reason: a backend that says it is not available (NotImplementedError("not
+    available: ...")) is reported as such, not as a failure."""
+    text = str(err)
+    return text if text.startswith(("not available", "not installed", "not applicable")) else f"{where}: {text}"
+
+
 def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path, settings: Settings, bar: Any,
                data_info: dict[str, Any], cores: int | None) -> None:
     """Every backend of one (scenario, workers) comparison, alive together, alternated."""
@@ -202,7 +209,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
                 row.first_batch_s = reply["first_batch_s"]
                 bar.update(1)
             except BackendError as err:
-                fail(row, f"failed in warm-up: {err}", 1 + settings.repeats)
+                fail(row, _when(err, "failed in warm-up"), 1 + settings.repeats)
         for repeat in range(settings.repeats):
             order = rows if repeat % 2 == 0 else rows[::-1]
             for row in order:
@@ -214,7 +221,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
                     reply = proc.call("rep", timeout=settings.timeout, sample_rss=True, batches=settings.batches,
                                       drain=drains[id(row)], step_ms=settings.step_ms)
                 except BackendError as err:
-                    fail(row, f"failed in repetition {repeat + 1}: {err}", settings.repeats - repeat)
+                    fail(row, _when(err, f"failed in repetition {repeat + 1}"), settings.repeats - repeat)
                     continue
                 rep = Rep(**reply["rep"])
                 rep.peak_rss_mb = max(proc.peak_rss_mb or 0.0, rep.end_rss_mb or 0.0) or None

@@ -123,7 +123,7 @@ def serve(conn: Any, log_path: str, start_method: str | None) -> None:
 
 def _reason(err: BaseException) -> str:
     text = str(err).strip() or type(err).__name__
-    if isinstance(err, NotImplementedError) and text.startswith(("not available", "not installed")):
+    if isinstance(err, NotImplementedError) and text.startswith(("not available", "not installed", "not applicable")):
         return text
     return f"{type(err).__name__}: {text}".splitlines()[0][:500]
 
