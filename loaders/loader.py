@@ -121,11 +121,15 @@ class Loader:
         with_valid = getattr(sampler, "last_batch", None) == "pad"
         tasks = ((start + i, epoch, b.indices, b.valid, with_valid) for i, b in enumerate(planned[start:]))
         host_batches = self._host_batches(tasks)
+        device_batches = self._on_device(host_batches)
         try:
-            for batch in self._on_device(host_batches):
+            for batch in device_batches:
                 sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
                 yield batch
-        finally:
+        finally:  # an abandoned epoch stops its workers and threads now, not at garbage collection
+            device_batches.close()
+            if hasattr(host_batches, "close"):
+                host_batches.close()
             self._close_pool()
         if sampler.epoch == epoch and sampler.position >= len(planned):
             sampler.set_epoch(epoch + 1)

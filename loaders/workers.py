@@ -68,9 +68,13 @@ def run_inline(fn: Callable[..., Any], tasks: Iterator[Task]) -> Iterator[Any]:
 
 
 def run_threads(fn: Callable[..., Any], tasks: Iterator[Task], num_workers: int, prefetch: int) -> Iterator[Any]:
-    """Threads: no IPC; pays when the work releases the GIL (decoders and torch kernels do)."""
-    with ThreadPoolExecutor(num_workers, thread_name_prefix="mediapipe-loader") as pool:
-        pending: collections.deque[Future] = collections.deque()
+    """Threads: no IPC; pays when the work releases the GIL (decoders and torch kernels do).
+
+    Closing the iterator early cancels the queued batches and waits for the running ones,
+    so no thread is left inside a decoder (a fork then could inherit its held locks)."""
+    pool = ThreadPoolExecutor(num_workers, thread_name_prefix="mediapipe-loader")
+    pending: collections.deque[Future] = collections.deque()
+    try:
         tasks = iter(tasks)
         for args in tasks:
             pending.append(pool.submit(fn, *args))
@@ -82,6 +86,8 @@ def run_threads(fn: Callable[..., Any], tasks: Iterator[Task], num_workers: int,
             if nxt is not None:
                 pending.append(pool.submit(fn, *nxt))
             yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class ProcessPool:

@@ -147,3 +147,17 @@ def test_manifest_fields_pass_through(image_manifest):
     assert batch["image"].shape == (4, 3, 20, 24) and batch["image"].dtype == torch.uint8
     assert batch["weight"].tolist() == [0.5, 1.5, 2.5, 3.5]
     assert batch["label"].dtype == torch.int64
+
+
+def test_leaving_an_epoch_early_stops_its_threads(image_folder):
+    import threading
+
+    pipe = make_pipeline(image_folder)
+    for loader in (pipe.loader(num_workers=2, worker_type="thread"), pipe.loader(num_workers=2)):
+        it = iter(loader)
+        next(it)
+        it.close()  # what `break` does once the iterator is dropped
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("mediapipe-loader")]
+        assert loader._pool is None
+    # and a process loader started right after works normally
+    assert len(collect(pipe.loader(num_workers=2))) == 5
