@@ -116,8 +116,8 @@ class PyAVVideoDecoder(VideoDecoder):
         return ctx
 
     def decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int],
-                      roi: tuple[int, int, int, int]) -> tuple[list[np.ndarray], tuple[str, str]]:
-        """Decode frames ``wanted`` (ascending), cropped to ``roi``: stacked Y, U, V planes."""
+                      roi: tuple[int, int, int, int]) -> tuple[list[list[np.ndarray]], tuple[str, str]]:
+        """Decode frames ``wanted`` (ascending), cropped to ``roi``: [Ys, Us, Vs], one view per frame."""
         path = blob.name
         top, left, height, width = roi
         container = open_container(blob, path, self.name)
@@ -141,7 +141,7 @@ class PyAVVideoDecoder(VideoDecoder):
         if missing:
             raise DecodeError(path, self.name, f"frames {missing[:5]} of {index.frames} were not decoded "
                                                "(truncated or corrupt file?)")
-        planes = [np.stack([rows[f][p] for f in wanted]) for p in range(3)]
+        planes = [[rows[f][p] for f in wanted] for p in range(3)]
         return planes, colour or (index.matrix, index.range)
 
     def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> list[np.ndarray]:

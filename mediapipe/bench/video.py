@@ -152,7 +152,7 @@ def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, sec
 
 
 def video_files(data: Path) -> list[Path]:
-    files = sorted(p for p in Path(data).rglob("*") if p.suffix in VIDEO_SUFFIXES and ".tmp" not in p.name)
+    files = sorted(p.resolve() for p in Path(data).rglob("*") if p.suffix in VIDEO_SUFFIXES and ".tmp" not in p.name)
     if not files:
         raise RuntimeError(f"no video files in {data}; make them with make_sample_videos")
     return files
@@ -163,18 +163,26 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
                   size: int = 112, batch_size: int = 8) -> Iterator[int]:
     """This library: random clips, RandomResizedCrop fused into the decoder (YUV planes cropped
     and resized, then RGB), flip and normalise on the device; workers are processes."""
+    import json
+    import tempfile
+
     import mediapipe as mp
     from mediapipe import augment as A
 
-    pipe = mp.Pipeline(
-        source=mp.loaders.folder(data),
-        decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, output="rgb")},
-        augment=[A.RandomResizedCrop(size, scale=(0.25, 1.0), key="video"), A.HorizontalFlip(key="video"),
-                 A.Normalize(key="video")],
-        batch_size=batch_size, seed=0, device=device,
-    )
-    produced = 0
-    while produced < batches:
+    files = video_files(data)
+    # cycle the files so that the requested batches exist even for a small sample set
+    rows = [{"path": str(files[i % len(files)]), "label": i % 2} for i in range(max(len(files), batches * batch_size))]
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = Path(tmp) / "videos.jsonl"
+        manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        pipe = mp.Pipeline(
+            source=mp.loaders.manifest(manifest),
+            decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, output="rgb")},
+            augment=[A.RandomResizedCrop(size, scale=(0.25, 1.0), key="video"), A.HorizontalFlip(key="video"),
+                     A.Normalize(key="video")],
+            batch_size=batch_size, seed=0, device=device,
+        )
+        produced = 0
         for batch in pipe.loader(num_workers=workers, shuffle=True, drop_last=True):
             batch["video"].sum().item()  # materialised on the device
             produced += 1
@@ -293,7 +301,7 @@ def _as_ivf(path: Path) -> Path:
         return target
     with av.open(str(path)) as src, av.open(str(target), "w", format="ivf") as dst:
         stream = src.streams.video[0]
-        out = dst.add_stream_from_template(stream)
+        out = dst.add_stream_from_template(stream, opaque=True)  # copy, no codec lookup
         for packet in src.demux(stream):
             if packet.dts is None:
                 continue
