@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -105,6 +106,27 @@ class ClipPlan:
         return index.time_of(first), index.time_of(last + 1)
 
 
+_WINDOWS: OrderedDict[str, tuple[float, float]] = OrderedDict()  # blob name -> last clip window
+
+
+def last_window(name: str) -> tuple[float, float] | None:
+    """(start, end) seconds of the clips this process last decoded from the file ``name``.
+
+    The hook for time-aligned audio: with ``decode={"video": video(...), "audio": audio(...)}``
+    the graph decodes the fields in order, in one worker, so an audio decoder reading the
+    same file finds here the window of the clip just sampled for this sample. (A core
+    change that passes it as ``DecodeHint.window`` would make the coupling explicit.)
+    """
+    return _WINDOWS.get(name)
+
+
+def remember_window(name: str, window: tuple[float, float]) -> None:
+    _WINDOWS[name] = window
+    _WINDOWS.move_to_end(name)
+    while len(_WINDOWS) > 256:
+        _WINDOWS.popitem(last=False)
+
+
 class VideoDecoder(Decoder):
     """Base of the video backends: options, clip planning, and plane geometry."""
 
@@ -139,9 +161,11 @@ class VideoDecoder(Decoder):
     # -- clips ----------------------------------------------------------------------------
     def plan(self, index: VideoIndex, rng: SampleRNG, path: str) -> ClipPlan:
         """Choose the clips' frames (a pure function of the index, the options and ``rng``)."""
-        return plan_clips(index.frames, index.fps, clip_len=self.clip_len, stride=self.stride, fps=self.fps,
+        plan = plan_clips(index.frames, index.fps, clip_len=self.clip_len, stride=self.stride, fps=self.fps,
                           clips_per_video=self.clips_per_video, sampling=self.sampling, pad=self.pad,
                           rng=rng, path=path, decoder=self.name)
+        remember_window(path, plan.window(index))
+        return plan
 
     # -- planes to the output ---------------------------------------------------------------
     def finish(self, planes: list[list[np.ndarray]], frames: list[int], plan: ClipPlan, hint: DecodeHint,

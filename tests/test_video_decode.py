@@ -191,3 +191,15 @@ def test_video_spec_validates_arguments():
     spec = mp.decoders.video(clip_len=8, output="yuv")
     assert spec.kind == "video" and spec.options["clip_len"] == 8
     assert type(spec.from_config(spec.to_config())) is type(spec)
+
+
+def test_clip_window_is_left_for_time_aligned_audio(clips):
+    from mediapipe.decoders.video import last_window
+
+    path = clips["mkv"]
+    dec = decoder(clip_len=4, stride=2)
+    blob = Blob(str(path), path=str(path))
+    dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 5, 0), {})
+    clip = dec.plan(dec.index(blob), SampleRNG(0, 0, 5, 0), str(path)).clips[0]
+    start, end = last_window(str(path))
+    assert start == pytest.approx(clip[0] / 24) and end == pytest.approx((clip[-1] + 1) / 24)
