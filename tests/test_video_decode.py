@@ -165,6 +165,8 @@ def test_fused_region_and_size(clips):
     small = dec.decode(blob, DecodeHint(roi=roi, size=(25, 32)), SampleRNG(0, 0, 0, 0), {})
     assert small.shape == (3, 3, 25, 32)
     assert even_roi((11, 21, 49, 63), H, W) == (10, 20, 50, 64)
+    odd = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63)), SampleRNG(0, 0, 0, 0), {})
+    assert torch.equal(odd, full[:, :, 11:60, 21:84])  # a crop alone keeps its exact place and size
 
 
 def test_pipeline_clip_batches(clips, tmp_path):
