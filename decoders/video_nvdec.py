@@ -10,9 +10,11 @@ libdav1d) for that file, counted in ``fallbacks``. Frames come back to host memo
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import os
+import threading
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -98,7 +100,7 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
         index = self.device.index if self.device is not None and self.device.type == "cuda" else None
         self.cuda_device = None if index is None else str(index)
         self._use_hw: bool | None = None  # decided by the probe at the first decode
-        self._hw_file = False
+        self._local = threading.local()  # per thread: whether the file being decoded uses NVDEC
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
@@ -115,7 +117,7 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
         return _cuda_listed() and torch.cuda.is_available()
 
     def codec(self, stream: Any) -> Any:
-        if not self._hw_file:
+        if not getattr(self._local, "hw", False):
             return super().codec(stream)
         name = HW_CODECS[stream.codec_context.codec.name]
         ctx = av.CodecContext.create(name, "r", hwaccel=_hwaccel(self.cuda_device))
@@ -133,7 +135,8 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
             if self._use_hw:
                 self.fallbacks[f"codec {index.codec}"] += 1
             return super().decode(blob, hint, rng, meta)
-        self._hw_file = True
+        self._local.hw = True
+        fresh = copy.copy(rng)  # the fallback must draw the same clip as the failed attempt
         try:
             return super().decode(blob, hint, rng, meta)
         except LimitError:
@@ -142,5 +145,5 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
             self.fallbacks[type(err).__name__] += 1
             log.info("NVDEC failed on %s (%s); decoding it on the CPU", blob.name, err)
         finally:
-            self._hw_file = False
-        return super().decode(blob, hint, rng, meta)
+            self._local.hw = False
+        return super().decode(blob, hint, fresh, meta)

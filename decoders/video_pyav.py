@@ -95,10 +95,9 @@ class PyAVVideoDecoder(VideoDecoder):
     # -- decode -------------------------------------------------------------------------
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         index = self.index(blob, meta)
-        self._path = blob.name
         plan = self.plan(index, rng, blob.name)
         wanted = plan.wanted
-        roi = self.region(hint, index)
+        roi = self.region(hint, index, blob.name)
         planes, colour = self.decode_frames(blob, index, wanted, roi)
         out = self.finish(planes, wanted, plan, hint, colour, (roi[2], roi[3]))
         if hint.size is None and hint.roi is not None and tuple(hint.roi) != roi:
@@ -107,11 +106,11 @@ class PyAVVideoDecoder(VideoDecoder):
             out = out[..., top - roi[0] : top - roi[0] + height, left - roi[1] : left - roi[1] + width]
         return out
 
-    def region(self, hint: DecodeHint, index: VideoIndex) -> tuple[int, int, int, int]:
+    def region(self, hint: DecodeHint, index: VideoIndex, path: str) -> tuple[int, int, int, int]:
         try:
             return even_roi(hint.roi, index.height, index.width, *_PLANAR.get(index.pix_fmt, (2, 2)))
         except ValueError as err:
-            raise DecodeError(self._path, self.name, str(err)) from err
+            raise DecodeError(path, self.name, str(err)) from err
 
     def codec(self, stream: Any) -> Any:
         """The codec context that decodes ``stream``: FFmpeg's default decoder (libdav1d for AV1)

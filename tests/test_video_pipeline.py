@@ -216,3 +216,23 @@ def test_nvdec_imports_and_reports_unavailable_without_a_gpu():
         assert decoder_class("video", "auto") is decoder_class("video", "pyav")
         with pytest.raises(RuntimeError, match="cannot run"):
             create("video", "nvdec")
+
+
+def test_nvdec_falls_back_to_the_cpu_per_file(video_folder, monkeypatch):
+    """Where the hardware path fails on a file (here: no GPU at all, the probe forced to pass),
+    that file is decoded on the CPU, counted, and equals the PyAV backend's output."""
+    import mediapipe.decoders.video_nvdec as nv
+    from mediapipe.decoders.base import DecodeHint
+    from mediapipe.rng import SampleRNG
+    from mediapipe.sample import Blob
+
+    if torch.cuda.is_available():
+        pytest.skip("a real GPU is present: the probe decides")  # only on CUDA machines
+    monkeypatch.setattr(nv, "probe_av1", lambda device=None: True)
+    path = str(next(video_folder.rglob("*.mp4")))
+    blob = Blob(path, path=path)
+    before = sum(nv.NvdecVideoDecoder.fallbacks.values())
+    hw = nv.NvdecVideoDecoder(clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    cpu = create("video", "pyav", clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    assert torch.equal(hw, cpu)
+    assert sum(nv.NvdecVideoDecoder.fallbacks.values()) == before + 1
