@@ -317,12 +317,12 @@ def _ivf_frames(path: Path) -> int:
 
 
 def run_dali_cpu(data: Path, **kwargs: Any) -> Iterator[int]:
-    raise RuntimeError("DALI has no AV1 decoder on the CPU (its video readers decode on NVIDIA GPUs only)")
+    raise NotImplementedError("not available: DALI has no AV1 decoder on the CPU (its video readers need an NVIDIA GPU)")
     yield 0  # pragma: no cover
 
 
 def run_dali_gpu(data: Path, **kwargs: Any) -> Iterator[int]:
-    raise RuntimeError("not implemented yet: DALI's GPU video reader as a peer (fn.readers.video)")
+    raise NotImplementedError("not available: DALI's GPU video reader (fn.readers.video) is not wired up as a peer yet")
     yield 0  # pragma: no cover
 
 
