@@ -26,14 +26,15 @@ H, W = 96, 128
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """AV1 in four containers (GOP 10), one AV1 MP4 with a single key frame (long GOP), H.264."""
+    """AV1 in four containers (GOP 10), AV1 with a single key frame (long GOP), H.264 with B-frames."""
     root = tmp_path_factory.mktemp("video")
     frames = list(render_frames(H, W, 45, seed=3))
     out = {}
     for suffix in ("mp4", "mkv", "webm", "ivf"):
         out[suffix] = write_video(root / f"gop10.{suffix}", frames, gop=10)
     out["long"] = write_video(root / "long.mkv", frames, gop=300)
-    out["h264"] = write_video(root / "h264.mp4", frames, codec="libx264", gop=15)
+    # H.264 with B-frames: packets arrive in decode order, frames in presentation order
+    out["h264"] = write_video(root / "h264.mp4", frames, codec="libx264", gop=15, options={"preset": "fast", "bf": "3"})
     return out
 
 

@@ -75,11 +75,12 @@ def render_frames(height: int, width: int, count: int, seed: int, counter: bool 
 
 def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, codec: str = "libsvtav1", gop: int = 48,
                 matrix: str = "bt601", range: str = "limited", pix_fmt: str = "yuv420p", crf: int = 35,
-                preset: int = 12) -> Path:
+                preset: int = 12, options: dict[str, str] | None = None) -> Path:
     """Encode RGB frames to ``path`` (container from the suffix; ``.ivf`` is AV1's raw format).
 
     ``matrix``/``range`` pick the RGB to YUV conversion and are written into the stream's
-    colour signalling, so a decoder can undo them. ``gop``: frames between key frames.
+    colour signalling, so a decoder can undo them. ``gop``: frames between key frames;
+    ``options`` override the encoder's (e.g. ``{"bf": "3"}`` for H.264 with B-frames).
     """
     import av
 
@@ -109,6 +110,8 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
                             stream.options = {"preset": "ultrafast", "crf": "23"}
                         elif codec == "libvpx-vp9":
                             stream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "35"}
+                    if options:
+                        stream.options = {**stream.options, **options}
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
                 frame = frame.reformat(format=pix_fmt, dst_colorspace=sws_space,
                                        dst_color_range="JPEG" if range == "full" else "MPEG")
