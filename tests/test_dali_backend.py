@@ -76,8 +76,8 @@ def test_uint8_output_without_normalize_is_chw_like_torch(image_folder):
     for a, b in zip(dali, torch_):
         assert a["image"].dtype == torch.uint8 and a["image"].shape == b["image"].shape == (8, 3, 96, 80)
         # our decoder scales in the DCT domain when shrinking by 2 or more (DALI decodes whole and
-        # resizes): about one grey level on average; a missing flip would give tens
-        assert (a["image"].int() - b["image"].int()).abs().float().mean() < 2.0
+        # resizes): two to three grey levels on average on fine texture; a missing flip gives tens
+        assert (a["image"].int() - b["image"].int()).abs().float().mean() < 4.0
 
 
 def test_random_ops_shapes_ranges_labels_and_sample_sets(image_manifest):

@@ -312,7 +312,7 @@ def test_mask_keys_resize_masks_with_nearest(op) -> None:
     else:
         ref = TF.resized_crop(mask, p["top"], p["left"], p["height"], p["width"], [24, 24], InterpolationMode.NEAREST)
         assert torch.equal(data["mask"], ref)
-    assert op.decode_hint(p, {}) is None  # unfused: the decoder cannot tell a mask from an image
+    assert op.fusable("image") and not op.fusable("mask")  # the mask's decoder never smooths it
 
 
 def test_out_writes_a_new_field() -> None:

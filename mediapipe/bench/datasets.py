@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-SAMPLE_IMAGES_VERSION = 2
+SAMPLE_IMAGES_VERSION = 3
 IMAGE_COUNT = 1000
 IMAGE_CLASSES = 10
 BASE_SIZE = 900  # base pictures are BASE_SIZE x BASE_SIZE; the longest ImageNet-like side is 888
@@ -85,11 +85,11 @@ def _make_base(args: tuple[Path, int, int, list[tuple[int, int, int, int]]]) -> 
     total = 0
     for index, height, width, quality in items:
         rng = np.random.default_rng([seed, SAMPLE_IMAGES_VERSION, index])
-        fit = min(BASE_SIZE / height, BASE_SIZE / width)  # largest crop with the target's aspect
-        scale = fit * float(rng.uniform(0.45, 1.0))
-        ch, cw = max(1, int(height * scale)), max(1, int(width * scale))
+        # cut at native resolution: a downscale would smooth away the fine texture that makes
+        # the JPEG sizes (and decode costs) photographic
+        ch, cw = height, width
         top, left = int(rng.integers(0, BASE_SIZE - ch + 1)), int(rng.integers(0, BASE_SIZE - cw + 1))
-        image = picture.crop((left, top, left + cw, top + ch)).resize((width, height), Image.Resampling.BILINEAR)
+        image = picture.crop((left, top, left + cw, top + ch))
         if rng.random() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         data = jpeg_bytes(np.asarray(image), quality=quality)
