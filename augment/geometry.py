@@ -119,7 +119,9 @@ class RandomResizedCrop(_Resample):
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         roi = (params["top"], params["left"], params["height"], params["width"])
-        return DecodeHint(roi=roi, size=self.size if not self.interpolation.startswith("nearest") else None)
+        nearest = self.interpolation.startswith("nearest")
+        return DecodeHint(roi=roi, size=None if nearest else self.size, interpolation=self.interpolation,
+                          antialias=self.antialias)
 
     def apply_decoded(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         return F.resize_image(x, self.size, self.interpolation, self.antialias)
@@ -177,7 +179,9 @@ class Resize(_Resample):
         return F.resize_image(x, tuple(params["size"]), interpolation, antialias)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        return DecodeHint(size=tuple(params["size"])) if not self.interpolation.startswith("nearest") else None
+        if self.interpolation.startswith("nearest"):
+            return None
+        return DecodeHint(size=tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias)
 
 
 @dataclass(frozen=True)

@@ -24,17 +24,30 @@ class DecodeHint:
     size: (height, width) the region will be resized to; a decoder may decode at a
         reduced scale (DCT scaling) as long as the region stays at least this large,
         or resize the region to exactly this size itself.
-    frames: frame indices to decode (video); time window in seconds (audio).
+    frames: frame indices to decode (video).
+    window: (start, duration) in seconds to decode (audio).
+    interpolation: how a decoder that resizes to ``size`` itself must resample
+        ("bilinear", "bicubic"); antialias: whether it low-pass filters when shrinking.
     """
 
     roi: tuple[int, int, int, int] | None = None
     size: tuple[int, int] | None = None
     frames: tuple[int, ...] | None = None
     window: tuple[float, float] | None = None
+    interpolation: str = "bilinear"
     antialias: bool = True
 
 
 NO_HINT = DecodeHint()
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoder's output with per-sample side fields, e.g. a video stream's colour matrix:
+    the batch gets ``<field>_<name>`` for each entry of ``fields`` (see `Decoder.side_fields`)."""
+
+    value: Any
+    fields: dict[str, Any]
 _NO_RNG = SampleRNG(0, 0, 0, 0)  # device backends draw nothing: randomness is drawn in the workers
 
 
@@ -54,6 +67,7 @@ class Decoder:
     name: ClassVar[str] = ""
     priority: ClassVar[int] = 100  # lower wins "auto"
     collate: ClassVar[str] = "stack"  # "stack": equal shapes; "pad": pad the last dim, add <field>_lengths
+    side_fields: ClassVar[tuple[str, ...]] = ()  # names a `Decoded` result adds, as <field>_<name>
 
     def __init__(self, *, device: torch.device | None = None, limits: Limits = Limits(), **options: Any):
         self.device = device
@@ -123,6 +137,12 @@ class DecoderSpec:
         from mediapipe.decoders.registry import decoder_class
 
         return decoder_class(self.kind, self.backend).collate
+
+    @property
+    def side_fields(self) -> tuple[str, ...]:
+        from mediapipe.decoders.registry import decoder_class
+
+        return decoder_class(self.kind, self.backend).side_fields
 
     def placement(self, device: torch.device | None) -> str:
         """Where this spec's backend decodes for ``device``: "worker" or "device"."""

@@ -19,7 +19,7 @@ import torch
 
 from mediapipe import memory
 from mediapipe.augment.base import Op, Params, Stage
-from mediapipe.decoders.base import NO_HINT, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import NO_HINT, Decoded, Decoder, DecoderSpec, Limits
 from mediapipe.errors import DecodeError, MediapipeError, PipelineError
 from mediapipe.loaders.sources import Source
 from mediapipe.rng import BATCH_INDEX_BASE, DECODER_OP_INDEX_BASE, REPLACEMENT_OP_INDEX, SampleRNG
@@ -122,6 +122,7 @@ class Plan:
     def _base_fields(self) -> set[str]:
         fields = set(self.decode) | {"label", "index"}
         fields |= {f"{name}_lengths" for name, spec in self.decode.items() if spec.collate == "pad"}
+        fields |= {f"{name}_{side}" for name, spec in self.decode.items() for side in spec.side_fields}
         return fields
 
     def _place(self) -> list[PlacedOp]:
@@ -283,6 +284,9 @@ class Plan:
             return
         rng = SampleRNG(self.seed, epoch, ref.index, DECODER_OP_INDEX_BASE + field_index)
         x = decoder.decode(blob, hint, rng, meta)
+        if isinstance(x, Decoded):
+            data.update({f"{name}_{side}": value for side, value in x.fields.items()})
+            x = x.value
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1
         if fused is not None and hint is not NO_HINT:
