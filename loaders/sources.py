@@ -124,7 +124,8 @@ class ManifestSource(Source):
     also serve as metadata for samplers."""
 
     kind = "manifest"
-    META_KEYS = ("width", "height", "duration", "frames", "fps", "sample_rate", "num_samples", "channels")
+    META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
+                 "channels")
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
