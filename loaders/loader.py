@@ -39,6 +39,12 @@ class Loader:
     After a full pass the epoch advances by itself; ``set_epoch(e)`` chooses one. A
     ``state_dict()`` taken between batches resumes at the next batch: the batches after
     it equal an uninterrupted run's, and nothing before it is decoded again.
+
+    ``stats.seconds`` holds worker seconds summed over workers (read, decode, sample_ops,
+    collate, and batch_ops when the batch stage runs in the workers, as it does for a CPU
+    device) and the consumer's wall seconds (wait for a batch, transfer to the device,
+    device_ops, of which device_decode). ``persistent_workers=True`` keeps the worker
+    processes from one epoch to the next.
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class Loader:
         timeout: float = 0.0,
         multiprocessing_context: str | None = None,
         batch_ops_in_workers: bool | None = None,
+        persistent_workers: bool = False,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers={num_workers}: expected >= 0")
@@ -79,6 +86,7 @@ class Loader:
         self.num_workers, self.prefetch, self.worker_type = num_workers, prefetch, worker_type
         self.pin_memory = self.device.type == "cuda" if pin_memory is None else pin_memory
         self.timeout, self.multiprocessing_context = timeout, multiprocessing_context
+        self.persistent_workers = persistent_workers
         # On a CPU device the workers' cores are the device: running the batch stage there
         # spreads it over every worker instead of serialising it in the training process.
         if batch_ops_in_workers is None:
@@ -122,15 +130,18 @@ class Loader:
         tasks = ((start + i, epoch, b.indices, b.valid, with_valid) for i, b in enumerate(planned[start:]))
         host_batches = self._host_batches(tasks)
         device_batches = self._on_device(host_batches)
+        finished = False
         try:
             for batch in device_batches:
                 sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
                 yield batch
+            finished = True
         finally:  # an abandoned epoch stops its workers and threads now, not at garbage collection
             device_batches.close()
             if hasattr(host_batches, "close"):
                 host_batches.close()
-            self._close_pool()
+            if not (finished and self.persistent_workers):
+                self._close_pool()
         if sampler.epoch == epoch and sampler.position >= len(planned):
             sampler.set_epoch(epoch + 1)
 
@@ -141,7 +152,10 @@ class Loader:
             return run_inline(fn, tasks)
         if self.worker_type == "thread":
             return run_threads(fn, tasks, self.num_workers, self.prefetch)
-        self._pool = ProcessPool(fn, self.num_workers, context=self.multiprocessing_context, timeout=self.timeout)
+        if self._pool is None:
+            t0 = time.perf_counter()
+            self._pool = ProcessPool(fn, self.num_workers, context=self.multiprocessing_context, timeout=self.timeout)
+            self.stats.seconds["startup"] += time.perf_counter() - t0
         return self._pool.map(tasks, self.prefetch)
 
     def _close_pool(self) -> None:
@@ -183,7 +197,7 @@ class Loader:
                 data, params = self._device_stage(host, data, params)
                 data = self.plan.run_batch_ops(data, params)
             self.stats.seconds["transfer"] += t1 - t0
-            self.stats.seconds["batch_ops"] += time.perf_counter() - t1
+            self.stats.seconds["device_ops"] += time.perf_counter() - t1
             return data, None
         with torch.cuda.stream(stream):
             data = _to_device(host.data, self.device, pin=self.pin_memory)
@@ -195,7 +209,7 @@ class Loader:
             event = torch.cuda.Event()
             event.record(stream)
         self.stats.seconds["transfer"] += t1 - t0
-        self.stats.seconds["batch_ops"] += time.perf_counter() - t1
+        self.stats.seconds["device_ops"] += time.perf_counter() - t1
         return data, event
 
     def _device_stage(self, host: HostBatch, data: dict[str, Any], params: dict) -> tuple[dict, dict]:

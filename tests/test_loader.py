@@ -125,7 +125,7 @@ def test_stats_count_samples_bytes_and_stage_times(image_folder):
     assert stats["samples"] == 24 and stats["batches"] == 5
     total = sum(p.stat().st_size for p in image_folder.rglob("*.jpg"))
     assert stats["bytes"] == total
-    for stage in ("read", "decode", "sample_ops", "collate", "batch_ops"):
+    for stage in ("read", "decode", "sample_ops", "collate", "batch_ops", "transfer", "wait"):
         assert stats["seconds"][stage] > 0, stage
 
 
@@ -161,3 +161,18 @@ def test_leaving_an_epoch_early_stops_its_threads(image_folder):
         assert loader._pool is None
     # and a process loader started right after works normally
     assert len(collect(pipe.loader(num_workers=2))) == 5
+
+
+def test_persistent_workers_serve_every_epoch(image_folder):
+    pipe = make_pipeline(image_folder)
+    loader = pipe.loader(num_workers=2, persistent_workers=True)
+    first = collect(loader)
+    pool = loader._pool
+    assert pool is not None and all(p.is_alive() for p in pool.procs)
+    second = collect(loader)
+    assert loader._pool is pool  # the same processes
+    fresh = pipe.loader(num_workers=2)
+    fresh.set_epoch(1)
+    assert_same(second, collect(fresh))
+    assert not torch.equal(first[0]["index"], second[0]["index"])
+    pool.close()

@@ -23,7 +23,7 @@ STAGE_SLACK = 0.15  # consumer stages + harness overhead add up to the timed tot
 STAGE_SLACK_SECONDS = 0.05
 WORKER_STAGES = ("read", "decode", "sample_ops", "collate", "worker_batch_ops")  # seconds summed over workers
 CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # wall seconds, add up to total
-LOADER_STAGE_NAMES = {"transfer": "host_to_device", "batch_ops": "device_ops"}  # Loader.stats -> report
+LOADER_STAGE_NAMES = {"transfer": "host_to_device"}  # Loader.stats -> report
 PART_STAGES = ("device_decode",)  # reported, but already inside device_ops
 
 _PROC = Path("/proc")

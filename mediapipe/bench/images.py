@@ -181,10 +181,10 @@ def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batc
 
 
 def loader_stages(loader: Any) -> dict[str, float]:
-    """``loader.stats`` seconds; where the batch stage runs in the workers (a CPU device), its
-    "batch_ops" seconds are worker seconds, reported as worker_batch_ops."""
+    """``loader.stats`` seconds: "batch_ops" are worker seconds (the batch stage run in the
+    workers, for a CPU device), reported as worker_batch_ops; "device_ops" are the consumer's."""
     seconds = dict(loader.stats.seconds)
-    if getattr(loader, "batch_ops_in_workers", False) and "batch_ops" in seconds:
+    if "batch_ops" in seconds:
         seconds["worker_batch_ops"] = seconds.pop("batch_ops")
     return seconds
 
