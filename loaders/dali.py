@@ -47,7 +47,7 @@ from mediapipe.loaders.dali_lowering import (
     lowering_table,
     unsupported,
 )
-from mediapipe.loaders.loader import distributed_rank_and_size
+from mediapipe.loaders.loader import SamplerDriven, distributed_rank_and_size
 from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleRef
@@ -194,7 +194,7 @@ class _Live:
     position: int
 
 
-class DaliLoader:
+class DaliLoader(SamplerDriven):
     """`Loader`'s contract on DALI: the same batches (dict of tensors on the pipeline's device),
     ``len()``, ``set_epoch()``, ``last_batch``, rank sharding, ``state_dict()``.
 
@@ -255,17 +255,7 @@ class DaliLoader:
         self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
 
-    # -- the contract -----------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    @property
-    def epoch(self) -> int:
-        return self.sampler.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
+    # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
         """The sampler's position and DALI's checkpoint (its generators' state) at that position."""
         state: dict[str, Any] = {"sampler": self.sampler.state_dict()}

@@ -33,7 +33,23 @@ def distributed_rank_and_size() -> tuple[int, int]:
     return 0, 1
 
 
-class Loader:
+class SamplerDriven:
+    """What every loader shares: its length, epoch and position come from its batch sampler."""
+
+    sampler: BatchSampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+
+class Loader(SamplerDriven):
     """An iterable of device batches with ``len()``, ``set_epoch()``, ``state_dict()`` and ``stats``.
 
     After a full pass the epoch advances by itself; ``set_epoch(e)`` chooses one. A
@@ -102,17 +118,7 @@ class Loader:
         self.stats = StageStats()
         self._pool: ProcessPool | None = None
 
-    # -- the contract -----------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    @property
-    def epoch(self) -> int:
-        return self.sampler.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
+    # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.state_dict()}
 
