@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -18,38 +19,78 @@ LAYOUTS = ("TCHW", "CTHW")
 __all__ = ["ClipLayout", "FrameDrop", "TemporalJitter", "TemporalReverse", "UniformTemporalSubsample", "YUVToRGB"]
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class YUVToRGB(Op):
     """Convert Y, U, V planes (``mp.decoders.video(output="yuv")``) to RGB, batched on the device.
 
     Input  ``key``: uint8 (..., 3, H, W) with channels Y, U, V in 8-bit code values, e.g. a
-    clip batch (B, T, 3, H, W).
+    clip batch (B, T, 3, H, W); with "auto", also ``<key>_colour``: int64 (B,), the colour code
+    of each sample's stream (`colour_code`), which the video decoder adds as a side field.
     Output ``out`` (default ``key``): uint8 RGB, rounded and saturated (``dtype="uint8"``), or
     float in [0, 1] (``dtype="float32"``, ``"float16"``, ``"bfloat16"``); same shape. Stage: batch.
     Args:
-        matrix: "bt709" (HD) or "bt601" (SD, and FFmpeg's choice for unsignalled streams):
-            the stream's colour matrix. Use the value the decoder's index reports
-            (``VideoIndex.matrix``) when a dataset mixes both; see the module notes.
-        range: "limited" (Y in [16, 235], the video norm) or "full" (JPEG range, "yuvj" formats).
+        matrix: "auto" (each sample's own stream signalling, per sample), "bt709" (HD) or
+            "bt601" (SD, and FFmpeg's choice for unsignalled streams). An explicit value
+            overrides the stream's for every sample.
+        range: "auto", "limited" (Y in [16, 235], the video norm) or "full" (JPEG range,
+            "yuvj" formats); an explicit value overrides the stream's.
         dtype: output dtype.
+    Per-sample matrices cost nothing extra: the batch is one batched matrix product.
     """
 
-    matrix: str = "bt709"
-    range: str = "limited"
+    matrix: str = AUTO
+    range: str = AUTO
     dtype: str = "uint8"
     key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        F.colour_code(self.matrix, self.range)  # validates both
+        F.colour_code(F.MATRICES[0] if self.matrix == AUTO else self.matrix,
+                      F.RANGES[0] if self.range == AUTO else self.range)  # validates both
         C.dtype_of(self.dtype)
 
+    @property
+    def auto(self) -> bool:
+        """Whether any sample's matrix or range comes from its stream (the ``<key>_colour`` field)."""
+        return AUTO in (self.matrix, self.range)
+
+    def colour_field(self, src: str) -> str:
+        return f"{src}_colour"
+
+    def reads(self) -> tuple[str, ...]:
+        if not self.auto:
+            return self.inputs
+        return self.inputs + tuple(self.colour_field(k) for k in self.inputs)
+
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"code": F.colour_code(self.matrix, self.range)}
+        return {} if self.auto else {"code": F.colour_code(self.matrix, self.range)}
+
+    def codes(self, stream: torch.Tensor | int) -> torch.Tensor | int:
+        """Each sample's code: the stream's ``stream`` codes with the explicit matrix/range put in."""
+        if not self.auto:
+            return F.colour_code(self.matrix, self.range)
+        return F.override_code(stream, None if self.matrix == AUTO else self.matrix,
+                               None if self.range == AUTO else self.range)
+
+    def apply_fields(self, data: dict[str, Any], params: Params) -> None:
+        for src, dst in zip(self.inputs, self.outputs):
+            if self.auto:
+                data[dst] = self._convert(data[src], self.codes(data[self.colour_field(src)]))
+            else:
+                data[dst] = self.apply_to(data[src], params, src)
 
     def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        code = params["code"]
-        if isinstance(code, torch.Tensor) and code.ndim == 1 and bool((code == code[0]).all()):
+        if "code" not in params:
+            raise ValueError(f"YUVToRGB(matrix={self.matrix!r}, range={self.range!r}) reads each sample's "
+                             f"colour from the field {self.colour_field(self.key)!r}: use apply_fields, "
+                             "or give matrix and range")
+        return self._convert(x, params["code"])
+
+    def _convert(self, x: torch.Tensor, code: torch.Tensor | int) -> torch.Tensor:
+        if isinstance(code, torch.Tensor) and code.ndim == 1 and code.numel() and bool((code == code[0]).all()):
             code = int(code[0])  # one matrix for the batch: a single broadcast product
         return F.yuv_to_rgb(x, code, dtype=C.dtype_of(self.dtype))
 

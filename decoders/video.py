@@ -9,6 +9,8 @@ Output of ``mp.decoders.video(...)``, per sample:
   every clip of a video gets the same crop, flip and colour jitter.
 ``output="rgb"``: channels R, G, B. ``output="yuv"``: channels Y, U, V (chroma upsampled to
 the luma size after the crop and resize), for `mediapipe.augment.YUVToRGB` on the device.
+Side field ``<field>_colour``: the stream's colour code (matrix x range, `colour_code`),
+an int64 (B,) in a batch, which ``YUVToRGB(matrix="auto", range="auto")`` reads.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.video import colour_code, yuv_to_rgb
-from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.decoders.video_index import VideoIndex
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
@@ -32,6 +34,7 @@ from mediapipe.rng import SampleRNG
 SAMPLINGS = ("random", "uniform", "all")
 PADS = ("repeat_last", "loop", "error")
 OUTPUTS = ("rgb", "yuv")
+RESAMPLINGS = ("bilinear", "bicubic")  # what the fused plane resize honours from the hint
 
 
 def video(
@@ -131,6 +134,7 @@ class VideoDecoder(Decoder):
     """Base of the video backends: options, clip planning, and plane geometry."""
 
     kind: ClassVar[str] = "video"
+    side_fields: ClassVar[tuple[str, ...]] = ("colour",)  # <field>_colour: colour_code of the stream
     reads_whole: ClassVar[bool] = False  # the demuxer reads (and seeks in) the file itself
 
     def __init__(
@@ -174,38 +178,50 @@ class VideoDecoder(Decoder):
 
         ``planes``: [Ys, Us, Vs], each a list of uint8 2-D arrays (views into the decoded
         frames), one per entry of ``frames`` (ascending frame numbers); ``shape`` is the luma
-        (h, w) of the region.
+        (h, w) of the region. The resize follows ``hint.interpolation`` and ``hint.antialias``
+        (the fused op's); every plane of every frame goes through one interpolate call.
         """
         ys, us, vs = planes
         count = len(ys)
         out_size = tuple(hint.size if hint.size is not None else shape)
-        luma = resize_planes(ys, out_size, hint.antialias)  # (F, H, W)
+        mode = hint.interpolation if hint.interpolation in RESAMPLINGS else "bilinear"
+        luma = resize_planes(ys, out_size, mode, hint.antialias)  # (F, H, W)
         chroma_in = tuple(us[0].shape)
         if out_size == (2 * chroma_in[0], 2 * chroma_in[1]):
             # no resize: replicate each chroma sample 2x2, as FFmpeg's own yuv420p -> rgb24 does
             chroma = torch.from_numpy(np.stack(us + vs)).repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
         else:  # one filtered resize from the chroma grid straight to the output size
-            chroma = resize_planes(us + vs, out_size, hint.antialias)
+            chroma = resize_planes(us + vs, out_size, mode, hint.antialias)
         yuv = torch.stack([luma, chroma[:count], chroma[count:]], dim=1)  # (F, 3, H, W)
         if self.output == "rgb":
             yuv = yuv_to_rgb(yuv, colour_code(*colour))
         row = {f: i for i, f in enumerate(frames)}
-        order = torch.tensor([[row[f] for f in clip] for clip in plan.clips], dtype=torch.int64)
-        clips = yuv[order.reshape(-1)].reshape(*order.shape, *yuv.shape[1:])
+        order = [row[f] for clip in plan.clips for f in clip]
+        if order == list(range(len(frames))):  # the usual case: each frame once, in order
+            clips = yuv.reshape(len(plan.clips), -1, *yuv.shape[1:])
+        else:
+            clips = yuv[torch.tensor(order, dtype=torch.int64)].reshape(len(plan.clips), -1, *yuv.shape[1:])
         return clips if plan.stacked else clips[0]
 
+    def result(self, clips: torch.Tensor, colour: tuple[str, str]) -> Decoded:
+        """The decoder's output: the clips, with the stream's colour code as side field ``colour``."""
+        return Decoded(clips, {"colour": colour_code(*colour)})
 
-def resize_planes(planes: list[np.ndarray], size: tuple[int, int], antialias: bool = True) -> torch.Tensor:
+
+def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation: str = "bilinear",
+                  antialias: bool = True) -> torch.Tensor:
     """Resize equal-sized uint8 planes to ``size``: (P, H, W), one copy of the input.
 
-    torch's uint8 antialiased bilinear kernel (the image ops' kernel, ported from
-    Pillow-SIMD) is vectorised for 4-channel channels-last images and about 9x slower on
+    torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from
+    Pillow-SIMD) are vectorised for 4-channel channels-last images and about 9x slower on
     single planes, so the planes are interleaved four to a pixel and resized as such.
     The values are the same as resizing each plane alone.
     """
     count = len(planes)
     if tuple(planes[0].shape) == tuple(size):
         return torch.from_numpy(np.stack(planes))
+    if interpolation not in RESAMPLINGS:
+        raise ValueError(f"resize_planes(interpolation={interpolation!r}): expected one of {RESAMPLINGS}")
     groups = -(-count // 4)
     packed = np.empty((groups, *planes[0].shape, 4), np.uint8)
     for i, plane in enumerate(planes):
@@ -213,7 +229,7 @@ def resize_planes(planes: list[np.ndarray], size: tuple[int, int], antialias: bo
     if count % 4:
         packed[-1, :, :, count % 4 :] = 0
     x = torch.from_numpy(packed).permute(0, 3, 1, 2)  # (G, 4, h, w), channels-last in memory
-    out = F.interpolate(x, size=tuple(size), mode="bilinear", antialias=antialias, align_corners=False)
+    out = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
     return out.reshape(groups * 4, *size)[:count]
 
 

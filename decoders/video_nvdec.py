@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import DecodeHint
+from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.decoders.video_pyav import PyAVVideoDecoder, av
 from mediapipe.errors import LimitError
@@ -125,7 +125,7 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
             ctx.extradata = stream.codec_context.extradata
         return ctx
 
-    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
         if self._use_hw is None:
             self._use_hw = probe_av1(self.cuda_device)
             if not self._use_hw:

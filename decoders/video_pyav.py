@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import DecodeHint
+from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.decoders.video import VideoDecoder, even_roi
 from mediapipe.decoders.video_index import (
@@ -93,7 +93,8 @@ class PyAVVideoDecoder(VideoDecoder):
         return self.index(blob).as_meta()
 
     # -- decode -------------------------------------------------------------------------
-    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
+        """The clips (``Decoded.value``) and the stream's colour code (side field ``colour``)."""
         index = self.index(blob, meta)
         plan = self.plan(index, rng, blob.name)
         wanted = plan.wanted
@@ -104,7 +105,7 @@ class PyAVVideoDecoder(VideoDecoder):
             # a crop without a resize keeps its exact size: trim the 4:2:0-snapped region
             top, left, height, width = hint.roi
             out = out[..., top - roi[0] : top - roi[0] + height, left - roi[1] : left - roi[1] + width]
-        return out
+        return self.result(out, colour)
 
     def region(self, hint: DecodeHint, index: VideoIndex, path: str) -> tuple[int, int, int, int]:
         try:

@@ -42,7 +42,7 @@ def ffmpeg_rgb(path: Path) -> torch.Tensor:
 
 def decode(path: Path, output: str, hint: DecodeHint = DecodeHint()) -> torch.Tensor:
     dec = create("video", "pyav", clip_len=6, sampling="uniform", output=output)
-    return dec.decode(Blob(str(path), path=str(path)), hint, SampleRNG(0, 0, 0, 0), {})
+    return dec.decode(Blob(str(path), path=str(path)), hint, SampleRNG(0, 0, 0, 0), {}).value
 
 
 @pytest.mark.parametrize("colour", COLOURS, ids=lambda c: "-".join(c))
@@ -95,3 +95,33 @@ def test_yuv_to_rgb_kernel_values_and_per_sample_codes():
         yuv_to_rgb(torch.zeros(2, 4, 2, 2, dtype=torch.uint8), 0)
     with pytest.raises(ValueError):
         YUVToRGB(matrix="bt2020")
+
+
+def test_auto_converts_each_sample_with_its_own_streams_colour(tagged):
+    """A batch mixing a BT.601 limited and a BT.709 full stream: YUVToRGB() (matrix and range
+    "auto") reads ``video_colour`` and converts each sample as FFmpeg does for its stream."""
+    dec = create("video", "pyav", clip_len=6, sampling="uniform", output="yuv")
+    colours = [("bt601", "limited"), ("bt709", "full")]
+    outs = [dec.decode(Blob(str(tagged[c]), path=str(tagged[c])), DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+            for c in colours]
+    assert [o.fields["colour"] for o in outs] == [colour_code(*c) for c in colours]  # from the stream
+    op = YUVToRGB()
+    assert (op.matrix, op.range) == ("auto", "auto")
+    assert "video_colour" in op.reads()
+    data = {"video": torch.stack([o.value for o in outs]),
+            "video_colour": torch.tensor([o.fields["colour"] for o in outs])}
+    op.apply_fields(data, op.sample_params(SampleRNG(0, 0, 0, 0), {}))
+    for i, colour in enumerate(colours):
+        diff = (data["video"][i].int() - ffmpeg_rgb(tagged[colour]).int()).abs()
+        assert diff.float().mean() < 1.5 and diff.max() <= 4, (colour, diff.float().mean(), diff.max())
+    # one shared matrix would be wrong for one of the two: the per-sample path matters
+    shared = yuv_to_rgb(torch.stack([o.value for o in outs]), colour_code(*colours[0]))
+    assert not torch.equal(shared[1], data["video"][1])
+    # explicit values override the stream's, per component
+    forced = {"video": torch.stack([o.value for o in outs]), "video_colour": data["video_colour"]}
+    YUVToRGB(matrix="bt601").apply_fields(forced, {})
+    assert torch.equal(forced["video"][0], data["video"][0])  # already BT.601
+    assert torch.equal(forced["video"][1], yuv_to_rgb(outs[1].value, colour_code("bt601", "full")))
+    assert YUVToRGB(matrix="bt709", range="full").reads() == ("video",)
+    with pytest.raises(ValueError, match="video_colour"):
+        op.apply(data["video"], {})

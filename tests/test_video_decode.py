@@ -73,7 +73,7 @@ def test_clips_equal_sequential_decode(clips, container, sampling):
     for sample in range(4 if sampling == "random" else 1):
         rng = SampleRNG(7, 0, sample, 0)
         plan = dec.plan(index, SampleRNG(7, 0, sample, 0), str(path))
-        x = dec.decode(blob, DecodeHint(), rng, {})
+        x = dec.decode(blob, DecodeHint(), rng, {}).value
         assert x.dtype == torch.uint8 and x.shape[1:] == (6, 3, H, W)
         assert x.shape[0] == len(plan.clips)
         for n, clip in enumerate(plan.clips):
@@ -126,7 +126,7 @@ def test_index_cached_and_from_meta(clips):
     assert from_meta.pts is None and from_meta.keyframes == index.keyframes
     ref = sequential_yuv(path)
     for sample in range(3):
-        x = dec.decode(blob, DecodeHint(), SampleRNG(1, 0, sample, 0), meta)
+        x = dec.decode(blob, DecodeHint(), SampleRNG(1, 0, sample, 0), meta).value
         plan = dec.plan(from_meta, SampleRNG(1, 0, sample, 0), str(path))
         assert torch.equal(x, expected_clip(ref, plan.clips[0]))
     clear_cache()
@@ -157,16 +157,16 @@ def test_fused_region_and_size(clips):
     path = clips["webm"]
     blob = Blob(str(path), path=str(path))
     dec = decoder(clip_len=3, sampling="uniform")
-    full = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    full = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
     roi = (10, 20, 50, 64)
     assert even_roi(roi, H, W) == roi
-    part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {})
+    part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {}).value
     assert part.shape == (3, 3, 50, 64)
     assert torch.equal(part, full[:, :, 10:60, 20:84])  # the region on the 4:2:0 grid: exact
-    small = dec.decode(blob, DecodeHint(roi=roi, size=(25, 32)), SampleRNG(0, 0, 0, 0), {})
+    small = dec.decode(blob, DecodeHint(roi=roi, size=(25, 32)), SampleRNG(0, 0, 0, 0), {}).value
     assert small.shape == (3, 3, 25, 32)
     assert even_roi((11, 21, 49, 63), H, W) == (10, 20, 50, 64)
-    odd = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63)), SampleRNG(0, 0, 0, 0), {})
+    odd = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63)), SampleRNG(0, 0, 0, 0), {}).value
     assert torch.equal(odd, full[:, :, 11:60, 21:84])  # a crop alone keeps its exact place and size
 
 
@@ -206,3 +206,24 @@ def test_clip_window_is_left_for_time_aligned_audio(clips):
     clip = dec.plan(dec.index(blob), SampleRNG(0, 0, 5, 0), str(path)).clips[0]
     start, end = last_window(str(path))
     assert start == pytest.approx(clip[0] / 24) and end == pytest.approx((clip[-1] + 1) / 24)
+
+
+@pytest.mark.parametrize("interpolation, antialias", [("bicubic", True), ("bilinear", False), ("bicubic", False)])
+def test_fused_resize_follows_the_hint_resampling(clips, interpolation, antialias):
+    """The fused plane resize uses the hint's interpolation and antialias: its luma equals the
+    unfused op's (full-size decode, then the op's own resize) on the same region."""
+    from mediapipe.augment.functional.geometry import resized_crop_image
+
+    path = clips["mp4"]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=4, sampling="uniform")
+    roi, size = (8, 16, 48, 64), (20, 24)
+    full = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
+    unfused = resized_crop_image(full, *roi, size, interpolation, antialias)
+    fused = dec.decode(blob, DecodeHint(roi=roi, size=size, interpolation=interpolation, antialias=antialias),
+                       SampleRNG(0, 0, 0, 0), {}).value
+    assert fused.shape == unfused.shape
+    assert torch.equal(fused[:, 0], unfused[:, 0])  # luma: the same kernel on the same plane
+    assert (fused[:, 1:].int() - unfused[:, 1:].int()).abs().float().mean() < 2.0  # chroma: from its own grid
+    default = dec.decode(blob, DecodeHint(roi=roi, size=size), SampleRNG(0, 0, 0, 0), {}).value
+    assert not torch.equal(default[:, 0], fused[:, 0])  # the hint changed the result: the test can fail

@@ -83,6 +83,11 @@ def test_yuv_output_converted_on_the_device_and_cthw_layout(video_folder):
     rgb = collect(pipeline(video_folder, ops[:1] + ops[2:], output="rgb", sampling="uniform").loader(shuffle=False))
     assert yuv[0]["video"].shape == (4, 3, 6, 24, 32)
     assert_same(yuv, rgb)  # worker-side and batch-side conversion give the same bytes
+    # matrix/range "auto" (the default): the graph carries each stream's colour as video_colour
+    auto = [A.Resize((24, 32), key="video"), A.YUVToRGB(), A.ClipLayout("CTHW")]
+    from_stream = collect(pipeline(video_folder, auto, output="yuv", sampling="uniform").loader(shuffle=False))
+    assert from_stream[0]["video_colour"].dtype == torch.int64 and from_stream[0]["video_colour"].shape == (4,)
+    assert_same(from_stream, rgb)
 
 
 def test_several_clips_per_video_stack_on_a_leading_dim(video_folder):
@@ -232,7 +237,7 @@ def test_nvdec_falls_back_to_the_cpu_per_file(video_folder, monkeypatch):
     path = str(next(video_folder.rglob("*.mp4")))
     blob = Blob(path, path=path)
     before = sum(nv.NvdecVideoDecoder.fallbacks.values())
-    hw = nv.NvdecVideoDecoder(clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
-    cpu = create("video", "pyav", clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    hw = nv.NvdecVideoDecoder(clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
+    cpu = create("video", "pyav", clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
     assert torch.equal(hw, cpu)
     assert sum(nv.NvdecVideoDecoder.fallbacks.values()) == before + 1

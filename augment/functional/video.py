@@ -23,6 +23,15 @@ def colour_code(matrix: str, range: str) -> int:
     return MATRICES.index(matrix) * 2 + RANGES.index(range)
 
 
+def override_code(code: torch.Tensor | int, matrix: str | None = None, range: str | None = None) -> torch.Tensor | int:
+    """``code`` (an int or a (B,) tensor of `colour_code`) with its matrix and/or range replaced."""
+    if matrix is not None:
+        code = MATRICES.index(matrix) * 2 + code % 2
+    if range is not None:
+        code = code - code % 2 + RANGES.index(range)
+    return code
+
+
 def yuv_to_rgb_matrix(matrix: str, range: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(M, offset) with rgb = M @ yuv + offset for 8-bit code values (float64)."""
     kr, kb = _LUMA[matrix]
