@@ -65,7 +65,7 @@ def _fail(plan: Plan, host: HostBatch, position: int, err: BaseException) -> Non
     """A sample that failed on the device: raise, or zero it and flag it (no worker can redraw it)."""
     if plan.on_error == "raise" or not isinstance(err, MediapipeError):
         raise err
-    plan._count(err, host.stats)
+    host.stats.count_error(err)
     valid = host.data.get("valid")
     if valid is None:
         valid = host.data["valid"] = torch.ones(len(host.data["index"]), dtype=torch.bool)

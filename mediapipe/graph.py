@@ -27,7 +27,6 @@ from mediapipe.sample import SampleRef
 
 ON_ERROR = ("raise", "skip", "replace")
 MAX_REPLACEMENT_TRIES = 16
-STAGE_NAMES = ("read", "decode", "sample_ops", "collate")
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,12 @@ class StageStats:
         self.seconds.update(other.seconds)
         self.errors.update(other.errors)
         self.failed.extend(other.failed[: max(0, 100 - len(self.failed))])
+
+    def count_error(self, err: BaseException) -> None:
+        """Count a sample that failed under on_error="skip" or "replace", by reason."""
+        self.errors[_error_reason(err)] += 1
+        if len(self.failed) < 100:
+            self.failed.append(str(err))
 
     def as_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "batches": self.batches, "bytes": self.bytes,
@@ -330,7 +335,7 @@ class Plan:
         except MediapipeError as err:
             if self.on_error == "raise":
                 raise
-            self._count(err, stats)
+            stats.count_error(err)
             if self.on_error == "replace":
                 return None
         # "skip": a deterministic replacement, keyed by the failed sample's index
@@ -340,14 +345,8 @@ class Plan:
             try:
                 return self.load_sample(other, epoch, stats)
             except MediapipeError as err:
-                self._count(err, stats)
+                stats.count_error(err)
         raise PipelineError(f"on_error='skip': {MAX_REPLACEMENT_TRIES} replacements for sample {index} failed too")
-
-    @staticmethod
-    def _count(err: MediapipeError, stats: StageStats) -> None:
-        stats.errors[_error_reason(err)] += 1
-        if len(stats.failed) < 100:
-            stats.failed.append(str(err))
 
     def batch_params(self, number: int, epoch: int, indices: np.ndarray, samples: list, data: dict,
                      *, deferred: bool = False) -> dict[int, Params]:
