@@ -172,9 +172,13 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
     import mediapipe as mp
     from mediapipe import augment as A
 
+    if batches < 1 or batch_size < 1:
+        raise ValueError(f"run_mediapipe: batches={batches} and batch_size={batch_size} must be >= 1")
     files = video_files(data)
     # cycle the files so that the requested batches exist even for a small sample set
     rows = [{"path": str(files[i % len(files)]), "label": i % 2} for i in range(max(len(files), batches * batch_size))]
+    if len(rows) < batch_size:  # drop_last would give no batch at all, and an epoch loop would spin
+        raise ValueError(f"run_mediapipe: {len(rows)} clips in {data}, fewer than one batch of {batch_size}")
     with tempfile.TemporaryDirectory() as tmp:
         manifest = Path(tmp) / "videos.jsonl"
         manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -186,12 +190,18 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
             batch_size=batch_size, seed=0, device=device,
         )
         produced = 0
-        for batch in pipe.loader(num_workers=workers, shuffle=True, drop_last=True):
-            batch["video"].sum().item()  # materialised on the device
-            produced += 1
-            yield int(batch["video"].shape[0])
-            if produced >= batches:
-                return
+        loader = pipe.loader(num_workers=workers, shuffle=True, drop_last=True)
+        for epoch in range(batches):  # a later epoch only if a sharded epoch held fewer batches
+            loader.set_epoch(epoch)
+            before = produced
+            for batch in loader:
+                batch["video"].sum().item()  # materialised on the device
+                produced += 1
+                yield int(batch["video"].shape[0])
+                if produced >= batches:
+                    return
+            if produced == before:
+                raise RuntimeError(f"run_mediapipe: an epoch of {len(rows)} clips gave no batch of {batch_size}")
 
 
 class _NaiveClips:
