@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
+from mediapipe.collate import collate
 from mediapipe.decoders.base import NO_HINT
 from mediapipe.errors import MediapipeError
-from mediapipe.graph import Deferred, HostBatch, Plan, collate
+from mediapipe.graph import Deferred, HostBatch, Plan
 
 
 def finish_deferred(plan: Plan, host: HostBatch) -> None:

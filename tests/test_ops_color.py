@@ -13,7 +13,7 @@ import torchvision.transforms.v2.functional as TF
 from mediapipe import augment as A
 from mediapipe.augment.base import op_from_config
 from mediapipe.augment.functional import color as FC
-from mediapipe.graph import stack_params
+from mediapipe.collate import stack_params
 from mediapipe.rng import SampleRNG
 from mediapipe.synthetic import photo_like
 

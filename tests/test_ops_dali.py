@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mediapipe import augment as A
-from mediapipe.graph import stack_params
+from mediapipe.collate import stack_params
 from mediapipe.rng import SampleRNG
 from mediapipe.synthetic import photo_like
 

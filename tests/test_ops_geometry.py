@@ -13,7 +13,7 @@ from torchvision.transforms import InterpolationMode
 
 from mediapipe import augment as A
 from mediapipe.augment.base import Stage, op_from_config
-from mediapipe.graph import stack_params
+from mediapipe.collate import stack_params
 from mediapipe.rng import SampleRNG
 from mediapipe.synthetic import photo_like
 
