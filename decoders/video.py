@@ -172,26 +172,25 @@ class VideoDecoder(Decoder):
         return plan
 
     # -- planes to the output ---------------------------------------------------------------
-    def finish(self, planes: list[list[np.ndarray]], frames: list[int], plan: ClipPlan, hint: DecodeHint,
-               colour: tuple[str, str], shape: tuple[int, int]) -> torch.Tensor:
-        """Cropped Y/U/V planes of the decoded frames to the output tensor.
-
-        ``planes``: [Ys, Us, Vs], each a list of uint8 2-D arrays (views into the decoded
-        frames), one per entry of ``frames`` (ascending frame numbers); ``shape`` is the luma
-        (h, w) of the region. The resize follows ``hint.interpolation`` and ``hint.antialias``
-        (the fused op's); every plane of every frame goes through one interpolate call.
+    def finish(self, planes: PackedPlanes, frames: list[int], plan: ClipPlan, hint: DecodeHint,
+               colour: tuple[str, str]) -> torch.Tensor:
+        """The decoded frames' cropped Y/U/V planes (``planes``, one slot per entry of ``frames``,
+        ascending frame numbers) to the output tensor. The resize follows ``hint.interpolation``
+        and ``hint.antialias`` (the fused op's); all luma planes of the clip go through one
+        interpolate call, all chroma planes through another, and the colour conversion is one
+        batched product over every frame.
         """
-        ys, us, vs = planes
-        count = len(ys)
+        count = planes.count
+        shape = planes.luma_shape
         out_size = tuple(hint.size if hint.size is not None else shape)
         mode = hint.interpolation if hint.interpolation in RESAMPLINGS else "bilinear"
-        luma = resize_planes(ys, out_size, mode, hint.antialias)  # (F, H, W)
-        chroma_in = tuple(us[0].shape)
-        if out_size == (2 * chroma_in[0], 2 * chroma_in[1]):
+        luma = planes.resized(planes.luma, count, out_size, mode, hint.antialias)  # (F, H, W)
+        if out_size == (2 * planes.chroma_shape[0], 2 * planes.chroma_shape[1]):
             # no resize: replicate each chroma sample 2x2, as FFmpeg's own yuv420p -> rgb24 does
-            chroma = torch.from_numpy(np.stack(us + vs)).repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
+            chroma = planes.resized(planes.chroma, 2 * count, planes.chroma_shape, mode, hint.antialias)
+            chroma = chroma.repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
         else:  # one filtered resize from the chroma grid straight to the output size
-            chroma = resize_planes(us + vs, out_size, mode, hint.antialias)
+            chroma = planes.resized(planes.chroma, 2 * count, out_size, mode, hint.antialias)
         yuv = torch.stack([luma, chroma[:count], chroma[count:]], dim=1)  # (F, 3, H, W)
         if self.output == "rgb":
             yuv = yuv_to_rgb(yuv, colour_code(*colour))
@@ -208,29 +207,54 @@ class VideoDecoder(Decoder):
         return Decoded(clips, {"colour": colour_code(*colour)})
 
 
+class PackedPlanes:
+    """A clip's cropped planes, copied in as each frame is decoded (while it is in cache, and
+    so that the decoder's frame buffers are released at once), four planes to a pixel.
+
+    torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from Pillow-SIMD)
+    are vectorised for 4-channel channels-last images and about 9x slower on single planes,
+    so plane i of a kind lives in channel i % 4 of image i // 4. The values are the same as
+    resizing each plane alone. Luma: Y of frame i is plane i; chroma: U of frame i is plane
+    i, V of frame i is plane count + i.
+    """
+
+    def __init__(self, count: int, luma_shape: tuple[int, int], chroma_shape: tuple[int, int]) -> None:
+        self.count, self.luma_shape, self.chroma_shape = count, tuple(luma_shape), tuple(chroma_shape)
+        self.luma = np.empty((-(-count // 4), *self.luma_shape, 4), np.uint8)
+        self.chroma = np.empty((-(-2 * count // 4), *self.chroma_shape, 4), np.uint8)
+
+    def put(self, i: int, y: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
+        """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer)."""
+        self.luma[i >> 2, :, :, i & 3] = y
+        self.chroma[i >> 2, :, :, i & 3] = u
+        j = self.count + i
+        self.chroma[j >> 2, :, :, j & 3] = v
+
+    def planes(self, kind: str = "luma") -> torch.Tensor:
+        """(P, h, w) uint8: the planes of ``kind`` ("luma": P = count; "chroma": U then V)."""
+        packed = self.luma if kind == "luma" else self.chroma
+        count = self.count if kind == "luma" else 2 * self.count
+        return self.resized(packed, count, packed.shape[1:3])
+
+    @staticmethod
+    def resized(packed: np.ndarray, count: int, size: tuple[int, int], interpolation: str = "bilinear",
+                antialias: bool = True) -> torch.Tensor:
+        """The first ``count`` planes of ``packed`` resized to ``size``: (count, H, W) uint8."""
+        if interpolation not in RESAMPLINGS:
+            raise ValueError(f"interpolation={interpolation!r}: expected one of {RESAMPLINGS}")
+        x = torch.from_numpy(packed).permute(0, 3, 1, 2)  # (G, 4, h, w), channels-last in memory
+        if tuple(packed.shape[1:3]) != tuple(size):
+            x = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
+        return x.reshape(x.shape[0] * 4, *size)[:count]  # one copy to planar (P, H, W)
+
+
 def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation: str = "bilinear",
                   antialias: bool = True) -> torch.Tensor:
-    """Resize equal-sized uint8 planes to ``size``: (P, H, W), one copy of the input.
-
-    torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from
-    Pillow-SIMD) are vectorised for 4-channel channels-last images and about 9x slower on
-    single planes, so the planes are interleaved four to a pixel and resized as such.
-    The values are the same as resizing each plane alone.
-    """
-    count = len(planes)
-    if tuple(planes[0].shape) == tuple(size):
-        return torch.from_numpy(np.stack(planes))
-    if interpolation not in RESAMPLINGS:
-        raise ValueError(f"resize_planes(interpolation={interpolation!r}): expected one of {RESAMPLINGS}")
-    groups = -(-count // 4)
-    packed = np.empty((groups, *planes[0].shape, 4), np.uint8)
+    """Resize equal-sized uint8 planes to ``size``: (P, H, W) (see `PackedPlanes`)."""
+    packed = PackedPlanes(len(planes), planes[0].shape, (1, 1))
     for i, plane in enumerate(planes):
-        packed[i // 4, :, :, i % 4] = plane
-    if count % 4:
-        packed[-1, :, :, count % 4 :] = 0
-    x = torch.from_numpy(packed).permute(0, 3, 1, 2)  # (G, 4, h, w), channels-last in memory
-    out = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
-    return out.reshape(groups * 4, *size)[:count]
+        packed.luma[i >> 2, :, :, i & 3] = plane
+    return packed.resized(packed.luma, len(planes), size, interpolation, antialias)
 
 
 def even_roi(roi: tuple[int, int, int, int] | None, height: int, width: int,

@@ -9,9 +9,11 @@ to recognise each decoded frame by its timestamp.
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -54,8 +56,15 @@ class VideoIndex:
     range: str = "limited"
     has_audio: bool = False
 
+    @cached_property
+    def _frame_of_pts(self) -> dict[int, int]:
+        return {} if self.pts is None else {int(p): i for i, p in enumerate(self.pts.tolist())}
+
     def frame_at(self, pts: int) -> int:
         """The frame number of a decoded frame's timestamp (nearest frame when not exact)."""
+        exact = self._frame_of_pts.get(pts)  # a dict hit: the per-frame cost while decoding
+        if exact is not None:
+            return exact
         if self.pts is not None:
             i = int(np.searchsorted(self.pts, pts))
             if i < len(self.pts) and self.pts[i] == pts:
@@ -75,7 +84,7 @@ class VideoIndex:
 
     def keyframe_before(self, frame: int) -> int:
         """The last key frame at or before ``frame`` (0 when none is listed)."""
-        i = int(np.searchsorted(np.asarray(self.keyframes), frame, side="right")) - 1
+        i = bisect_right(self.keyframes, frame) - 1
         return self.keyframes[i] if i >= 0 else 0
 
     def time_of(self, frame: float) -> float:

@@ -19,7 +19,7 @@ import torch
 
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
-from mediapipe.decoders.video import VideoDecoder, even_roi
+from mediapipe.decoders.video import PackedPlanes, VideoDecoder, even_roi
 from mediapipe.decoders.video_index import (
     VideoIndex,
     build_index,
@@ -100,7 +100,7 @@ class PyAVVideoDecoder(VideoDecoder):
         wanted = plan.wanted
         roi = self.region(hint, index, blob.name)
         planes, colour = self.decode_frames(blob, index, wanted, roi)
-        out = self.finish(planes, wanted, plan, hint, colour, (roi[2], roi[3]))
+        out = self.finish(planes, wanted, plan, hint, colour)
         if hint.size is None and hint.roi is not None and tuple(hint.roi) != roi:
             # a crop without a resize keeps its exact size: trim the 4:2:0-snapped region
             top, left, height, width = hint.roi
@@ -122,32 +122,41 @@ class PyAVVideoDecoder(VideoDecoder):
         return ctx
 
     def decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int],
-                      roi: tuple[int, int, int, int]) -> tuple[list[list[np.ndarray]], tuple[str, str]]:
-        """Decode frames ``wanted`` (ascending), cropped to ``roi``: [Ys, Us, Vs], one view per frame."""
+                      roi: tuple[int, int, int, int]) -> tuple[PackedPlanes, tuple[str, str]]:
+        """Decode frames ``wanted`` (ascending), cropped to ``roi``: their planes, slot i for
+        ``wanted[i]``, and the stream's (matrix, range). Frames before and between the wanted
+        ones are decoded only: their planes are never read."""
         path = blob.name
         top, left, height, width = roi
+        slot = {f: i for i, f in enumerate(wanted)}
+        planes: PackedPlanes | None = None
+        done = bytearray(len(wanted))
         container = open_container(blob, path, self.name)
         try:
             stream = video_stream(container, path, self.name)
             ctx = self.codec(stream)
-            rows: dict[int, list[np.ndarray]] = {}
             colour: tuple[str, str] | None = None
             try:
                 for number, frame in self._frames(container, stream, ctx, index, wanted, path):
                     if colour is None:
                         colour = colour_of(frame.colorspace, frame.color_range, frame.format.name)
-                    rows[number] = self._crop(frame, top, left, height, width)
+                    y, u, v = self._crop(frame, top, left, height, width)
+                    if planes is None or planes.chroma_shape != u.shape:
+                        if planes is not None:  # the chroma layout changed mid-stream (format change)
+                            raise DecodeError(path, self.name, f"frame {number} changes the chroma layout")
+                        planes = PackedPlanes(len(wanted), (height, width), u.shape)
+                    planes.put(slot[number], y, u, v)
+                    done[slot[number]] = 1
             except MediapipeError:
                 raise
             except Exception as err:  # av.error.FFmpegError: corrupt or truncated data
                 raise DecodeError(path, self.name, f"decoding failed: {err}") from err
         finally:
             container.close()
-        missing = [f for f in wanted if f not in rows]
-        if missing:
-            raise DecodeError(path, self.name, f"frames {missing[:5]} of {index.frames} were not decoded "
-                                               "(truncated or corrupt file?)")
-        planes = [[rows[f][p] for f in wanted] for p in range(3)]
+        missing = [f for f, ok in zip(wanted, done) if not ok]
+        if missing or planes is None:
+            raise DecodeError(path, self.name, f"frames {(missing or wanted)[:5]} of {index.frames} were not "
+                                               "decoded (truncated or corrupt file?)")
         return planes, colour or (index.matrix, index.range)
 
     def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> list[np.ndarray]:
@@ -181,14 +190,19 @@ class PyAVVideoDecoder(VideoDecoder):
             if after_seek:
                 _seek(container, stream, ctx, index.pts_of(key))
             overshot = False
+            frame_at, keyframe_before = index.frame_at, index.keyframe_before
             for frame in _decoded(container, stream, ctx):
-                pts = frame.pts if frame.pts is not None else frame.dts
-                number = index.frame_at(pts) if pts is not None else position + 1
+                pts = frame.pts
+                if pts is None:
+                    pts = frame.dts
+                number = frame_at(pts) if pts is not None else position + 1
                 if after_seek and number > target and key > 0:
                     overshot = True  # the demuxer's seek disagrees with the index
                     break
                 after_seek = False
                 position = number
+                if todo[0] > number:
+                    continue  # a lead-in frame: decoded, never touched
                 while todo and todo[0] < number:
                     todo.popleft()  # a frame the stream does not have: reported as missing
                 if todo and todo[0] == number:
@@ -196,7 +210,7 @@ class PyAVVideoDecoder(VideoDecoder):
                     yield number, frame
                 if not todo:
                     return
-                if not linear and index.keyframe_before(todo[0]) > position + 1:
+                if not linear and keyframe_before(todo[0]) > position + 1:
                     break  # a key frame lies ahead of the next wanted frame: seek to it
             else:
                 return  # end of stream; what is left in todo is missing

@@ -104,7 +104,7 @@ def test_a_clip_from_the_end_decodes_one_gop(clips, monkeypatch):
     last = plan.clips[-1]  # frames 40..43
     assert last[0] >= 40
     planes, _ = dec.decode_frames(blob, index, list(last), (0, 0, H, W))
-    assert [read_counter(p) for p in planes[0]] == list(last)
+    assert [read_counter(p) for p in planes.planes("luma").numpy()] == list(last)
     # key frames every 10: decoding starts at 40, not 0 (frame threads may add a frame or two)
     assert len(decoded) <= len(last) + 3, len(decoded)
 
@@ -227,3 +227,29 @@ def test_fused_resize_follows_the_hint_resampling(clips, interpolation, antialia
     assert (fused[:, 1:].int() - unfused[:, 1:].int()).abs().float().mean() < 2.0  # chroma: from its own grid
     default = dec.decode(blob, DecodeHint(roi=roi, size=size), SampleRNG(0, 0, 0, 0), {}).value
     assert not torch.equal(default[:, 0], fused[:, 0])  # the hint changed the result: the test can fail
+
+
+def test_lead_in_and_skipped_frames_are_decoded_but_never_cropped(clips, monkeypatch):
+    """Frames before the first wanted one (from the key frame) and between strided picks are
+    only decoded: the decoder reads the planes of the wanted frames alone."""
+    import mediapipe.decoders.video_pyav as vp
+
+    path = clips["long"]  # one key frame: a clip late in the file decodes a long lead-in
+    dec = decoder(clip_len=4, stride=3, sampling="uniform")
+    cropped, decoded = [], []
+    real_crop, real_decoded = vp.PyAVVideoDecoder._crop, vp._decoded
+
+    def crop(self, frame, *args):
+        cropped.append(frame.pts)
+        return real_crop(self, frame, *args)
+
+    def counting(container, stream, ctx):
+        for frame in real_decoded(container, stream, ctx):
+            decoded.append(frame.pts)
+            yield frame
+
+    monkeypatch.setattr(vp.PyAVVideoDecoder, "_crop", crop)
+    monkeypatch.setattr(vp, "_decoded", counting)
+    out = dec.decode(Blob(str(path), path=str(path)), DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
+    assert len(cropped) == 4 and out.shape[0] == 4
+    assert len(decoded) >= 16  # lead-in from frame 0 to the middle, and the frames between picks

@@ -84,7 +84,7 @@ def yuv_to_rgb(x: torch.Tensor, code: torch.Tensor | int, *, dtype: torch.dtype 
     yuv = flat.to(work)
     if x.is_floating_point():
         yuv = yuv * 255.0  # float planes are read as [0, 1] code values
-    rgb = torch.matmul(m[:, None].to(work), yuv) + o[:, None, :, None].to(work)
+    rgb = torch.matmul(m[:, None].to(work), yuv).add_(o[:, None, :, None].to(work))  # in place: one pass less
     if dtype == torch.uint8:
         rgb = rgb.round_().clamp_(0, 255).to(torch.uint8)
     else:
