@@ -39,6 +39,9 @@ class VideoIndex:
     keyframes: frame numbers (presentation order) of the key frames, ascending; frame 0 first.
     matrix / range: the stream's colour signalling ("bt601" or "bt709"; "limited" or
         "full"); unspecified streams get FFmpeg's defaults: BT.601, limited range.
+    references: AV1 only, bool per frame (presentation order): whether the frame still comes
+        out of libdav1d opened with ``skip_frame="NONREF"`` (it is a reference frame, or shows
+        one); None when unknown (other codecs, an index from metadata, an unparsed header).
     """
 
     frames: int
@@ -55,6 +58,11 @@ class VideoIndex:
     matrix: str = "bt601"
     range: str = "limited"
     has_audio: bool = False
+    references: np.ndarray | None = None
+
+    def all_references(self, frames: list[int]) -> bool:
+        """Whether every frame of ``frames`` survives ``skip_frame="NONREF"`` (False when unknown)."""
+        return self.references is not None and bool(self.references[frames].all())
 
     @cached_property
     def _frame_of_pts(self) -> dict[int, int]:
@@ -174,6 +182,10 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
                           keyframes=keyframes, **common)
     pts_list: list[int] = []
     key_pts: list[int] = []
+    survives: dict[int, bool] | None = {} if ctx.codec.name == "libdav1d" else None
+    seq = None
+    if survives is not None and ctx.extradata and len(ctx.extradata) > 4:
+        seq = _sequence_or_none(bytes(ctx.extradata)[4:])  # av1C: 4 bytes, then the config OBUs
     count = 0
     try:
         for packet in container.demux(stream):
@@ -185,6 +197,13 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
             pts_list.append(int(pts))
             if packet.is_keyframe:
                 key_pts.append(int(pts))
+            if survives is not None:
+                try:
+                    data = bytes(packet)
+                    seq = seq or av1_sequence(data)
+                    survives[int(pts)] = seq is not None and av1_survives_nonref(data, seq)
+                except (ValueError, IndexError):
+                    survives = None  # a header we cannot read: decode every frame, as before
             count += 1
     except Exception as err:  # av.error.FFmpegError and friends: keep what was read when it is usable
         if not pts_list:
@@ -202,5 +221,168 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
     else:
         fps = float(rate) if rate else 25.0
     duration = len(pts) / fps
+    references = None
+    if survives is not None and len(survives) == len(pts):
+        references = np.array([survives[int(p)] for p in pts], dtype=bool)
     return VideoIndex(frames=len(pts), fps=fps, duration=duration, start_pts=int(pts[0]),
-                      keyframes=tuple(keyframes), pts=pts, **common)
+                      keyframes=tuple(keyframes), pts=pts, references=references, **common)
+
+
+def _sequence_or_none(data: bytes) -> dict[str, Any] | None:
+    try:
+        return av1_sequence(data)
+    except (ValueError, IndexError):
+        return None
+
+
+# -- AV1: which frames a decoder opened with skip_frame="NONREF" still outputs -------------------
+class _Bits:
+    """A big-endian bit reader over bytes (AV1's f(n))."""
+
+    def __init__(self, data: bytes) -> None:
+        self.value, self.left = int.from_bytes(data, "big"), 8 * len(data)
+
+    def f(self, n: int) -> int:
+        if n > self.left:
+            raise ValueError("AV1 header ends early")
+        self.left -= n
+        return (self.value >> self.left) & ((1 << n) - 1)
+
+    def uvlc(self) -> int:
+        zeros = 0
+        while not self.f(1):
+            zeros += 1
+            if zeros >= 32:
+                raise ValueError("AV1 uvlc too long")
+        return self.f(zeros) + (1 << zeros) - 1 if zeros else 0
+
+
+_SELECT = 2  # SELECT_SCREEN_CONTENT_TOOLS / SELECT_INTEGER_MV
+_KEY, _INTRA_ONLY, _SWITCH = 0, 2, 3
+
+
+def _obus(data: bytes):
+    """(obu_type, temporal_id, spatial_id, payload) of each OBU of a low-overhead AV1 stream."""
+    pos = 0
+    while pos < len(data):
+        header = data[pos]
+        kind, extension, has_size = (header >> 3) & 15, (header >> 2) & 1, (header >> 1) & 1
+        pos += 1
+        temporal = spatial = 0
+        if extension:
+            temporal, spatial = data[pos] >> 5, (data[pos] >> 3) & 3
+            pos += 1
+        if has_size:
+            size = shift = 0
+            while True:
+                byte = data[pos]
+                pos += 1
+                size |= (byte & 127) << shift
+                shift += 7
+                if not byte & 128:
+                    break
+        else:
+            size = len(data) - pos
+        yield kind, temporal, spatial, data[pos : pos + size]
+        pos += size
+
+
+def av1_sequence(data: bytes) -> dict[str, Any] | None:
+    """The sequence header fields that the frame header parse needs, from the first
+    OBU_SEQUENCE_HEADER in ``data`` (a packet, or the av1C configOBUs), or None."""
+    for kind, _, _, payload in _obus(data):
+        if kind != 1:
+            continue
+        b = _Bits(payload)
+        b.f(3)  # seq_profile
+        b.f(1)  # still_picture
+        reduced = b.f(1)
+        seq = {"reduced": reduced, "decoder_model": 0, "equal_interval": 0, "presentation_bits": 0,
+               "removal_bits": 0, "ops": [], "frame_ids": 0, "id_bits": 0, "screen": _SELECT,
+               "integer_mv": _SELECT, "order_bits": 0}
+        if reduced:
+            b.f(5)
+        else:
+            if b.f(1):  # timing_info_present_flag
+                b.f(32), b.f(32)
+                seq["equal_interval"] = b.f(1)
+                if seq["equal_interval"]:
+                    b.uvlc()
+                seq["decoder_model"] = b.f(1)
+                if seq["decoder_model"]:
+                    delay_bits = b.f(5) + 1
+                    b.f(32)
+                    seq["removal_bits"] = b.f(5) + 1
+                    seq["presentation_bits"] = b.f(5) + 1
+            display_delay = b.f(1)
+            for _ in range(b.f(5) + 1):
+                idc = b.f(12)
+                if b.f(5) > 7:
+                    b.f(1)
+                present = 0
+                if seq["decoder_model"]:
+                    present = b.f(1)
+                    if present:
+                        b.f(delay_bits), b.f(delay_bits), b.f(1)
+                if display_delay and b.f(1):
+                    b.f(4)
+                seq["ops"].append((idc, present))
+        width_bits, height_bits = b.f(4) + 1, b.f(4) + 1
+        b.f(width_bits), b.f(height_bits)
+        if not reduced:
+            seq["frame_ids"] = b.f(1)
+        if seq["frame_ids"]:
+            delta = b.f(4) + 2
+            seq["id_bits"] = delta + b.f(3) + 1
+        b.f(3)  # use_128x128_superblock, enable_filter_intra, enable_intra_edge_filter
+        if not reduced:
+            b.f(4)  # interintra, masked compound, warped motion, dual filter
+            order_hint = b.f(1)
+            if order_hint:
+                b.f(2)  # jnt_comp, ref_frame_mvs
+            seq["screen"] = _SELECT if b.f(1) else b.f(1)
+            if seq["screen"] > 0:
+                seq["integer_mv"] = _SELECT if b.f(1) else b.f(1)
+            if order_hint:
+                seq["order_bits"] = b.f(3) + 1
+        return seq
+    return None
+
+
+def av1_survives_nonref(data: bytes, seq: dict[str, Any]) -> bool:
+    """Whether the temporal unit ``data`` still shows a frame when dav1d skips non-reference
+    frames (``skip_frame="NONREF"``): it shows an existing frame, or the frame it shows
+    refreshes a reference slot (AV1 spec 5.9.2, read up to ``refresh_frame_flags``).
+    Raises ValueError on what it cannot parse."""
+    for kind, temporal, spatial, payload in _obus(data):
+        if kind not in (3, 6):  # OBU_FRAME_HEADER, OBU_FRAME
+            continue
+        if seq["reduced"]:
+            return True  # still pictures: key frames only
+        b = _Bits(payload[:64])
+        if b.f(1):  # show_existing_frame
+            return True
+        frame_type, show_frame = b.f(2), b.f(1)
+        if not show_frame:
+            continue  # a hidden frame (an alt-ref): the unit's shown frame follows
+        if seq["decoder_model"] and not seq["equal_interval"]:
+            b.f(seq["presentation_bits"])  # temporal_point_info
+        if frame_type in (_SWITCH, _KEY):
+            return True  # refresh_frame_flags = 0xFF
+        error_resilient = b.f(1)
+        b.f(1)  # disable_cdf_update
+        screen = b.f(1) if seq["screen"] == _SELECT else seq["screen"]
+        if screen and seq["integer_mv"] == _SELECT:
+            b.f(1)  # force_integer_mv
+        if seq["frame_ids"]:
+            b.f(seq["id_bits"])  # current_frame_id
+        b.f(1)  # frame_size_override_flag
+        b.f(seq["order_bits"])  # order_hint
+        if frame_type != _INTRA_ONLY and not error_resilient:
+            b.f(3)  # primary_ref_frame
+        if seq["decoder_model"] and b.f(1):  # buffer_removal_time_present_flag
+            for idc, present in seq["ops"]:
+                if present and (idc == 0 or ((idc >> temporal) & 1 and (idc >> (spatial + 8)) & 1)):
+                    b.f(seq["removal_bits"])
+        return b.f(8) != 0  # refresh_frame_flags
+    raise ValueError("no shown frame in the temporal unit")

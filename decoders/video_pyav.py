@@ -3,16 +3,28 @@ FFmpeg decodes (H.264, HEVC, VP9...), from MP4, Matroska/WebM, IVF and other con
 
 A clip costs one seek to the key frame at or before its first frame and a forward decode
 to its last frame; frames between clips are decoded only when no key frame lies between
-them. Frames are cropped as YUV plane views, resized per plane, and converted to RGB
-after that (or not at all, for ``output="yuv"``): never ``to_ndarray("rgb24")`` on a
-whole frame.
+them. Only the wanted frames' planes are read: each is cropped as YUV plane views and
+copied at once into the clip's resize layout (`PackedPlanes`), so the decoder's buffer goes
+back to its pool; lead-in frames and frames between strided picks are decoded and dropped.
+The clip is then resized (one call for all luma planes, one for all chroma planes) and
+converted to RGB in one batched product (or not at all, for ``output="yuv"``): never
+``to_ndarray("rgb24")`` on a whole frame.
+
+Skipping non-reference frames in the lead-in (``skip_frame="NONREF"``) does not work here:
+FFmpeg's libdav1d wrapper reads ``skip_frame`` only when the decoder opens (dav1d's
+``decode_frame_type``), so setting it mid-stream changes nothing (measured with PyAV 18:
+300 of 300 frames still come out). Set before opening it drops the non-reference frames
+(on libsvtav1 streams: the odd frames, 140 of 300, about 30% of the decode CPU), but a
+reopened decoder starts without the reference frames, so it can serve only clips whose
+wanted frames are all reference frames, which the index does not know (it would need
+``refresh_frame_flags`` from each frame header).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import Any
+from collections import Counter, deque
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -69,6 +81,7 @@ class PyAVVideoDecoder(VideoDecoder):
     """FFmpeg through PyAV on the CPU; libdav1d for AV1 with ``threads`` threads."""
 
     priority = 100
+    paths: ClassVar[Counter] = Counter()  # "all" / "nonref" / "nonref_retry": clips decoded each way (per process)
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
@@ -125,7 +138,24 @@ class PyAVVideoDecoder(VideoDecoder):
                       roi: tuple[int, int, int, int]) -> tuple[PackedPlanes, tuple[str, str]]:
         """Decode frames ``wanted`` (ascending), cropped to ``roi``: their planes, slot i for
         ``wanted[i]``, and the stream's (matrix, range). Frames before and between the wanted
-        ones are decoded only: their planes are never read."""
+        ones are decoded only: their planes are never read. When every wanted frame is an AV1
+        reference frame (`VideoIndex.references`), libdav1d opens with ``skip_frame="NONREF"``
+        and skips the non-reference frames of the lead-in and between picks (the frames it
+        does decode are bit-identical); should a wanted frame still be missing, the clip is
+        decoded again without skipping."""
+        if index.all_references(wanted):
+            try:
+                planes = self._decode_frames(blob, index, wanted, roi, skip_nonref=True)
+                self.paths["nonref"] += 1
+                return planes
+            except DecodeError:
+                self.paths["nonref_retry"] += 1  # the header parse was wrong, or the file is bad
+        planes = self._decode_frames(blob, index, wanted, roi, skip_nonref=False)
+        self.paths["all"] += 1
+        return planes
+
+    def _decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int], roi: tuple[int, int, int, int],
+                       *, skip_nonref: bool) -> tuple[PackedPlanes, tuple[str, str]]:
         path = blob.name
         top, left, height, width = roi
         slot = {f: i for i, f in enumerate(wanted)}
@@ -135,6 +165,8 @@ class PyAVVideoDecoder(VideoDecoder):
         try:
             stream = video_stream(container, path, self.name)
             ctx = self.codec(stream)
+            if skip_nonref and ctx.codec.name == "libdav1d":
+                ctx.skip_frame = "NONREF"  # libdav1d reads it when it opens, at the first packet
             colour: tuple[str, str] | None = None
             try:
                 for number, frame in self._frames(container, stream, ctx, index, wanted, path):
@@ -174,7 +206,7 @@ class PyAVVideoDecoder(VideoDecoder):
         ct, cl, ch, cw = top // sy, left // sx, -(-height // sy), -(-width // sx)
         u = plane_array(frame.planes[1])[ct : ct + ch, cl : cl + cw]
         v = plane_array(frame.planes[2])[ct : ct + ch, cl : cl + cw]
-        return [y, u, v]  # views: each keeps its frame's buffer alive until np.stack copies it
+        return [y, u, v]  # views into the frame's buffer: PackedPlanes.put copies them at once
 
     def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str):
         """Yield (frame number, frame) for each wanted frame (ascending). Seek to the key frame at

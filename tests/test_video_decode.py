@@ -253,3 +253,54 @@ def test_lead_in_and_skipped_frames_are_decoded_but_never_cropped(clips, monkeyp
     out = dec.decode(Blob(str(path), path=str(path)), DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
     assert len(cropped) == 4 and out.shape[0] == 4
     assert len(decoded) >= 16  # lead-in from frame 0 to the middle, and the frames between picks
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv", "webm", "ivf", "long"])
+def test_index_knows_which_frames_libdav1d_keeps_when_skipping_non_reference_frames(clips, container):
+    """`VideoIndex.references` (read from the AV1 frame headers) equals what libdav1d opened
+    with skip_frame="NONREF" outputs."""
+    path = clips[container]
+    clear_cache()
+    index = decoder().index(Blob(str(path), path=str(path)))
+    assert index.references is not None and len(index.references) == index.frames
+    with av.open(str(path)) as c:
+        stream = c.streams.video[0]
+        stream.codec_context.skip_frame = "NONREF"
+        kept = {index.frame_at(f.pts) for f in c.decode(stream)}
+    assert 0 < len(kept) < index.frames  # some are skipped: the comparison means something
+    assert [i in kept for i in range(index.frames)] == index.references.tolist()
+
+
+def test_clip_of_reference_frames_skips_the_others_bit_exactly(clips, monkeypatch):
+    import mediapipe.decoders.video_pyav as vp
+
+    path = clips["long"]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=4, stride=2)
+    index = dec.index(blob)
+    refs = [i for i in range(index.frames) if index.references[i]]
+    start = next(f for f in refs if f >= 20 and all(index.references[f + 2 * k] for k in range(4)))
+    wanted = [start + 2 * k for k in range(4)]
+    decoded = []
+    real = vp._decoded
+
+    def counting(container, stream, ctx):
+        for frame in real(container, stream, ctx):
+            decoded.append(frame.pts)
+            yield frame
+
+    monkeypatch.setattr(vp, "_decoded", counting)
+    before = dict(vp.PyAVVideoDecoder.paths)
+    planes, _ = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
+    assert vp.PyAVVideoDecoder.paths["nonref"] == before.get("nonref", 0) + 1
+    assert len(decoded) < wanted[-1] + 1  # from key frame 0, the non-reference frames were skipped
+    ref = sequential_yuv(path)
+    assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in wanted])))
+    assert torch.equal(planes.planes("chroma"), torch.from_numpy(np.stack([ref[f][1] for f in wanted]
+                                                                         + [ref[f][2] for f in wanted])))
+    # a wrong table entry costs a second decode, never a wrong frame
+    monkeypatch.setattr(type(index), "all_references", lambda self, frames: True)
+    odd = [f for f in range(21, index.frames) if not index.references[f]][:2]
+    planes, _ = dec.decode_frames(blob, index, odd, (0, 0, H, W))
+    assert vp.PyAVVideoDecoder.paths["nonref_retry"] == before.get("nonref_retry", 0) + 1
+    assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in odd])))
