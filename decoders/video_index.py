@@ -1,4 +1,5 @@
-"""A video file's frame index: presentation timestamps, key frames, count, rate, colour.
+"""A video file's frame index: presentation timestamps, key frames, count, rate, colour,
+and for AV1 which frames are reference frames (read from each frame header).
 
 Built once per file by demuxing the video stream's packets (no decoding), or taken from a
 converted dataset's metadata (``frames``, ``fps``, ``keyframes``), and cached in memory per

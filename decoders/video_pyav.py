@@ -10,14 +10,15 @@ The clip is then resized (one call for all luma planes, one for all chroma plane
 converted to RGB in one batched product (or not at all, for ``output="yuv"``): never
 ``to_ndarray("rgb24")`` on a whole frame.
 
-Skipping non-reference frames in the lead-in (``skip_frame="NONREF"``) does not work here:
-FFmpeg's libdav1d wrapper reads ``skip_frame`` only when the decoder opens (dav1d's
-``decode_frame_type``), so setting it mid-stream changes nothing (measured with PyAV 18:
-300 of 300 frames still come out). Set before opening it drops the non-reference frames
-(on libsvtav1 streams: the odd frames, 140 of 300, about 30% of the decode CPU), but a
-reopened decoder starts without the reference frames, so it can serve only clips whose
-wanted frames are all reference frames, which the index does not know (it would need
-``refresh_frame_flags`` from each frame header).
+Non-reference frames: FFmpeg's libdav1d wrapper reads ``skip_frame`` only when the decoder
+opens (dav1d's ``decode_frame_type``), so setting ``"NONREF"`` mid-stream changes nothing
+(PyAV 18: 300 of 300 frames still come out), and a decoder reopened after the lead-in would
+lack the reference frames. Set at open it skips the frames that refresh no reference slot
+(libsvtav1 streams: the odd frames, 140 of 300, about 30% of the decode CPU). So the index
+reads each AV1 frame header's ``refresh_frame_flags`` (`VideoIndex.references`), and a clip
+whose wanted frames are all reference frames (about half of the stride-2 clips) opens
+libdav1d with ``"NONREF"``: its lead-in and the frames between its picks that nothing
+references are never decoded, and the frames it keeps are bit-identical.
 """
 
 from __future__ import annotations
