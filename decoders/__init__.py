@@ -7,6 +7,7 @@ package registers the built-in backends.
 
 from mediapipe.decoders import image_nvimgcodec, image_pillow, image_turbo  # noqa: F401  (register backends)
 from mediapipe.decoders.audio_pyav import AudioDecoder, PyAVAudioDecoder, audio
+from mediapipe.decoders.audio_soundfile import SoundfileAudioDecoder  # noqa: F401  (registers soundfile)
 from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.decoders.image import ImageDecoder, image
 from mediapipe.decoders.registry import backends, create, register

@@ -1,14 +1,23 @@
-"""The audio decoder spec and what every audio backend shares: options, windows, limits."""
+"""The audio decoder spec and what every audio backend shares: options, windows, limits,
+the length check, and the resampler."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
-from mediapipe.errors import LimitError
+from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
+
+try:  # libsoxr: about 4x swresample's speed at 48 -> 16 kHz, and closer to an ideal filter
+    import soxr as _soxr
+except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
+    _soxr = None
+
+SHORTFALL_TOLERANCE = (0.05, 0.01)  # seconds, fraction: decoding may end this much early
 
 
 def audio(
@@ -33,7 +42,8 @@ def audio(
             its keyed generator (files shorter than that are returned whole).
         max_duration: seconds; files whose header declares more are rejected with
             `LimitError` before anything is decoded. The pipeline's ``max_duration`` applies too.
-        backend: "auto" or "pyav".
+        backend: "auto", "soundfile" (libsndfile for FLAC and WAV, the pyav backend for the
+            rest; what "auto" picks where the soundfile package is installed) or "pyav".
     """
     if sample_rate is not None and sample_rate <= 0:
         raise ValueError(f"audio(sample_rate={sample_rate}): expected a positive rate in Hz or None")
@@ -81,6 +91,27 @@ class AudioDecoder(Decoder):
             raise LimitError(path, self.name, f"header declares {seconds:.1f} s of audio, "
                                               f"above max_duration={self.max_duration:g} s")
 
+    def check_shortfall(self, path: str, declared: int | None, rate: int, first: int, last: int | None,
+                        got: int) -> None:
+        """DecodeError when a decode of [first, last) ends well before the ``declared`` length:
+        a truncated or corrupt file whose header promised more."""
+        if declared is None or not rate:
+            return
+        end = declared if last is None else min(last, declared)
+        expected = max(0, end - first)
+        seconds, fraction = SHORTFALL_TOLERANCE
+        if got < expected - max(seconds * rate, fraction * expected):
+            raise DecodeError(path, self.name, f"truncated or corrupt: decoded {got / rate:.3f} s of the "
+                                               f"{expected / rate:.3f} s the header declares")
+
+    def finish(self, x: np.ndarray, rate: int) -> torch.Tensor:
+        """float32 (C, N) as decoded to the output: down-mixed (``mono``), then resampled."""
+        if self.mono and x.shape[0] > 1:
+            x = x.mean(axis=0, keepdims=True, dtype=np.float32)
+        if self.sample_rate is not None and self.sample_rate != rate:
+            x = resample(x, rate, self.sample_rate)
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
     def window(self, hint: DecodeHint, rng: SampleRNG, total: float | None) -> tuple[float, float | None]:
         """(start, length) in seconds to decode; length None means to the end.
 
@@ -95,6 +126,43 @@ class AudioDecoder(Decoder):
                 return 0.0, self.random_crop
             return rng.uniform(0.0, total - self.random_crop), self.random_crop
         return self.offset, self.duration
+
+
+def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """float32 (C, N) from ``rate`` to ``target`` Hz: round(N * target / rate) samples per channel.
+
+    libsoxr's HQ filter where the soxr package is installed (0.07 ms per second of 48 kHz
+    mono on one core, and within 3e-7 of the ideal band-limited result on a chirp), else
+    FFmpeg's swresample (0.65 ms). Both are single-threaded. (torchaudio's sinc resampler costs
+    0.3 ms on one thread, and its OpenMP threads make it dearer in a process with several.)
+    """
+    n = round(x.shape[1] * target / rate)
+    if x.shape[1] == 0:
+        return np.zeros((x.shape[0], 0), np.float32)
+    if _soxr is not None:
+        x = np.asarray(x, dtype=np.float32)
+        y = _soxr.resample(x[0] if x.shape[0] == 1 else x.T, rate, target, quality="HQ")
+        y = y[None] if y.ndim == 1 else y.T
+    else:
+        y = resample_swr(x, rate, target)
+    if y.shape[1] < n:  # the filters may round the length down by a sample
+        y = np.pad(y, ((0, 0), (0, n - y.shape[1])))
+    return np.ascontiguousarray(y[:, :n], dtype=np.float32)
+
+
+def resample_swr(x: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """float32 (C, N) from ``rate`` to ``target`` Hz with FFmpeg's swresample, in one call."""
+    import av
+
+    layout = {1: "mono", 2: "stereo"}.get(x.shape[0])
+    if layout is None:  # swresample wants a named layout; resample channel by channel
+        return np.concatenate([resample_swr(c[None], rate, target) for c in x], axis=0)
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x, dtype=np.float32), format="fltp", layout=layout)
+    frame.sample_rate = rate
+    resampler = av.AudioResampler(format="fltp", layout=layout, rate=target)
+    out = [f.to_ndarray() for f in resampler.resample(frame)] + [f.to_ndarray() for f in resampler.resample(None)]
+    y = np.concatenate(out, axis=1) if out else np.zeros((x.shape[0], 0), np.float32)
+    return y[:, : round(x.shape[1] * target / rate)]
 
 
 def describe(options: dict[str, Any]) -> str:

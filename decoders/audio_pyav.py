@@ -14,7 +14,7 @@ import av
 import numpy as np
 import torch
 
-from mediapipe.decoders.audio import AudioDecoder, audio  # noqa: F401  (audio: re-exported by the package)
+from mediapipe.decoders.audio import AudioDecoder, audio, resample  # noqa: F401  (re-exported)
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError, LimitError
@@ -25,7 +25,6 @@ from mediapipe.sample import Blob, SampleMeta
 # decode that comes out shorter means a truncated or corrupt file. MP3 and ADTS durations
 # are estimated from the bit rate and are not checked.
 _EXACT_LENGTH_FORMATS = ("wav", "flac", "ogg", "mov,mp4,m4a,3gp,3g2,mj2", "w64", "aiff", "matroska,webm")
-_SHORTFALL_TOLERANCE = (0.05, 0.01)  # seconds, fraction: decoding may end this much early
 _PREROLL_SECONDS = {"opus": 0.2, "mp3": 0.2, "mp3float": 0.2, "aac": 0.2, "vorbis": 0.2}
 _INT_SCALE = {"s16": 1 / 32768.0, "s16p": 1 / 32768.0, "s32": 1 / 2147483648.0, "s32p": 1 / 2147483648.0,
               "u8": 1 / 128.0, "u8p": 1 / 128.0, "s64": 1 / 9223372036854775808.0, "s64p": 1 / 9223372036854775808.0}
@@ -98,11 +97,7 @@ class PyAVAudioDecoder(AudioDecoder):
             container.close()
         if x.shape[1] == 0:
             raise DecodeError(blob.name, self.name, f"no audio samples (window starts at {start:.3f} s)")
-        if self.mono and x.shape[0] > 1:
-            x = x.mean(axis=0, keepdims=True, dtype=np.float32)
-        if self.sample_rate is not None and self.sample_rate != rate:
-            x = resample(x, rate, self.sample_rate)
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        return self.finish(x, rate)
 
     def _decode_window(self, container: Any, path: str, header: SampleMeta, start: float,
                        length: float | None) -> tuple[np.ndarray, int]:
@@ -179,17 +174,8 @@ class PyAVAudioDecoder(AudioDecoder):
 
     def _check_shortfall(self, container: Any, path: str, header: SampleMeta, first: int, last: int | None,
                          got: int) -> None:
-        declared = header.get("num_samples")
-        if declared is None or container.format.name not in _EXACT_LENGTH_FORMATS:
-            return
-        end = declared if last is None else min(last, declared)
-        expected = max(0, end - first)
-        seconds, fraction = _SHORTFALL_TOLERANCE
-        slack = max(seconds * header["sample_rate"], fraction * expected)
-        if got < expected - slack:
-            rate = header["sample_rate"]
-            raise DecodeError(path, self.name, f"truncated or corrupt: decoded {got / rate:.3f} s of the "
-                                               f"{expected / rate:.3f} s the header declares")
+        if container.format.name in _EXACT_LENGTH_FORMATS:
+            self.check_shortfall(path, header.get("num_samples"), header["sample_rate"], first, last, got)
 
 
 _DTYPES = {"u8": np.uint8, "s16": np.int16, "s32": np.int32, "s64": np.int64, "flt": np.float32, "dbl": np.float64}
@@ -213,20 +199,3 @@ def _to_float(x: np.ndarray, name: str) -> np.ndarray:
             return (x.astype(np.float32) - 128.0) * np.float32(_INT_SCALE[name])
         return x.astype(np.float32) * np.float32(_INT_SCALE[name])
     return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """float32 (C, N) from ``rate`` to ``target`` Hz with FFmpeg's swresample, in one call.
-
-    (torchaudio's sinc resampler costs about the same on one thread, but its OpenMP threads
-    make it several times dearer in a process with more than one; swresample has no threads.)
-    """
-    layout = {1: "mono", 2: "stereo"}.get(x.shape[0])
-    if layout is None:  # swresample wants a named layout; resample channel by channel
-        return np.concatenate([resample(c[None], rate, target) for c in x], axis=0)
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x, dtype=np.float32), format="fltp", layout=layout)
-    frame.sample_rate = rate
-    resampler = av.AudioResampler(format="fltp", layout=layout, rate=target)
-    out = [f.to_ndarray() for f in resampler.resample(frame)] + [f.to_ndarray() for f in resampler.resample(None)]
-    y = np.concatenate(out, axis=1) if out else np.zeros((x.shape[0], 0), np.float32)
-    return y[:, : round(x.shape[1] * target / rate)]

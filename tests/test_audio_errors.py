@@ -1,7 +1,7 @@
 """Bad audio under each on_error policy: truncated FLAC, a corrupt Opus page, an empty file, and a
 header that declares hours of audio.
 
-Documented behaviour of the pyav backend:
+Documented behaviour of both backends (soundfile reads the FLAC files itself and hands Opus to pyav):
 - truncated FLAC / corrupt Opus page: FFmpeg decodes what it can; a decode that ends more than
   max(50 ms, 1 %) before the length the header declares raises DecodeError "truncated or corrupt";
 - zero-length file: DecodeError "empty file (0 bytes)";
@@ -59,28 +59,34 @@ def folder(tmp_path_factory) -> Path:
     return root
 
 
-def pipeline(folder: Path, on_error: str, name: str) -> mp.Pipeline:
+BACKENDS = ["pyav", "soundfile"]
+
+
+def pipeline(folder: Path, on_error: str, name: str, backend: str = "auto") -> mp.Pipeline:
     files = sorted(p.name for p in folder.iterdir() if p.name.startswith("good")) + [name]
     manifest = folder / f"{name}.jsonl"
     manifest.write_text("".join(f'{{"path": "{f}"}}\n' for f in files))
-    return mp.Pipeline(source=mp.loaders.manifest(manifest), decode={"audio": mp.decoders.audio()},
+    return mp.Pipeline(source=mp.loaders.manifest(manifest), decode={"audio": mp.decoders.audio(backend=backend)},
                        batch_size=5, seed=0, device="cpu", on_error=on_error)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_raise_names_the_file_and_the_reason(folder, name):
-    loader = pipeline(folder, "raise", name).loader(shuffle=False)
+def test_raise_names_the_file_and_the_reason(folder, name, backend):
+    loader = pipeline(folder, "raise", name, backend).loader(shuffle=False)
     with pytest.raises(mp.DecodeError) as info:
         next(iter(loader))
     assert name in str(info.value) and BAD[name] in info.value.reason
-    assert info.value.decoder == "pyav"
+    # the backend that read the file names itself: soundfile reads FLAC, pyav the rest
+    assert info.value.decoder == ("soundfile" if backend == "soundfile" and name.endswith(".flac") else "pyav")
     if name == "hours.flac":
         assert isinstance(info.value, mp.LimitError)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_skip_replaces_and_counts(folder, name):
-    loader = pipeline(folder, "skip", name).loader(shuffle=False)
+def test_skip_replaces_and_counts(folder, name, backend):
+    loader = pipeline(folder, "skip", name, backend).loader(shuffle=False)
     batch = next(iter(loader))
     assert batch["audio"].shape[0] == 5 and (batch["audio_lengths"] > 0).all()
     assert 4 not in batch["index"].tolist()  # the bad sample's slot holds another sample
@@ -89,9 +95,10 @@ def test_skip_replaces_and_counts(folder, name):
     assert any(name in failed for failed in loader.stats.failed)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_replace_keeps_the_slot_flagged(folder, name):
-    loader = pipeline(folder, "replace", name).loader(shuffle=False)
+def test_replace_keeps_the_slot_flagged(folder, name, backend):
+    loader = pipeline(folder, "replace", name, backend).loader(shuffle=False)
     batch = next(iter(loader))
     assert batch["valid"].tolist() == [True, True, True, True, False]
     assert batch["audio_lengths"][4] == 0 and torch.all(batch["audio"][4] == 0)
