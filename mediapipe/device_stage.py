@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from mediapipe.collate import collate
-from mediapipe.decoders.base import NO_HINT
+from mediapipe.decoders.base import NO_HINT, Decoded
 from mediapipe.errors import MediapipeError
 from mediapipe.graph import Deferred, HostBatch, Plan
 
@@ -28,6 +28,7 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
     caches: list[dict[int, Any]] = [{} for _ in indices]
     dones: list[set] = [set() for _ in indices]
     metas: list[dict[str, Any]] = [{} for _ in indices]
+    side_fields: set[str] = set()
     for name, decoder in plan.device_decoders().items():
         pending: list[Deferred] = data.pop(name)
         decoded = decoder.decode_batch([d.blob for d in pending], [d.hint for d in pending],
@@ -41,6 +42,11 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
                 samples[i] = None
                 continue
             metas[i] = d.meta
+            if isinstance(x, Decoded):  # side fields, as the workers' decoders give them
+                extra = {f"{name}_{side}": value for side, value in x.fields.items()}
+                samples[i].update(extra)
+                side_fields.update(extra)
+                x = x.value
             if fused is not None and d.hint is not NO_HINT:
                 caches[i][fused.index] = d.fused_params
                 x = fused.op.apply_decoded(x, d.fused_params)
@@ -54,7 +60,7 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
             if key not in sample and isinstance(value, torch.Tensor) and value.shape[:1] == (len(indices),):
                 sample[key] = value[i].to(plan.device)
         plan.run_sample_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True)
-    names = [f for f in plan.deferred if any(s is not None and f in s for s in samples)]
+    names = [f for f in plan.deferred if any(s is not None and f in s for s in samples)] + sorted(side_fields)
     stacked = collate([None if s is None else {f: s[f] for f in names} for s in samples],
                       {n: plan.decode[n].collate for n in names if n in plan.decode})
     data.update(stacked)

@@ -53,3 +53,20 @@ def test_truncated_jpeg_on_the_device(tmp_path):
         list(pipeline(tmp_path, True).loader(shuffle=False))
     batches = list(pipeline(tmp_path, True, on_error="replace").loader(shuffle=False))
     assert batches[0]["valid"].tolist() == [True, True, False, True, True, True]
+
+
+def test_side_fields_of_a_device_decoder_reach_the_batch(image_folder, monkeypatch):
+    from mediapipe.decoders.base import Decoded
+    from mediapipe.decoders.image_nvimgcodec import NvImageCodecImageDecoder
+
+    decode_batch = NvImageCodecImageDecoder.decode_batch
+
+    def with_sizes(self, blobs, hints, metas):  # a decoder that also reports each file's size
+        out = decode_batch(self, blobs, hints, metas)
+        return [Decoded(x, {"nbytes": len(b.read())}) for x, b in zip(out, blobs)]
+
+    monkeypatch.setattr(NvImageCodecImageDecoder, "decode_batch", with_sizes)
+    pipe = pipeline(image_folder, True)
+    batch = next(iter(pipe.loader(shuffle=False)))
+    expected = [next(iter(pipe.source.ref(i).blobs.values())).nbytes() for i in range(6)]
+    assert batch["image_nbytes"].tolist() == expected
