@@ -185,12 +185,13 @@ class Rep:
 
 @dataclass
 class Result:
-    """One row of the report: a (scenario, backend, device, workers) measurement, or why none."""
+    """One row of the report: a (scenario, backend, device, workers, data) measurement, or why none."""
 
     scenario: str
     backend: str
     device: str
     workers: int
+    data: str | None = None  # the dataset's label (see `mediapipe.bench.harness.DataSet`); None: the only one
     unit: str = "samples"
     batch_size: int | None = None
     samples_per_s: float | None = None  # median over repetitions
@@ -300,22 +301,47 @@ def stages_add_up(stages: dict[str, float], slack: float = STAGE_SLACK,
     return -slack_seconds <= other <= slack * total + slack_seconds
 
 
+def _ratio(mine: Result, peer: Result) -> tuple[float, str] | None:
+    """(mine / peer, metric): on samples/s where the units agree, else on frames/s, else None."""
+    if not mine.samples_per_s or not peer.samples_per_s:
+        return None
+    if peer.unit == mine.unit:
+        return mine.samples_per_s / peer.samples_per_s, f"{mine.unit}/s"
+    if mine.frames_per_s and peer.frames_per_s:
+        return mine.frames_per_s / peer.frames_per_s, "frames/s"
+    return None
+
+
 def ratio_rows(results: list[Result], ours: str = "mediapipe") -> list[dict[str, Any]]:
-    """This library's throughput over each peer's, for rows of the same scenario, device
-    and worker count, measured in the same run. Rows with different units (clips against a
-    frame-rate ceiling) are compared on frames per second."""
+    """Ratios of throughput between rows measured in the same run, of two kinds:
+
+    ``compare="backend"``: this library over each peer, same scenario, device, workers and data.
+    Rows with different units (clips against a frame-rate ceiling) are compared on frames/s.
+    ``compare="data"``: each backend on each further dataset over the same backend on the first
+    dataset (``--data folder --data shards``: "mediapipe on shards / mediapipe on folder")."""
     rows = []
-    key = {(r.scenario, r.device, r.workers): r for r in results if r.backend == ours and r.error is None}
-    for peer in results:
-        mine = key.get((peer.scenario, peer.device, peer.workers))
-        if peer.backend == ours or mine is None or peer.error is not None or not peer.samples_per_s:
+    ok = [r for r in results if r.error is None]
+    key = {(r.scenario, r.device, r.workers, r.data): r for r in ok if r.backend == ours}
+    for peer in ok:
+        mine = key.get((peer.scenario, peer.device, peer.workers, peer.data))
+        if peer.backend == ours or mine is None or (ratio := _ratio(mine, peer)) is None:
             continue
-        if peer.unit == mine.unit:
-            ratio, metric = mine.samples_per_s / peer.samples_per_s, f"{mine.unit}/s"
-        elif mine.frames_per_s and peer.frames_per_s:
-            ratio, metric = mine.frames_per_s / peer.frames_per_s, "frames/s"
-        else:
+        rows.append({"compare": "backend", "scenario": peer.scenario, "device": peer.device,
+                     "workers": peer.workers, "data": peer.data, "backend": ours, "peer": peer.backend,
+                     "peer_data": peer.data, "metric": ratio[1], "ratio": ratio[0]})
+    labels: dict[str, list[str]] = {}  # scenario -> data labels, in the order given
+    for r in results:
+        if r.data is not None and r.data not in labels.setdefault(r.scenario, []):
+            labels[r.scenario].append(r.data)
+    same = {(r.scenario, r.backend, r.device, r.workers, r.data): r for r in ok}
+    for r in ok:
+        order = labels.get(r.scenario, [])
+        if len(order) < 2 or r.data == order[0]:
             continue
-        rows.append({"scenario": peer.scenario, "device": peer.device, "workers": peer.workers,
-                     "backend": ours, "peer": peer.backend, "metric": metric, "ratio": ratio})
+        base = same.get((r.scenario, r.backend, r.device, r.workers, order[0]))
+        if base is None or (ratio := _ratio(r, base)) is None:
+            continue
+        rows.append({"compare": "data", "scenario": r.scenario, "device": r.device, "workers": r.workers,
+                     "data": r.data, "backend": r.backend, "peer": r.backend, "peer_data": base.data,
+                     "metric": ratio[1], "ratio": ratio[0]})
     return rows

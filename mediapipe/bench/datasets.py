@@ -32,6 +32,8 @@ VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
 AUDIO_COUNT = 200
 BUILTIN = {"sample-images": "image", "sample-video": "video", "sample-audio": "audio"}
 MARKER = ".complete"
+SHARDS_SUFFIX = "-shards"  # sample-images-...-shards: the converted copy, beside the folder
+SHARD_SIZE = "32MB"  # a few shards for the 1000 sample images (about 100 MB), as a real dataset has many
 
 
 def cache_dir() -> Path:
@@ -142,6 +144,37 @@ def _map(fn: Any, tasks: list[Any], processes: int | None) -> Iterator[Any]:
         yield from pool.imap_unordered(fn, tasks)
 
 
+def sample_image_shards(folder: Path, progress: bool = True) -> Path:
+    """The converted copy of a sample-images folder (``<folder>-shards``), made once with
+    `mediapipe.convert.convert`: JPEGs are copied byte for byte, so reading from it differs
+    from reading the folder only in the layout (a few tar shards against one file per image)."""
+    from mediapipe.convert import convert
+    from mediapipe.transcode import TranscodeOptions
+
+    folder = Path(folder)
+    dest = folder.with_name(folder.name + SHARDS_SUFFIX)
+    if (dest / MARKER).is_file():
+        return dest
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        result = convert(folder, tmp, shard_size=SHARD_SIZE, options=TranscodeOptions(video_codec="copy", audio_codec="copy"),
+                         workers=max(1, min(4, os.cpu_count() or 1)), progress=progress)
+        if result.failures:
+            raise RuntimeError(f"converting {folder} to shards: {len(result.failures)} images failed, first "
+                               f"{result.failures[0]}")
+        (tmp / MARKER).write_text(json.dumps({"name": "sample-images", "from": folder.name,
+                                              "shard_size": SHARD_SIZE}))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        tmp.rename(dest)
+    except OSError:  # another process finished first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 # -- video and audio: made by their benchmark modules -------------------------------------------
 def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
     import importlib
@@ -210,6 +243,19 @@ def _describe_converted(path: Path, kind: str, info: dict[str, Any]) -> dict[str
         info["mean_megapixels"] = float(np.mean(pixels)) / 1e6
     return info
 
+
+def data_files(path: Path) -> list[Path]:
+    """Every file a benchmark reads from dataset ``path``, for ``--cold-cache``: the images of
+    a folder or manifest (and the manifest), or a converted dataset's shards and indexes."""
+    path = Path(path)
+    if path.is_file():
+        files = [path]
+        if path.suffix == ".jsonl":
+            from mediapipe.bench.images import manifest_rows
+
+            files += [Path(p) for p, _ in manifest_rows(path)]
+        return files
+    return sorted(p for p in path.rglob("*") if p.is_file())
 
 
 def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:

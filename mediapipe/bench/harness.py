@@ -6,6 +6,13 @@ For each scenario and worker count, every applicable backend is started in its o
 the repetitions alternate between backends (A B C, C B A, A B C...) so that drift of a shared
 machine falls on every backend alike. Before each timed window a backend first hands over
 the batches it prefetched while idle, so that no window starts with free batches.
+
+Several datasets (``--data a --data b``, or ``--as-shards``) join the same comparison: each
+(backend, dataset) pair is one more row alternated with the others, so the same backend on
+a folder and on its converted shards is compared under the same drift. With ``cold_cache``,
+the files of a row's dataset are evicted from the page cache (`mediapipe.convert.
+evict_from_page_cache`: only these files, never the system-wide cache) just before each of
+its timed repetitions, so the repetition reads from the disk.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mediapipe import convert as conversion
 from mediapipe.bench import datasets
 from mediapipe.bench.core import (
     INPUT_BOUND_FRACTION,
@@ -53,8 +61,22 @@ NOTES = {
                "every few batches"),
     "input_bound": f"with --step-ms: the consumer waited for input more than {INPUT_BOUND_FRACTION:.0%} of the "
                    "simulated step time",
-    "ratios": "this library's samples/s over the peer's, same scenario, device and workers, same run",
+    "ratios": ("compare=backend: this library's samples/s over the peer's, same scenario, device, workers and "
+               "data; compare=data: a backend on a further dataset over the same backend on the first dataset "
+               "(e.g. shards / folder); always rows of the same run"),
+    "cold_cache": ("with --cold-cache, the files of the row's dataset were evicted from the page cache "
+                   "(posix_fadvise DONTNEED, these files only) before each timed repetition. Files read twice "
+                   "within one repetition (a dataset smaller than what a repetition reads) are warm the second "
+                   "time, and batches prefetched before the eviction are drained untimed"),
 }
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """One dataset a scenario runs on: its label in the report and where it is."""
+
+    label: str
+    path: Path
 
 
 @dataclass
@@ -62,8 +84,10 @@ class Settings:
     """What to run; the command line fills it (see ``mediapipe bench --help``)."""
 
     scenarios: list[str] = field(default_factory=lambda: ["image-train", "image-eval"])
-    data: Path | None = None
+    data: list[Path] | Path | None = None  # several: every scenario runs on each, in the same comparison
     dataset: str | None = None
+    as_shards: bool = False  # the built-in sample images as a folder and as converted shards
+    cold_cache: bool = False  # evict the dataset's files from the page cache before each timed repetition
     backends: list[str] | None = None
     devices: list[str] = field(default_factory=lambda: ["cpu"])
     workers: list[int] = field(default_factory=lambda: [os.cpu_count() or 1])
@@ -90,18 +114,63 @@ class Settings:
             raise ValueError(f"--workers {self.workers}: expected counts >= 0")
         if self.step_ms < 0:
             raise ValueError(f"--step-ms {self.step_ms}: expected >= 0")
+        if isinstance(self.data, (str, Path)):
+            self.data = [self.data]
+        self.data = [Path(p) for p in self.data or []]
+        if len({p.resolve() for p in self.data}) < len(self.data):
+            raise ValueError(f"--data {' '.join(map(str, self.data))}: a dataset is given twice")
+        if self.as_shards:
+            if self.data:
+                raise ValueError("--as-shards converts the built-in sample images; with --data, convert the "
+                                 "folder (mediapipe convert) and pass both: --data FOLDER --data CONVERTED")
+            if self.dataset not in (None, "sample-images"):
+                raise ValueError(f"--as-shards: only for --dataset sample-images, not {self.dataset}")
+            if not any(SCENARIOS[s].kind == "image" for s in self.scenarios):
+                raise ValueError("--as-shards: no image scenario to run (the shards hold images)")
 
 
-def _data_for(scenario: Scenario, settings: Settings, prepared: dict[str, Path]) -> Path:
-    if settings.data is not None:
-        return Path(settings.data)
+def data_labels(paths: list[Path]) -> list[str]:
+    """A short label per dataset: its name, or "<layout>:<path>" where two names are equal."""
+    names = [p.name or str(p) for p in paths]
+    labels = []
+    for path, name in zip(paths, names):
+        if names.count(name) > 1:
+            try:
+                from mediapipe.bench.images import dataset_layout
+
+                layout = dataset_layout(path)
+            except (FileNotFoundError, ImportError):
+                layout = "data"
+            name = f"{layout}:{path}"
+        labels.append(name)
+    return labels
+
+def _data_for(scenario: Scenario, settings: Settings, prepared: dict[str, Path]) -> list[DataSet]:
+    """The datasets ``scenario`` runs on: every ``--data``, or its built-in dataset (made once),
+    with ``--as-shards`` also that dataset's converted copy."""
+    if settings.data:
+        return [DataSet(label, path) for label, path in zip(data_labels(settings.data), settings.data)]
     name = settings.dataset if settings.dataset and datasets.BUILTIN.get(settings.dataset) == scenario.kind \
         else scenario.dataset
     if name not in prepared:
         root = Path(settings.cache_dir) if settings.cache_dir else None
         prepared[name] = datasets.prepare(name, root=root, count=settings.count, seed=settings.seed,
                                           progress=settings.progress)
-    return prepared[name]
+    if not (settings.as_shards and name == "sample-images"):
+        return [DataSet(name, prepared[name])]
+    shards = name + datasets.SHARDS_SUFFIX
+    if shards not in prepared:
+        prepared[shards] = datasets.sample_image_shards(prepared[name], progress=settings.progress)
+    return [DataSet("folder", prepared[name]), DataSet("shards", prepared[shards])]
+
+
+def _settings_dict(settings: Settings) -> dict[str, Any]:
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    return {k: plain(v) for k, v in asdict(settings).items()}
 
 
 def run(settings: Settings) -> dict[str, Any]:
@@ -110,27 +179,45 @@ def run(settings: Settings) -> dict[str, Any]:
     machine = machine_info()
     cores = machine.get("cores_usable") or machine.get("cores")
     prepared: dict[str, Path] = {}
-    data_info: dict[str, dict[str, Any]] = {}
+    data_info: dict[str, dict[str, dict[str, Any]]] = {}  # scenario -> data label -> describe()
+    data_sets: dict[str, dict[str, DataSet]] = {}  # scenario -> data label -> dataset
     results: list[Result] = []
     groups: list[tuple[Scenario, int, list[Result]]] = []
     for name in settings.scenarios:
         scenario = SCENARIOS[name]
         try:
-            path = _data_for(scenario, settings, prepared)
-            data_info[name] = datasets.describe(path, scenario.kind)
+            sets = _data_for(scenario, settings, prepared)
         except Exception as err:  # noqa: BLE001 - a dataset that cannot be made fails its rows, not the run
-            data_info[name] = {"error": f"{type(err).__name__}: {err}"}
+            sets = [DataSet(settings.dataset or scenario.dataset, Path("?"))]
+            data_info[name] = {sets[0].label: {"error": f"{type(err).__name__}: {err}"}}
+        else:
+            data_info[name] = {}
+            for ds in sets:
+                try:
+                    data_info[name][ds.label] = datasets.describe(ds.path, scenario.kind)
+                except Exception as err:  # noqa: BLE001 - as above, for this dataset's rows only
+                    data_info[name][ds.label] = {"path": str(ds.path), "error": f"{type(err).__name__}: {err}"}
+        data_sets[name] = {ds.label: ds for ds in sets}
         for workers in settings.workers:
             rows = []
             for backend in settings.backends or scenario.backends:
                 for device in settings.devices:
-                    row = Result(scenario=name, backend=backend, device=device, workers=workers,
-                                 unit=unit_of(scenario, backend), batch_size=settings.batch_size or scenario.batch_size,
-                                 step_ms=settings.step_ms or None)
-                    row.error = data_info[name].get("error") or why_not(scenario, backend, device)
-                    rows.append(row)
+                    for ds in sets:
+                        row = Result(scenario=name, backend=backend, device=device, workers=workers, data=ds.label,
+                                     unit=unit_of(scenario, backend),
+                                     batch_size=settings.batch_size or scenario.batch_size,
+                                     step_ms=settings.step_ms or None)
+                        row.error = data_info[name][ds.label].get("error") or why_not(scenario, backend, device)
+                        rows.append(row)
             groups.append((scenario, workers, rows))
             results.extend(rows)
+    evict: dict[tuple[str, str], list[Path]] = {}  # (scenario, data label) -> files, with --cold-cache
+    if settings.cold_cache:
+        for name, sets in data_sets.items():
+            for label, ds in sets.items():
+                if any(r.scenario == name and r.data == label and r.error is None for r in results):
+                    evict[name, label] = datasets.data_files(ds.path)
+                    data_info[name][label]["evicted_files"] = len(evict[name, label])
     steps = sum((1 + settings.repeats) * sum(r.error is None for r in rows) for _, _, rows in groups)
     live = [(scenario, r) for scenario, _, rows in groups for r in rows if r.error is None]
     set_preload({s.kind for s, _ in live}, {r.backend for _, r in live})
@@ -139,16 +226,17 @@ def run(settings: Settings) -> dict[str, Any]:
         for scenario, workers, rows in groups:
             live = [r for r in rows if r.error is None]
             if live:
-                _run_group(scenario, workers, live, Path(data_info[scenario.name]["path"]), settings, bar,
-                           data_info[scenario.name], cores)
+                _run_group(scenario, workers, live, data_sets[scenario.name], settings, bar,
+                           data_info[scenario.name], cores, evict)
     finally:
         bar.close()
     return {
         "version": RESULT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
-        "datasets": data_info,
+        "settings": _settings_dict(settings),
+        "datasets": {name: next(iter(infos.values())) for name, infos in data_info.items()},  # the first dataset
+        "data": data_info,  # scenario -> data label -> the dataset's description
         "results": [r.as_dict() for r in results],
         "ratios": ratio_rows(results, OURS),
         "notes": NOTES,
@@ -163,9 +251,10 @@ def _when(err: BaseException, where: str) -> str:
     return text if text.startswith(("not available", "not installed", "not applicable")) else f"{where}: {text}"
 
 
-def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path, settings: Settings, bar: Any,
-               data_info: dict[str, Any], cores: int | None) -> None:
-    """Every backend of one (scenario, workers) comparison, alive together, alternated."""
+def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[str, DataSet], settings: Settings,
+               bar: Any, data_info: dict[str, dict[str, Any]], cores: int | None,
+               evict: dict[tuple[str, str], list[Path]]) -> None:
+    """Every (backend, dataset) row of one (scenario, workers) comparison, alive together, alternated."""
     # batches a stream must be able to give: generous, since drains depend on each backend's prefetch
     max_batches = 2 + settings.warmup + settings.repeats * (settings.batches + 4 * max(1, workers) + 2)
     procs: dict[int, BackendProcess] = {}
@@ -183,9 +272,9 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
 
     try:
         for row in rows:  # start every process first: their imports overlap
-            procs[id(row)] = BackendProcess(f"{scenario.name}/{row.backend}/{row.device}/w{workers}")
+            procs[id(row)] = BackendProcess(f"{scenario.name}/{row.backend}/{row.device}/w{workers}/{row.data}")
             spec = {"scenario": scenario.name, "backend": row.backend, "device": row.device, "workers": workers,
-                    "batch_size": row.batch_size, "data": str(data),
+                    "batch_size": row.batch_size, "data": str(data[row.data].path),
                     "options": {"max_batches": max_batches, "worker_type": settings.worker_type,
                                 "repeat": not settings.real_epochs}}
             try:
@@ -217,6 +306,9 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
                 if proc is None:
                     continue
                 bar.desc = f"bench {scenario.name} {row.backend}/{row.device} w{workers} {repeat + 1}/{settings.repeats}"
+                files = evict.get((scenario.name, row.data))
+                if files is not None:  # before the call: the drain of prefetched batches is not timed
+                    conversion.evict_from_page_cache(files)
                 try:
                     reply = proc.call("rep", timeout=settings.timeout, sample_rss=True, batches=settings.batches,
                                       drain=drains[id(row)], step_ms=settings.step_ms)
@@ -236,10 +328,10 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: Path,
     else:
         for proc in procs.values():
             proc.close()
-    per_epoch = (data_info.get("samples") or 0) // (rows[0].batch_size or 1) if rows else 0
     for row in rows:
         if row.error is None:
-            dataset = dict(data_info)
+            dataset = dict(data_info[row.data])
+            per_epoch = (dataset.get("samples") or 0) // (row.batch_size or 1)
             if scenario.kind == "video":
                 dataset.pop("mean_bytes", None)  # a clip reads part of a file: no honest MB/s from file sizes
             summarise(row, reps[id(row)], dataset=dataset, cores=cores, frames_per_sample=scenario.frames_per_sample)

@@ -36,12 +36,25 @@ def _secondary(row: dict[str, Any]) -> str:
     return "-"
 
 
-def _ratio_of(report: dict[str, Any], row: dict[str, Any]) -> str:
+def _ratio_of(report: dict[str, Any], row: dict[str, Any], compare: str = "backend") -> str:
+    """This row's ratio of one kind: this library over it (``backend``), or it over the same
+    backend on the first dataset (``data``)."""
     for r in report.get("ratios", []):
+        if r.get("compare", "backend") != compare or r.get("data") != row.get("data"):
+            continue
         if (r["scenario"], r["device"], r["workers"], r["peer"]) == (row["scenario"], row["device"], row["workers"],
                                                                      row["backend"]):
             return f"{r['ratio']:.2f}x"
     return ""
+
+
+def _labels(report: dict[str, Any], scenario: str) -> list[str]:
+    """The data labels of a scenario's rows, in the order given (the first is the baseline)."""
+    seen: list[str] = []
+    for r in report["results"]:
+        if r["scenario"] == scenario and r.get("data") is not None and r["data"] not in seen:
+            seen.append(r["data"])
+    return seen
 
 
 def _input_bound(row: dict[str, Any]) -> str:
@@ -53,8 +66,10 @@ def _input_bound(row: dict[str, Any]) -> str:
     return ("yes" if row["input_bound"] else "no") + share
 
 
+Column = tuple[str, Callable[[dict[str, Any], dict[str, Any]], str]]
+
 # (header, cell) for the main table
-COLUMNS: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = [
+COLUMNS: list[Column] = [
     ("backend", lambda rep, r: r["backend"]),
     ("device", lambda rep, r: r["device"]),
     ("workers", lambda rep, r: str(r["workers"])),
@@ -71,18 +86,51 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = [
 ]
 
 
-def _scenario_header(report: dict[str, Any], scenario: str) -> str:
-    info = report.get("datasets", {}).get(scenario, {})
-    settings = report.get("settings", {})
-    parts = [scenario]
+def _columns(report: dict[str, Any], scenario: str) -> list[Column]:
+    """COLUMNS, plus the dataset and the ratio to the first dataset where a scenario ran on several."""
+    labels = _labels(report, scenario)
+    if len(labels) < 2:
+        return COLUMNS
+    return [COLUMNS[0], ("data", lambda rep, r: r.get("data") or "-"), *COLUMNS[1:],
+            (f"vs {labels[0]}", lambda rep, r: _ratio_of(rep, r, "data"))]
+
+
+def _who(r: dict[str, Any], several: bool) -> str:
+    """backend (device, N workers[, on data]) for the lists of errors."""
+    on = f", on {r['data']}" if several and r.get("data") else ""
+    return f"{r['backend']} ({r['device']}, {r['workers']} workers{on})"
+
+
+def _data_parts(info: dict[str, Any], label: str | None = None) -> list[str]:
+    parts = []
     if info.get("samples") is not None:
-        parts.append(f"{info['samples']} samples in {info.get('path', '?')}")
+        name = f"{label}: " if label else ""
+        parts.append(f"{name}{info['samples']} samples in {info.get('path', '?')}")
     if info.get("mean_bytes"):
         parts.append(f"{info['mean_bytes'] / 1e3:.0f} KB mean")
     if info.get("mean_megapixels"):
         parts.append(f"{info['mean_megapixels']:.2f} MP mean")
+    return parts
+
+
+def _scenario_header(report: dict[str, Any], scenario: str) -> list[str]:
+    """The scenario's title line, then one line per dataset where it ran on several."""
+    settings = report.get("settings", {})
+    by_label = (report.get("data") or {}).get(scenario) or {}
+    parts = [scenario]
+    several = len(by_label) > 1
+    if not several:
+        parts.extend(_data_parts(report.get("datasets", {}).get(scenario, {})))
     parts.append(f"{settings.get('repeats', '?')} x {settings.get('batches', '?')} batches")
-    return ", ".join(parts)
+    if settings.get("cold_cache"):
+        parts.append("cold page cache (dataset files evicted before each repetition)")
+    if several:
+        parts[-1] += f", on {len(by_label)} datasets (ratios against the first):"
+    lines = [", ".join(parts)]
+    if several:
+        lines += [", ".join(_data_parts(info, label)) or f"{label}: {info.get('error', '?')}"
+                  for label, info in by_label.items()]
+    return lines
 
 
 def _grid(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -101,12 +149,18 @@ def _scenarios(report: dict[str, Any]) -> list[str]:
     return seen
 
 
+def _stage_headers(report: dict[str, Any], scenario: str) -> list[str]:
+    several = len(_labels(report, scenario)) > 1
+    return ["backend", *(["data"] if several else []), "device", "workers", *STAGE_COLUMNS, "total"]
+
+
 def _stage_rows(report: dict[str, Any], scenario: str) -> list[list[str]]:
     rows = []
+    several = len(_labels(report, scenario)) > 1
     for r in report["results"]:
         if r["scenario"] == scenario and r.get("error") is None and r.get("stages"):
             st = r["stages"]
-            rows.append([r["backend"], r["device"], str(r["workers"]),
+            rows.append([r["backend"], *([r.get("data") or "-"] if several else []), r["device"], str(r["workers"]),
                          *(_num(st.get(s), "{:.2f}") if s in st else "-" for s in STAGE_COLUMNS),
                          _num(st.get("total"), "{:.2f}")])
     return rows
@@ -125,27 +179,41 @@ def render_table(report: dict[str, Any]) -> str:
     for scenario in _scenarios(report):
         rows = [r for r in report["results"] if r["scenario"] == scenario]
         out.append("")
-        out.append(_scenario_header(report, scenario))
+        title, *data_lines = _scenario_header(report, scenario)
+        out.append(title)
+        out.extend("  " + line for line in data_lines)
         ok = [r for r in rows if r.get("error") is None]
+        columns = _columns(report, scenario)
+        several = len(_labels(report, scenario)) > 1
         if ok:
-            out.extend(_grid([h for h, _ in COLUMNS], [[cell(report, r) for _, cell in COLUMNS] for r in ok]))
+            out.extend(_grid([h for h, _ in columns], [[cell(report, r) for _, cell in columns] for r in ok]))
         else:
             out.append("no backend ran:")
         stage_rows = _stage_rows(report, scenario)
         if stage_rows:
             out.append("stage seconds (worker stages summed over workers; consumer stages add up to total):")
-            out.extend("  " + line for line in _grid(["backend", "device", "workers", *STAGE_COLUMNS, "total"],
-                                                      stage_rows))
+            out.extend("  " + line for line in _grid(_stage_headers(report, scenario), stage_rows))
         for r in rows:
             if r.get("error") is not None:
-                out.append(f"  {r['backend']} ({r['device']}, {r['workers']} workers): {r['error']}")
+                out.append(f"  {_who(r, several)}: {r['error']}")
     ratios = report.get("ratios", [])
-    if ratios:
+    peers = [r for r in ratios if r.get("compare", "backend") == "backend"]
+    if peers:
         out.append("")
         out.append("mediapipe / peer, same run:")
-        for r in ratios:
-            out.append(f"  {r['scenario']:<12} {r['device']:<4} w{r['workers']:<3} vs {r['peer']:<15} "
+        several = any(len(_labels(report, s)) > 1 for s in _scenarios(report))
+        width = max(len(r.get("data") or "") for r in peers)
+        for r in peers:
+            on = f" on {r['data']:<{width}}" if several and r.get("data") else ""
+            out.append(f"  {r['scenario']:<12} {r['device']:<4} w{r['workers']:<3}{on} vs {r['peer']:<15} "
                        f"{r['ratio']:.2f}x ({r['metric']})")
+    across = [r for r in ratios if r.get("compare") == "data"]
+    if across:
+        out.append("")
+        out.append("same backend across datasets, same run:")
+        for r in across:
+            out.append(f"  {r['scenario']:<12} {r['device']:<4} w{r['workers']:<3} {r['backend']} on {r['data']} / "
+                       f"{r['backend']} on {r['peer_data']}: {r['ratio']:.2f}x ({r['metric']})")
     if report.get("elapsed_s") is not None:
         out.append("")
         out.append(f"finished in {report['elapsed_s']:.0f} s")
@@ -166,24 +234,36 @@ def render_markdown(report: dict[str, Any]) -> str:
            + ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items()), ""]
     for scenario in _scenarios(report):
         rows = [r for r in report["results"] if r["scenario"] == scenario]
-        out += [f"## {scenario}", "", _scenario_header(report, scenario), ""]
+        title, *data_lines = _scenario_header(report, scenario)
+        out += [f"## {scenario}", "", title, *(f"- {line}" for line in data_lines), ""]
         ok = [r for r in rows if r.get("error") is None]
+        columns = _columns(report, scenario)
+        several = len(_labels(report, scenario)) > 1
         if ok:
-            out += table([h for h, _ in COLUMNS], [[cell(report, r) for _, cell in COLUMNS] for r in ok])
+            out += table([h for h, _ in columns], [[cell(report, r) for _, cell in columns] for r in ok])
         stage_rows = _stage_rows(report, scenario)
         if stage_rows:
             out += ["", "Stage seconds (worker stages summed over workers):", ""]
-            out += table(["backend", "device", "workers", *STAGE_COLUMNS, "total"], stage_rows)
+            out += table(_stage_headers(report, scenario), stage_rows)
         errors = [r for r in rows if r.get("error") is not None]
         if errors:
             out += ["", "Not run:", ""]
-            out += [f"- {r['backend']} ({r['device']}, {r['workers']} workers): {r['error']}" for r in errors]
+            out += [f"- {_who(r, several)}: {r['error']}" for r in errors]
         out.append("")
-    if report.get("ratios"):
+    ratios = report.get("ratios", [])
+    peers = [r for r in ratios if r.get("compare", "backend") == "backend"]
+    if peers:
         out += ["## mediapipe / peer", ""]
-        out += table(["scenario", "device", "workers", "peer", "ratio"],
-                     [[r["scenario"], r["device"], str(r["workers"]), r["peer"], f"{r['ratio']:.2f}x"]
-                      for r in report["ratios"]])
+        out += table(["scenario", "device", "workers", "data", "peer", "ratio"],
+                     [[r["scenario"], r["device"], str(r["workers"]), r.get("data") or "-", r["peer"],
+                       f"{r['ratio']:.2f}x"] for r in peers])
+        out.append("")
+    across = [r for r in ratios if r.get("compare") == "data"]
+    if across:
+        out += ["## Same backend across datasets", ""]
+        out += table(["scenario", "device", "workers", "backend", "data", "over", "ratio"],
+                     [[r["scenario"], r["device"], str(r["workers"]), r["backend"], r["data"], r["peer_data"],
+                       f"{r['ratio']:.2f}x"] for r in across])
         out.append("")
     return "\n".join(out)
 
@@ -212,21 +292,25 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
         if ok:
             top = max(r["workers"] for r in ok)
             best = [r for r in ok if r["workers"] == top]
-            labels = [f"{r['backend']}\n{r['device']}" for r in best]
+            several = len(_labels(report, scenario)) > 1
+            labels = [f"{r['backend']}\n{r['device']}" + (f"\n{r.get('data')}" if several else "") for r in best]
             values = [r["samples_per_s"] for r in best]
             errors = [[v - r["samples_per_s_min"] for v, r in zip(values, best)],
                       [r["samples_per_s_max"] - v for v, r in zip(values, best)]]
             colours = ["tab:blue" if r["backend"] == "mediapipe" else "tab:gray" for r in best]
             bars.bar(labels, values, yerr=errors, color=colours, capsize=4)
-            bars.set_title(f"{scenario}, {top} workers")
+            cold = ", cold cache" if report.get("settings", {}).get("cold_cache") else ""
+            bars.set_title(f"{scenario}, {top} workers{cold}")
             bars.set_ylabel(f"{best[0]['unit']}/s (median, min-max)")
             bars.tick_params(axis="x", labelsize=8)
-            lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
+            lines: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
             for r in ok:
-                lines.setdefault((r["backend"], r["device"]), []).append((r["workers"], r["samples_per_s"]))
-            for (backend, device), points in sorted(lines.items()):
+                on = (r.get("data") or "") if several else ""
+                lines.setdefault((r["backend"], r["device"], on), []).append((r["workers"], r["samples_per_s"]))
+            for (backend, device, on), points in sorted(lines.items()):
                 points.sort()
-                scale.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{backend} {device}")
+                scale.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                           label=f"{backend} {device}" + (f" on {on}" if on else ""))
             scale.set_xticks(sorted({r["workers"] for r in ok}))
             scale.set_ylim(bottom=0)
             scale.set_xlabel("workers")

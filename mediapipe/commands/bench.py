@@ -17,6 +17,10 @@ EXAMPLES = """examples:
   mediapipe bench --scenario image-train --backends mediapipe,dali --device cpu,cuda --json out.json
   mediapipe bench --dataset sample-video            video-clips on generated AV1 clips
   mediapipe bench --step-ms 120                     would a 120 ms training step wait for input?
+  mediapipe bench --data imgs/ --data imgs-converted/ --cold-cache
+                                                    the folder against its shards, read from the disk
+  mediapipe bench --dataset sample-images --as-shards
+                                                    the sample images as a folder and as shards, same run
 """
 
 
@@ -43,9 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", action="append", metavar="NAME",
                         help=f"repeatable or comma-separated: {', '.join(SCENARIOS)} (default: image-train, "
                              "image-eval; or the scenarios of --dataset)")
-    parser.add_argument("--data", type=Path, metavar="PATH",
-                        help="a folder (class sub-folders), a .jsonl manifest or a converted dataset")
+    parser.add_argument("--data", type=Path, action="append", metavar="PATH",
+                        help="a folder (class sub-folders), a .jsonl manifest or a converted dataset; repeatable: "
+                             "every scenario runs on each, alternated in the same run, and the table compares "
+                             "each backend across them (the first is the baseline)")
     parser.add_argument("--dataset", choices=sorted(BUILTIN), help="a built-in sample dataset (default: sample-images)")
+    parser.add_argument("--as-shards", action="store_true",
+                        help="also convert the built-in sample images to shards (once, cached beside them; JPEGs "
+                             "copied) and run the image scenarios on the folder and on the shards, same run")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="before each timed repetition, evict the dataset's files (only those) from the page "
+                             "cache, so the repetition reads from the disk")
     parser.add_argument("--backends", type=_csv, metavar="LIST",
                         help=f"comma-separated, of {', '.join(BACKENDS)} (default: all that apply)")
     parser.add_argument("--device", type=_csv, metavar="cpu|cuda",
@@ -88,6 +100,7 @@ def settings_from_args(args: argparse.Namespace) -> object:
     devices = args.device or (["cpu", "cuda"] if cuda_available() else ["cpu"])
     return Settings(
         scenarios=scenarios or list(DEFAULT_SCENARIOS), data=args.data, dataset=args.dataset,
+        as_shards=args.as_shards, cold_cache=args.cold_cache,
         backends=args.backends, devices=devices, workers=args.workers or [os.cpu_count() or 1],
         batches=args.batches, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size,
         step_ms=args.step_ms, count=args.count, cache_dir=args.cache_dir, progress=not args.no_progress,
@@ -104,9 +117,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"mediapipe bench: {err}", file=sys.stderr)
         return 2
-    if args.data is not None and not args.data.exists():
-        print(f"mediapipe bench: --data {args.data}: no such file or folder", file=sys.stderr)
-        return 2
+    for path in args.data or []:
+        if not path.exists():
+            print(f"mediapipe bench: --data {path}: no such file or folder", file=sys.stderr)
+            return 2
     report = run_bench(settings)
     if args.json:  # the files first: a closed terminal pipe must not lose them
         rpt.write_json(report, args.json)
