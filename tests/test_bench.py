@@ -246,3 +246,131 @@ def test_a_backend_that_fails_is_reported_and_the_run_goes_on(image_folder: Path
     errors = {r["backend"]: r["error"] for r in rep["results"]}
     assert errors["nope"].startswith("unknown backend")
     assert "failed in warm-up" in errors["mediapipe"] and "zz_broken.jpg" in errors["mediapipe"]
+
+
+# -- several datasets, cold cache, --as-shards ---------------------------------------------------
+@pytest.fixture(scope="module")
+def converted_images(image_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("conv") / "converted"
+    assert main(["convert", str(image_folder), str(out), "--shard-size", "100KB", "--workers", "1",
+                 "--no-progress"]) == 0
+    return out
+
+
+def test_two_datasets_alternate_in_one_run_with_cold_cache(image_folder: Path, converted_images: Path,
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mediapipe import convert as conversion
+
+    evicted: list[list[Path]] = []
+    real_evict = conversion.evict_from_page_cache
+
+    def spy(paths: list[Path]) -> None:
+        evicted.append([Path(p) for p in paths])
+        real_evict(paths)
+
+    monkeypatch.setattr(conversion, "evict_from_page_cache", spy)
+    argv = ["bench", "--data", str(image_folder), "--data", str(converted_images), "--scenario", "image-eval",
+            "--backends", "mediapipe,torchvision", "--workers", "1", "--batches", "2", "--repeats", "1",
+            "--warmup", "0", "--batch-size", "8", "--device", "cpu", "--no-progress", "--cold-cache",
+            "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "r.png")]
+    assert main(argv) == 0
+    rep = json.loads((tmp_path / "r.json").read_text())
+    folder, shards = image_folder.name, converted_images.name
+    rows = {(r["backend"], r["data"]): r for r in rep["results"]}
+    assert set(rows) == {(b, d) for b in ("mediapipe", "torchvision") for d in (folder, shards)}
+    for r in rows.values():
+        assert r["error"] is None, (r["backend"], r["data"], r["error"])
+        assert r["samples_per_s"] > 0 and len(r["samples_per_s_reps"]) == 1
+    assert rep["data"]["image-eval"][shards]["layout"] == "converted"
+    assert rep["data"]["image-eval"][folder]["layout"] == "folder"
+    assert rep["datasets"]["image-eval"]["path"] == str(image_folder)  # the first dataset, as before
+
+    across = {(r["backend"], r["data"], r["peer_data"]): r["ratio"] for r in rep["ratios"] if r["compare"] == "data"}
+    assert set(across) == {("mediapipe", shards, folder), ("torchvision", shards, folder)}
+    m = rows["mediapipe", shards]["samples_per_s"] / rows["mediapipe", folder]["samples_per_s"]
+    assert across["mediapipe", shards, folder] == pytest.approx(m)
+    peers = {(r["data"], r["peer"]) for r in rep["ratios"] if r["compare"] == "backend"}
+    assert peers == {(folder, "torchvision"), (shards, "torchvision")}  # like with like: same dataset
+
+    # --cold-cache: recorded, and each timed repetition evicted its own dataset's files, and only those
+    assert rep["settings"]["cold_cache"] is True and rep["settings"]["data"] == [str(image_folder),
+                                                                                 str(converted_images)]
+    assert len(evicted) == 4  # 4 rows x 1 repetition
+    jpgs = set(image_folder.rglob("*.jpg"))
+    tars = set(converted_images.glob("*.tar"))
+    assert sum(set(call) >= jpgs and not set(call) & tars for call in evicted) == 2
+    assert sum(set(call) >= tars and not set(call) & jpgs for call in evicted) == 2
+    assert rep["data"]["image-eval"][shards]["evicted_files"] >= len(tars)
+
+    text = report.render_table(rep)
+    assert "cold page cache" in text and f"vs {folder}" in text
+    assert f"mediapipe on {shards} / mediapipe on {folder}" in text
+    md = (tmp_path / "r.md").read_text()
+    assert "## Same backend across datasets" in md and f"| {shards} |" in md
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_cold_cache_nothing_is_evicted(image_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mediapipe import convert as conversion
+
+    calls: list[object] = []
+    monkeypatch.setattr(conversion, "evict_from_page_cache", calls.append)
+    rep = harness.run(harness.Settings(scenarios=["image-eval"], data=image_folder, backends=["mediapipe"],
+                                       workers=[0], batches=1, repeats=1, warmup=0, batch_size=8, progress=False))
+    assert rep["results"][0]["error"] is None and rep["results"][0]["data"] == image_folder.name
+    assert calls == [] and rep["settings"]["cold_cache"] is False
+    assert "cold page cache" not in report.render_table(rep)
+    assert not [r for r in rep["ratios"] if r["compare"] == "data"]  # one dataset: nothing to compare across
+
+
+def test_data_labels_and_bad_data_settings(image_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a, b = tmp_path / "a" / "imgs", tmp_path / "b" / "imgs"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    assert harness.data_labels([a, tmp_path / "other"]) == ["imgs", "other"]
+    assert harness.data_labels([a, b]) == [f"folder:{a}", f"folder:{b}"]  # equal names: kind and path
+    with pytest.raises(ValueError, match="given twice"):
+        harness.Settings(data=[a, a])
+    with pytest.raises(ValueError, match="--as-shards converts the built-in"):
+        harness.Settings(data=[a], as_shards=True)
+    with pytest.raises(ValueError, match="no image scenario"):
+        harness.Settings(scenarios=["audio-asr"], as_shards=True)
+    assert main(["bench", "--data", str(image_folder), "--as-shards", "--no-progress"]) == 2
+    assert "--as-shards" in capsys.readouterr().err
+    assert main(["bench", "--data", str(image_folder), "--data", str(tmp_path / "nope"), "--no-progress"]) == 2
+
+
+def test_as_shards_converts_the_sample_images_once_and_runs_both(tmp_path: Path) -> None:
+    settings = harness.Settings(scenarios=["image-eval"], dataset="sample-images", as_shards=True, count=12,
+                                cache_dir=tmp_path, backends=["mediapipe"], workers=[0], batches=1, repeats=1,
+                                warmup=0, batch_size=4, progress=False)
+    rep = harness.run(settings)
+    assert [(r["data"], r["error"]) for r in rep["results"]] == [("folder", None), ("shards", None)]
+    folder = Path(rep["data"]["image-eval"]["folder"]["path"])
+    shards = Path(rep["data"]["image-eval"]["shards"]["path"])
+    assert shards == folder.with_name(folder.name + datasets.SHARDS_SUFFIX)
+    assert rep["data"]["image-eval"]["shards"]["layout"] == "converted"
+    assert rep["data"]["image-eval"]["shards"]["samples"] == 12
+    tar_bytes = b"".join(p.read_bytes() for p in shards.glob("*.tar"))
+    assert all(p.read_bytes() in tar_bytes for p in folder.rglob("*.jpg"))  # copied, not re-encoded
+    assert {(r["backend"], r["data"], r["peer_data"]) for r in rep["ratios"]} == {("mediapipe", "shards", "folder")}
+    stamp = (shards / datasets.MARKER).stat().st_mtime_ns
+    assert datasets.sample_image_shards(folder, progress=False) == shards  # cached: not converted again
+    assert (shards / datasets.MARKER).stat().st_mtime_ns == stamp
+    assert not list(tmp_path.rglob("*.tmp-*"))
+
+
+def test_a_report_without_data_labels_renders_as_before(bench_run: dict) -> None:
+    old = json.loads(json.dumps(bench_run["report"]))
+    for r in old["results"]:
+        r.pop("data")
+    for r in old["ratios"]:
+        r.pop("compare")
+        r.pop("data")
+    old.pop("data")
+    text = report.render_table(old)
+    assert "vs torchvision" in text and "same backend across datasets" not in text
+    header = next(line for line in text.splitlines() if line.startswith("backend"))
+    assert " data " not in header
+    peer_row = next(line for line in text.splitlines() if line.startswith("torchvision "))
+    assert peer_row.rstrip().endswith("x")  # the mediapipe/peer ratio still found without data labels
