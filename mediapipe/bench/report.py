@@ -298,7 +298,9 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
             errors = [[v - r["samples_per_s_min"] for v, r in zip(values, best)],
                       [r["samples_per_s_max"] - v for v, r in zip(values, best)]]
             colours = ["tab:blue" if r["backend"] == "mediapipe" else "tab:gray" for r in best]
-            bars.bar(labels, values, yerr=errors, color=colours, capsize=4)
+            baseline = (_labels(report, scenario) or [None])[0]
+            hatches = ["//" if several and r.get("data") != baseline else "" for r in best]  # not the first dataset
+            bars.bar(labels, values, yerr=errors, color=colours, capsize=4, hatch=hatches, edgecolor="white")
             cold = ", cold cache" if report.get("settings", {}).get("cold_cache") else ""
             bars.set_title(f"{scenario}, {top} workers{cold}")
             bars.set_ylabel(f"{best[0]['unit']}/s (median, min-max)")
