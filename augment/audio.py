@@ -362,11 +362,17 @@ class MelSpectrogram(Spectrogram):
     norm: str | None = None
     mel_scale: str = "htk"
 
-    def _mel(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        spec, frames = self._stft(x, lengths, masked=False)  # the (smaller) mel output is masked instead
-        fb = F.mel_filters(self.n_fft // 2 + 1, float(self.f_min), float(self.f_max or self.sample_rate / 2),
-                           self.n_mels, self.sample_rate, self.norm, self.mel_scale, str(spec.device))
-        return F.zero_padding(F.mel_scale(spec, fb), frames), frames
+    def _mel(self, x: torch.Tensor, lengths: torch.Tensor, masked: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        bank = (self.n_fft // 2 + 1, float(self.f_min), float(self.f_max or self.sample_rate / 2), self.n_mels,
+                self.sample_rate, self.norm, self.mel_scale, str(x.device))
+        if self.power == 2.0:  # the common case: |z|^2 folded into the mel projection
+            mel, frames = F.mel_power_spectrogram(x, lengths, F.mel_filters_paired(*bank), n_fft=self.n_fft,
+                                                  hop_length=self.hop_length, win_length=self.win_length,
+                                                  window=self.window, center=self.center)
+        else:
+            spec, frames = self._stft(x, lengths, masked=False)  # the (smaller) mel output is masked instead
+            mel = F.mel_scale(spec, F.mel_filters(*bank))
+        return (F.zero_padding(mel, frames) if masked else mel), frames
 
     def apply_batch(self, x, lengths, params):
         return self._mel(x, lengths)
@@ -382,7 +388,7 @@ class LogMelSpectrogram(MelSpectrogram):
     pad_value: float = 0.0
 
     def apply_batch(self, x, lengths, params):
-        mel, frames = self._mel(x, lengths)
+        mel, frames = self._mel(x, lengths, masked=False)  # amplitude_to_db sets the padded frames
         return F.amplitude_to_db(mel, frames, amin=self.amin, top_db=self.top_db, pad_value=self.pad_value), frames
 
 
@@ -421,7 +427,7 @@ class MFCC(MelSpectrogram):
     amin: float = 1e-10
 
     def apply_batch(self, x, lengths, params):
-        mel, frames = self._mel(x, lengths)
+        mel, frames = self._mel(x, lengths, masked=False)
         db = F.amplitude_to_db(mel, frames, amin=self.amin, top_db=self.top_db)
         dct = F.dct_matrix(self.n_mfcc, self.n_mels, self.dct_norm, str(db.device))
         out = torch.matmul(db.transpose(-1, -2), dct).transpose(-1, -2)
@@ -477,8 +483,5 @@ class SpecAugment(_AudioOp):
         cap = (frames.float() * self.max_time_ratio).long()[:, None]
         tw = torch.minimum(params["time_widths"].to(x.device), cap)
         ts = (params["time_starts"].to(x.device) * (frames[:, None] - tw + 1).clamp(min=1).float()).long()
-        y = F.mask_along(x, -2, fs, fw, self.value)
-        y = F.mask_along(y, -1, ts, tw, self.value)
-        # padded frames keep their value (the extractor's pad value), untouched by masks
-        keep = F.valid_mask(frames, x.shape[-1]).reshape(x.shape[0], *(1,) * (x.ndim - 2), x.shape[-1])
-        return torch.where(keep, y, x), lengths
+        # one pass; padded frames keep their value (the extractor's pad value), untouched by masks
+        return F.spec_augment(x, frames, (fs, fw), (ts, tw), self.value), lengths

@@ -251,3 +251,22 @@ def test_op_config_round_trip():
     for op in (A.SpecAugment(freq_masks=(1, 3)), A.LogMelSpectrogram(n_mels=64), A.AddNoise(snr_db=(0, 10)),
                A.Gain(db=(-3, 3)), A.SpeedPerturb(factors=(0.9, 1.0, 1.1))):
         assert op_from_config(op.to_config()) == op
+
+
+def test_fused_mel_and_specaugment_equal_their_unfused_forms():
+    batch, lengths, _ = padded_batch(channels=2)
+    bank = (201, 0.0, 8000.0, 80, SR, None, "htk", "cpu")
+    spec, frames = F.spectrogram(batch, lengths, n_fft=400, hop_length=160, zero_padding_frames=False)
+    mel, mel_frames = F.mel_power_spectrogram(batch, lengths, F.mel_filters_paired(*bank), n_fft=400, hop_length=160)
+    assert torch.equal(frames, mel_frames) and mel.shape == (4, 2, 80, spec.shape[-1])
+    torch.testing.assert_close(mel, F.mel_scale(spec, F.mel_filters(*bank)), rtol=1e-4, atol=1e-6)
+    # SpecAugment in one pass against two band passes and a where that restores the padding
+    gen = torch.Generator().manual_seed(0)
+    feats, frames = torch.randn(6, 1, 80, 300, generator=gen), torch.tensor([300, 250, 120, 300, 40, 1])
+    fs, fw = torch.randint(0, 70, (6, 2), generator=gen), torch.randint(0, 11, (6, 2), generator=gen)
+    ts, tw = torch.randint(0, 290, (6, 3), generator=gen), torch.randint(0, 31, (6, 3), generator=gen)
+    two_pass = F.mask_along(F.mask_along(feats, -2, fs, fw, -5.0), -1, ts, tw, -5.0)
+    keep = F.valid_mask(frames, 300)[:, None, None, :]
+    expected = torch.where(keep, two_pass, feats)
+    out = F.spec_augment(feats, frames, (fs, fw), (ts, tw), -5.0)
+    assert torch.equal(out, expected) and (out == -5.0).any() and not torch.equal(out, two_pass)

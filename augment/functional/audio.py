@@ -244,6 +244,39 @@ def mel_filters(n_freqs: int, f_min: float, f_max: float, n_mels: int, sample_ra
     return TAF.melscale_fbanks(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale).to(device)
 
 
+@lru_cache(maxsize=16)
+def mel_filters_paired(n_freqs: int, f_min: float, f_max: float, n_mels: int, sample_rate: int, norm: str | None,
+                       mel_scale: str, device: str) -> torch.Tensor:
+    """`mel_filters` with each row twice, (2 * n_freqs, n_mels): applied to an STFT's interleaved
+    (real, imaginary) squares it sums |z|^2 = re^2 + im^2 and projects to mel in one matmul."""
+    return mel_filters(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale, device).repeat_interleave(2, 0)
+
+
+def mel_power_spectrogram(x: torch.Tensor, lengths: torch.Tensor, paired_fbanks: torch.Tensor, *, n_fft: int,
+                          hop_length: int, win_length: int | None = None, window: str = "hann",
+                          center: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mel power spectrogram (B, C, n_mels, T) of (B, C, N) and frame lengths (B,); frames past a
+    length are not zeroed (callers mask the output).
+
+    Equals ``mel_scale(spectrogram(x, power=2), fbanks)`` with one pass fewer: the STFT's
+    (real, imaginary) pairs are squared in place and ``paired_fbanks`` (`mel_filters_paired`)
+    adds each pair while projecting, instead of a separate |z|^2 tensor.
+    """
+    win_length = win_length or n_fft
+    b, c, n = x.shape
+    x = x.float()
+    if center:
+        pad = n_fft // 2
+        x = reflect_pad_each(x, lengths, pad) if n > 0 else torch.nn.functional.pad(x, (pad, pad))
+    spec = torch.stft(x.reshape(b * c, -1), n_fft, hop_length, win_length, _window(window, win_length, n_fft,
+                      str(x.device)), center=False, return_complex=True)  # (BC, F, T)
+    pairs = torch.view_as_real(spec.transpose(-1, -2).contiguous())  # (BC, T, F, 2): no copy on the CPU
+    pairs = pairs.square_().reshape(b * c, pairs.shape[1], -1)
+    mel = torch.matmul(pairs, paired_fbanks).transpose(-1, -2)  # (BC, n_mels, T)
+    frames = frame_lengths(lengths.to(x.device), n_fft, hop_length, center)
+    return mel.reshape(b, c, mel.shape[-2], mel.shape[-1]), frames
+
+
 def mel_scale(spec: torch.Tensor, fbanks: torch.Tensor) -> torch.Tensor:
     """(..., F, T) power spectrogram to (..., n_mels, T)."""
     return torch.matmul(spec.transpose(-1, -2), fbanks).transpose(-1, -2)
@@ -254,13 +287,14 @@ def amplitude_to_db(x: torch.Tensor, frames: torch.Tensor, *, multiplier: float 
     """multiplier * log10(max(x, amin)), floored at (per-sample max over valid frames) - top_db.
 
     Input (B, C, F, T) with frame lengths (B,); frames past a length are ``pad_value``.
+    One new tensor, worked on in place: this runs on every feature of every batch.
     """
-    db = multiplier * torch.log10(torch.clamp(x, min=amin))
-    mask = valid_mask(frames.to(x.device), x.shape[-1])[:, None, None, :]
+    db = torch.clamp(x, min=amin).log10_().mul_(multiplier)
+    padded = ~valid_mask(frames.to(x.device), x.shape[-1])[:, None, None, :]
     if top_db is not None:
-        peak = torch.where(mask, db, torch.full_like(db, -math.inf)).amax(dim=(1, 2, 3), keepdim=True)
+        peak = db.masked_fill(padded, -math.inf).amax(dim=(1, 2, 3), keepdim=True)
         db = torch.maximum(db, peak - top_db)
-    return torch.where(mask, db, torch.full_like(db, pad_value))
+    return db.masked_fill_(padded, pad_value)
 
 
 @lru_cache(maxsize=16)
@@ -269,15 +303,35 @@ def dct_matrix(n_mfcc: int, n_mels: int, norm: str | None, device: str) -> torch
     return TAF.create_dct(n_mfcc, n_mels, norm).to(device)
 
 
+def band_mask(size: int, starts: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+    """bool (B, size): True inside any band [starts[b, k], starts[b, k] + widths[b, k]); width 0 masks nothing."""
+    pos = torch.arange(size, device=starts.device)[None, None, :]
+    s, w = starts[..., None], widths[..., None]
+    return ((pos >= s) & (pos < s + w)).any(dim=1)
+
+
 def mask_along(x: torch.Tensor, dim: int, starts: torch.Tensor, widths: torch.Tensor, value: float) -> torch.Tensor:
     """Set bands [starts[b, k], starts[b, k] + widths[b, k]) of ``dim`` (-1 time, -2 frequency) to ``value``.
 
     ``starts`` and ``widths`` are (B, K); width 0 masks nothing. One broadcast, no loop over samples.
     """
     size = x.shape[dim]
-    pos = torch.arange(size, device=x.device)[None, None, :]
-    s, w = starts.to(x.device)[..., None], widths.to(x.device)[..., None]
-    band = ((pos >= s) & (pos < s + w)).any(dim=1)  # (B, size)
+    band = band_mask(size, starts.to(x.device), widths.to(x.device))
     shape = [x.shape[0]] + [1] * (x.ndim - 1)
     shape[dim] = size
     return x.masked_fill(band.reshape(shape), value)
+
+
+def spec_augment(x: torch.Tensor, frames: torch.Tensor, freq: tuple[torch.Tensor, torch.Tensor],
+                 time: tuple[torch.Tensor, torch.Tensor], value: float) -> torch.Tensor:
+    """Frequency and time bands of (B, ..., F, T) features set to ``value`` in one pass.
+
+    ``freq`` and ``time`` are (starts, widths), each (B, K), in bins and frames. Frames past
+    ``frames[b]`` keep their value (the extractor's pad value), untouched by either kind of band.
+    """
+    b, n_freq, n_time = x.shape[0], x.shape[-2], x.shape[-1]
+    in_freq = band_mask(n_freq, *(t.to(x.device) for t in freq))  # (B, F)
+    in_time = band_mask(n_time, *(t.to(x.device) for t in time))  # (B, T)
+    valid = valid_mask(frames.to(x.device), n_time)
+    mask = (in_freq[:, :, None] | in_time[:, None, :]) & valid[:, None, :]  # (B, F, T)
+    return x.masked_fill(mask.reshape(b, *(1,) * (x.ndim - 3), n_freq, n_time), value)
