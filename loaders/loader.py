@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from mediapipe.device_stage import finish_deferred
 from mediapipe.errors import PipelineError
@@ -117,6 +118,7 @@ class Loader(SamplerDriven):
         )
         self.stats = StageStats()
         self._pool: ProcessPool | None = None
+        self._lent: list[tuple[int, int, StorageWeakRef]] = []  # (worker, buffer key, our view of it)
 
     # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -168,6 +170,29 @@ class Loader(SamplerDriven):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        self._lent.clear()
+
+    def _release_consumed(self) -> None:
+        """Hand back the workers' shared buffers that no tensor here uses any more (before
+        the next task is sent), so a worker writes its next batches into memory whose pages
+        are already mapped: no page faults on a fresh 40 MB each batch."""
+        if self._pool is None or not self._lent:
+            return
+        done: dict[int, list[int]] = {}
+        watching = []
+        for worker, key, ref in self._lent:
+            if ref.expired():
+                done.setdefault(worker, []).append(key)
+            else:
+                watching.append((worker, key, ref))
+        for worker, keys in done.items():
+            self._pool.release(worker, keys)
+        self._lent = watching
+
+    def _watch(self, host: HostBatch) -> None:
+        if self._pool is not None:
+            self._lent += [(host.worker, key, StorageWeakRef(host.data[name].untyped_storage()))
+                           for name, key in host.buffers.items()]
 
     def __del__(self) -> None:
         self._close_pool()
@@ -179,6 +204,7 @@ class Loader(SamplerDriven):
         ahead: tuple[dict[str, Any], Any] | None = None
         it = iter(host_batches)
         while True:
+            self._release_consumed()
             t0 = time.perf_counter()
             host = next(it, None)
             t1 = time.perf_counter()
@@ -186,6 +212,7 @@ class Loader(SamplerDriven):
                 break
             self.stats.seconds["wait"] += t1 - t0
             self.stats.merge(host.stats)
+            self._watch(host)
             batch, event = self._finish(host, stream)
             if ahead is not None:
                 yield self._ready(*ahead)

@@ -23,6 +23,7 @@ from mediapipe import memory
 from mediapipe.errors import WorkerError
 
 Task = tuple[Any, ...]
+RELEASE = "release"  # a message, not a task: the consumer is done with these shared buffers
 _POLL_SECONDS = 0.5
 
 
@@ -42,7 +43,7 @@ class _RemoteError:
 
 def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, results: Any, init: Callable | None) -> None:
     torch.set_num_threads(1)
-    memory.use_shared_memory()
+    memory.use_shared_memory(worker)
     try:
         if init is not None:
             init(worker)
@@ -51,6 +52,9 @@ def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, results: Any, 
             if task is None:
                 return
             tag, args = task
+            if tag == RELEASE:
+                memory.release(args)
+                continue
             try:
                 results.put((tag, fn(*args)))
             except BaseException as err:  # noqa: BLE001 - everything goes back to the consumer
@@ -152,6 +156,11 @@ class ProcessPool:
             if not exhausted:
                 exhausted = not send()
             yield result
+
+    def release(self, worker: int, keys: list[int]) -> None:
+        """Tell ``worker`` that the consumer holds no tensor on these buffers any more."""
+        if not self._closed:
+            self.tasks[worker].put((RELEASE, keys))
 
     def close(self) -> None:
         if self._closed:

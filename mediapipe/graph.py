@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mediapipe import memory
 from mediapipe.augment.base import Op, Params, Stage
 from mediapipe.collate import collate, stack_params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder, DecoderSpec, Limits
@@ -43,6 +44,7 @@ class StageStats:
     samples: int = 0
     batches: int = 0
     bytes: int = 0
+    reused_buffers: int = 0  # batches written into shared memory a worker got back (no page faults)
     seconds: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # reason -> count
     failed: list[str] = field(default_factory=list)  # "path: reason", the first few
@@ -51,6 +53,7 @@ class StageStats:
         self.samples += other.samples
         self.batches += other.batches
         self.bytes += other.bytes
+        self.reused_buffers += other.reused_buffers
         self.seconds.update(other.seconds)
         self.errors.update(other.errors)
         self.failed.extend(other.failed[: max(0, 100 - len(self.failed))])
@@ -63,6 +66,7 @@ class StageStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "batches": self.batches, "bytes": self.bytes,
+                "reused_buffers": self.reused_buffers,
                 "seconds": dict(self.seconds), "errors": dict(self.errors), "failed": list(self.failed)}
 
 
@@ -87,6 +91,15 @@ class HostBatch:
     params: dict[int, Params]  # op index -> stacked params
     stats: StageStats
     finished: bool = False  # the batch-stage ops already ran (in the worker, for a CPU device)
+    worker: int | None = None  # the worker process that built it
+    buffers: dict[str, int] = field(default_factory=dict)  # field -> the worker's shared buffer
+
+
+def _lent(host: HostBatch) -> HostBatch:
+    """Mark the batch's shared buffers as lent to the consumer (see `mediapipe.memory`)."""
+    host.worker, host.buffers = memory.worker_id(), memory.lend(host.data)
+    host.stats.reused_buffers += memory.take_reused()
+    return host
 
 
 def _error_reason(err: BaseException) -> str:
@@ -306,11 +319,15 @@ class Plan:
             data[name] = x
 
     def load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int,
-                   with_valid: bool = False, private: frozenset[str] = frozenset()) -> HostBatch:
+                   with_valid: bool = False) -> HostBatch:
         """The sample stage for one batch, then collate; applies the ``on_error`` policy.
 
         ``batch["valid"]`` (bool (B,)) marks real samples; it is present when asked
         (``last_batch="pad"``), when padding happened, or with ``on_error="replace"``."""
+        return _lent(self._load_batch(number, epoch, indices, valid, with_valid))
+
+    def _load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int,
+                    with_valid: bool = False, private: frozenset[str] = frozenset()) -> HostBatch:
         stats = StageStats()
         samples: list[dict[str, Any] | None] = []
         for position, index in enumerate(indices.tolist()):
@@ -378,12 +395,12 @@ class Plan:
         """`load_batch`, then the batch-stage ops in the same worker: for a CPU device, where
         the worker's cores are the device. Same parameters, same kernels, same values."""
         replaced = frozenset(f for p in self.batch_ops for f in p.op.outputs if f in p.op.inputs)
-        host = self.load_batch(number, epoch, indices, valid, with_valid, replaced)
+        host = self._load_batch(number, epoch, indices, valid, with_valid, replaced)
         t0 = time.perf_counter()
         host.data = self.run_batch_ops(host.data, host.params)
         host.stats.seconds["batch_ops"] += time.perf_counter() - t0
         host.params, host.finished = {}, True
-        return host
+        return _lent(host)
 
     # -- batch stage (on the device) ----------------------------------------------------
     def run_batch_ops(self, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:

@@ -176,3 +176,24 @@ def test_persistent_workers_serve_every_epoch(image_folder):
     assert_same(second, collect(fresh))
     assert not torch.equal(first[0]["index"], second[0]["index"])
     pool.close()
+
+
+def test_workers_reuse_shared_buffers_only_once_nothing_holds_them(image_folder):
+    pipe = make_pipeline(image_folder, batch_size=4)
+    expected = collect(pipe.loader(num_workers=0))
+    # a consumer that drops each batch: the workers get their buffers back and reuse them
+    loader = pipe.loader(num_workers=2, prefetch=1, persistent_workers=True)
+    for _ in range(3):
+        for batch in loader:
+            del batch
+    assert loader.stats.reused_buffers >= 10
+    loader._close_pool()
+    # a consumer that keeps whole batches, or only views of them: nothing kept is overwritten
+    kept, views = [], []
+    for i, batch in enumerate(pipe.loader(num_workers=2, prefetch=1)):
+        if i % 2:
+            kept.append(batch)
+        else:
+            views.append(batch["image"][1:3])  # the batch itself is dropped, its storage is not
+    assert all(torch.equal(k["image"], expected[2 * i + 1]["image"]) for i, k in enumerate(kept))
+    assert all(torch.equal(v, expected[2 * i]["image"][1:3]) for i, v in enumerate(views))
