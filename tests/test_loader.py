@@ -186,7 +186,7 @@ def test_workers_reuse_shared_buffers_only_once_nothing_holds_them(image_folder)
     for _ in range(3):
         for batch in loader:
             del batch
-    assert loader.stats.reused_buffers >= 10
+    assert loader.stats.reused_buffers >= 5  # of 18 batches; each epoch starts and ends without any
     loader._close_pool()
     # a consumer that keeps whole batches, or only views of them: nothing kept is overwritten
     kept, views = [], []
