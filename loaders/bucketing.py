@@ -210,8 +210,8 @@ def source_durations(source: Any, *, kind: str = "audio", cache: str | os.PathLi
     """Each sample's duration in seconds, as cheaply as it is known.
 
     From the source's metadata (a manifest's ``duration``, or ``num_samples`` / ``sample_rate``;
-    converted shards carry both), else from the file header through PyAV (nothing is
-    decoded). Probes are cached in memory by (name, size, mtime), and in the JSON file
+    converted shards carry both), else from the file header through the "auto" decoder of
+    ``kind`` (nothing is decoded). Probes are cached in memory by (name, size, mtime), and in the JSON file
     ``cache`` when given, so the next run reads no headers.
     """
     disk: dict[str, float] = {}
@@ -237,10 +237,10 @@ def source_durations(source: Any, *, kind: str = "audio", cache: str | os.PathLi
         elif name in disk:
             out[i] = _PROBE_CACHE[key] = float(disk[name])
         else:
-            if decoder is None:
-                from mediapipe.decoders.audio_pyav import PyAVAudioDecoder
+            if decoder is None:  # "auto": libsndfile reads a FLAC or WAV header without FFmpeg's probing
+                from mediapipe.decoders.registry import create
 
-                decoder = PyAVAudioDecoder()
+                decoder = create(kind)
             header = decoder.probe(blob)
             if header.get("duration") is None:
                 from mediapipe.errors import DecodeError
