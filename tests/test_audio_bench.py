@@ -48,3 +48,16 @@ def test_dali_missing_is_a_runtime_error(data, monkeypatch):
     with pytest.raises(RuntimeError, match="DALI is not installed"):
         B.run_dali_cpu(data, workers=1, device="cpu", batches=1)
     assert np.isfinite(B.padding_fraction(data))
+
+
+def test_a_small_dataset_is_one_long_epoch_for_the_torch_loaders(data):
+    assert B.passes_for(20, 4.0) == 6 and B.passes_for(20, 4.0, repeat=False) == 1 and B.passes_for(None, 4.0) == 1
+    assert B.passes_for(10**9, 1.0) == B.MAX_PASSES
+    _, one = B.mediapipe_pipeline(data)
+    pipe, long = B.mediapipe_pipeline(data, batches=12, repeat=True)
+    assert len(one) < 12 <= len(long)  # one epoch covers the run: the workers start once
+    assert len(long.durations) % len(one.durations) == 0 and len(long.durations) > len(one.durations)
+    np.testing.assert_array_equal(long.durations[len(one.durations) :][: len(one.durations)], one.durations)
+    refs = [pipe.source.ref(i) for i in (0, len(one.durations))]  # pass 2 reads the same file...
+    assert refs[0].blob("audio").name == refs[1].blob("audio").name and refs[0].index != refs[1].index  # ...own draws
+    assert B.padding_fraction(data) < 0.5
