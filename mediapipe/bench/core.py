@@ -302,9 +302,13 @@ def stages_add_up(stages: dict[str, float], slack: float = STAGE_SLACK,
 
 
 def _ratio(mine: Result, peer: Result) -> tuple[float, str] | None:
-    """(mine / peer, metric): on samples/s where the units agree, else on frames/s, else None."""
+    """(mine / peer, metric): audio seconds per second where both decode audio (batches that are
+    bucketed by duration hold different utterance counts), else samples/s where the units
+    agree, else frames/s, else None."""
     if not mine.samples_per_s or not peer.samples_per_s:
         return None
+    if mine.audio_s_per_s and peer.audio_s_per_s:
+        return mine.audio_s_per_s / peer.audio_s_per_s, "audio s/s"
     if peer.unit == mine.unit:
         return mine.samples_per_s / peer.samples_per_s, f"{mine.unit}/s"
     if mine.frames_per_s and peer.frames_per_s:
