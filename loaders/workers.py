@@ -41,20 +41,19 @@ class _RemoteError:
         raise err
 
 
-def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, results: Any, init: Callable | None) -> None:
+def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, control: Any, results: Any,
+                 init: Callable | None) -> None:
     torch.set_num_threads(1)
     memory.use_shared_memory(worker)
     try:
         if init is not None:
             init(worker)
         while True:
+            _apply_releases(control)
             task = tasks.get()
             if task is None:
                 return
             tag, args = task
-            if tag == RELEASE:
-                memory.release(args)
-                continue
             try:
                 results.put((tag, fn(*args)))
             except BaseException as err:  # noqa: BLE001 - everything goes back to the consumer
@@ -64,6 +63,17 @@ def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, results: Any, 
                     results.put((tag, _RemoteError(worker, RuntimeError(f"{type(err).__name__}: {err}"))))
     except KeyboardInterrupt:
         return
+
+
+def _apply_releases(control: Any) -> None:
+    """The consumer's word on which of this worker's shared buffers it has dropped."""
+    while True:
+        try:
+            message = control.get_nowait()
+        except queue.Empty:
+            return
+        if message[0] == RELEASE:
+            memory.release(message[1])
 
 
 def run_inline(fn: Callable[..., Any], tasks: Iterator[Task]) -> Iterator[Any]:
@@ -95,7 +105,9 @@ def run_threads(fn: Callable[..., Any], tasks: Iterator[Task], num_workers: int,
 
 
 class ProcessPool:
-    """Worker processes, one task queue each (round robin), one result queue, in-order delivery."""
+    """Worker processes sharing one task queue (an idle worker takes the next batch, so one
+    slow batch never idles the others), one result queue, in-order delivery, and a control
+    queue per worker for messages about its own shared buffers."""
 
     def __init__(self, fn: Callable[..., Any], num_workers: int, *, context: str | None = None,
                  init: Callable | None = None, timeout: float = 0.0) -> None:
@@ -103,10 +115,11 @@ class ProcessPool:
                                           else "spawn"))
         self.num_workers, self.timeout = num_workers, timeout
         self.results = ctx.Queue()
-        self.tasks = [ctx.Queue() for _ in range(num_workers)]
+        self.tasks = ctx.Queue()
+        self.control = [ctx.Queue() for _ in range(num_workers)]
         self.procs = [
-            ctx.Process(target=_worker_loop, args=(w, fn, self.tasks[w], self.results, init), daemon=True,
-                        name=f"mediapipe-worker-{w}")
+            ctx.Process(target=_worker_loop, args=(w, fn, self.tasks, self.control[w], self.results, init),
+                        daemon=True, name=f"mediapipe-worker-{w}")
             for w in range(num_workers)
         ]
         for p in self.procs:
@@ -138,7 +151,7 @@ class ProcessPool:
             args = next(tasks, None)
             if args is None:
                 return False
-            self.tasks[sent % self.num_workers].put((sent, args))
+            self.tasks.put((sent, args))
             sent += 1
             return True
 
@@ -160,15 +173,15 @@ class ProcessPool:
     def release(self, worker: int, keys: list[int]) -> None:
         """Tell ``worker`` that the consumer holds no tensor on these buffers any more."""
         if not self._closed:
-            self.tasks[worker].put((RELEASE, keys))
+            self.control[worker].put((RELEASE, keys))
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for q in self.tasks:
+        for _ in self.procs:
             try:
-                q.put(None)
+                self.tasks.put(None)
             except Exception:
                 pass
         for p in self.procs:
@@ -176,7 +189,7 @@ class ProcessPool:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=1.0)
-        for q in [*self.tasks, self.results]:
+        for q in [self.tasks, *self.control, self.results]:
             q.cancel_join_thread()
             q.close()
 
