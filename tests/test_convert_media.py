@@ -129,8 +129,6 @@ def test_copy_keeps_streams_and_opus_and_dropping_audio(media_folder: Path, tmp_
 
 
 def test_video_and_audio_decoders_read_shards_as_they_read_a_folder(media_folder: Path, tmp_path: Path) -> None:
-    if not hasattr(mp.decoders, "video") or not hasattr(mp.decoders, "audio"):
-        pytest.skip("this checkout has no video/audio decoders yet")
     convert(media_folder, tmp_path / "out", options=TranscodeOptions(video_codec="copy", audio_codec="copy"),
             shuffle=False)
     folder, shards = mp.loaders.folder(media_folder), mp.loaders.shards(tmp_path / "out")

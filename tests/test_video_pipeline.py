@@ -223,6 +223,7 @@ def test_nvdec_imports_and_reports_unavailable_without_a_gpu():
             create("video", "nvdec")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a CUDA machine the real probe decides")
 def test_nvdec_falls_back_to_the_cpu_per_file(video_folder, monkeypatch):
     """Where the hardware path fails on a file (here: no GPU at all, the probe forced to pass),
     that file is decoded on the CPU, counted, and equals the PyAV backend's output."""
@@ -231,8 +232,6 @@ def test_nvdec_falls_back_to_the_cpu_per_file(video_folder, monkeypatch):
     from mediapipe.rng import SampleRNG
     from mediapipe.sample import Blob
 
-    if torch.cuda.is_available():
-        pytest.skip("a real GPU is present: the probe decides")  # only on CUDA machines
     monkeypatch.setattr(nv, "probe_av1", lambda device=None: True)
     path = str(next(video_folder.rglob("*.mp4")))
     blob = Blob(path, path=path)
