@@ -8,6 +8,7 @@ the batch-stage ops there, one batch ahead of the training loop.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -221,26 +222,21 @@ class Loader(SamplerDriven):
             yield self._ready(*ahead)
 
     def _finish(self, host: HostBatch, stream: Any) -> tuple[dict[str, Any], Any]:
+        """To the device (pinned, non-blocking, on the side stream for CUDA), then the
+        device decode and the batch-stage ops; returns the batch and its ready event."""
+        pin = stream is not None and self.pin_memory
         t0 = time.perf_counter()
-        if stream is None:
-            data = _to_device(host.data, self.device, pin=False)
-            params = {k: _to_device(v, self.device, pin=False) for k, v in host.params.items()}
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            data = _to_device(host.data, self.device, pin)
+            params = {k: _to_device(v, self.device, pin) for k, v in host.params.items()}
             t1 = time.perf_counter()
             if not host.finished:
                 data, params = self._device_stage(host, data, params)
                 data = self.plan.run_batch_ops(data, params)
-            self.stats.seconds["transfer"] += t1 - t0
-            self.stats.seconds["device_ops"] += time.perf_counter() - t1
-            return data, None
-        with torch.cuda.stream(stream):
-            data = _to_device(host.data, self.device, pin=self.pin_memory)
-            params = {k: _to_device(v, self.device, pin=self.pin_memory) for k, v in host.params.items()}
-            t1 = time.perf_counter()
-            if not host.finished:
-                data, params = self._device_stage(host, data, params)
-                data = self.plan.run_batch_ops(data, params)
-            event = torch.cuda.Event()
-            event.record(stream)
+            event = None
+            if stream is not None:
+                event = torch.cuda.Event()
+                event.record(stream)
         self.stats.seconds["transfer"] += t1 - t0
         self.stats.seconds["device_ops"] += time.perf_counter() - t1
         return data, event
