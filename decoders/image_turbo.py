@@ -60,12 +60,12 @@ class TurboImageDecoder(ImageDecoder):
         if header is None or self.exif_transpose:
             return self._fallback.probe(blob, data)
         self.check_pixels(header[1], header[0], blob.name)
-        return {"height": header[0], "width": header[1]}
+        return {"height": header[0], "width": header[1], "jpeg_header": header}  # decode reuses it
 
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         check_hint(hint)
         data = blob.read()
-        header = self._header(data, blob.name)
+        header = meta.get("jpeg_header") or self._header(data, blob.name)
         if header is None or self.exif_transpose:
             return self._fallback.decode(blob, hint, rng, meta)
         height, width, _ = header
