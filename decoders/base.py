@@ -7,7 +7,7 @@ registry, so "auto" can pick a backend for the device that the worker sees.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -149,7 +149,3 @@ class DecoderSpec:
         from mediapipe.decoders.registry import decoder_class
 
         return decoder_class(self.kind, self.backend, device).placement(device, self.options)
-
-
-def _dataclass_options(obj: Any) -> dict[str, Any]:
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -105,7 +105,3 @@ def crop_hwc(array: np.ndarray, roi: tuple[int, int, int, int] | None) -> np.nda
 def check_hint(hint: DecodeHint) -> None:
     if hint.roi is not None and (hint.roi[2] <= 0 or hint.roi[3] <= 0):
         raise ValueError(f"empty region of interest {hint.roi}")
-
-
-def describe(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in options.items())
