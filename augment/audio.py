@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mediapipe.augment.base import Op, Params, Stage
+from mediapipe.augment.base import Op, Params, Stage, check_probability
 from mediapipe.augment.functional import audio as F
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
@@ -178,8 +178,7 @@ class AddNoise(_AudioOp):
         super().__post_init__()
         object.__setattr__(self, "snr_db", _range(self.snr_db, "AddNoise(snr_db)"))
         object.__setattr__(self, "noise", tuple(str(n) for n in self.noise))
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"AddNoise(p={self.p}): expected a probability")
+        check_probability(self, self.p)
 
     @property
     def stage(self) -> Stage:  # type: ignore[override]

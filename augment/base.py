@@ -122,6 +122,12 @@ class Op:
         return config
 
 
+def check_probability(op: Op, p: float, name: str = "p") -> None:
+    """Reject a probability outside [0, 1], naming the op, the argument and the value."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{type(op).__name__}({name}={p}): expected 0 <= {name} <= 1")
+
+
 def op_from_config(config: dict[str, Any]) -> Op:
     """Rebuild an op from `Op.to_config`'s dict."""
     config = dict(config)

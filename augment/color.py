@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mediapipe.augment.base import Op, Params
+from mediapipe.augment.base import Op, Params, check_probability
 from mediapipe.augment.functional import color as F
 from mediapipe.augment.functional.batching import as_batch
 from mediapipe.rng import SampleRNG
@@ -148,8 +148,7 @@ class RandomGrayscale(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"RandomGrayscale(p={self.p}): expected 0 <= p <= 1")
+        check_probability(self, self.p)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"gray": rng.bernoulli(self.p)}

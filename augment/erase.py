@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mediapipe.augment.base import Op, Params
+from mediapipe.augment.base import Op, Params, check_probability
 from mediapipe.augment.functional import erase as F
 from mediapipe.augment.functional.batching import as_batch
 from mediapipe.rng import SampleRNG
@@ -38,8 +38,7 @@ class RandomErasing(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"RandomErasing(p={self.p}): expected 0 <= p <= 1")
+        check_probability(self, self.p)
         if len(self.scale) != 2 or not 0.0 <= self.scale[0] <= self.scale[1] <= 1.0:
             raise ValueError(f"RandomErasing(scale={self.scale!r}): expected 0 <= low <= high <= 1")
         if len(self.ratio) != 2 or not 0.0 < self.ratio[0] <= self.ratio[1]:

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from mediapipe.augment.base import Op, Params, Stage
+from mediapipe.augment.base import Op, Params, Stage, check_probability
 from mediapipe.augment.functional import geometry as F
 from mediapipe.augment.functional.batching import as_batch
 from mediapipe.decoders.base import DecodeHint
@@ -233,8 +233,7 @@ class HorizontalFlip(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"{type(self).__name__}(p={self.p}): expected 0 <= p <= 1")
+        check_probability(self, self.p)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"flip": rng.bernoulli(self.p)}

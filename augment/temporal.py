@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from mediapipe.augment.base import Op, Params, Stage
+from mediapipe.augment.base import Op, Params, Stage, check_probability
 from mediapipe.augment.functional import video as F
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
@@ -98,8 +98,7 @@ class TemporalReverse(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"TemporalReverse(p={self.p}): expected 0 <= p <= 1")
+        check_probability(self, self.p)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"reverse": rng.bernoulli(self.p)}
