@@ -199,6 +199,22 @@ def reflect_pad_each(x: torch.Tensor, lengths: torch.Tensor, pad: int) -> torch.
     return out
 
 
+def _stft(x: torch.Tensor, lengths: torch.Tensor, n_fft: int, hop_length: int, win_length: int | None,
+          window: str, center: bool, normalized: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Complex STFT (B*C, F, T) of (B, C, N), each sample reflect-padded at its own end so
+    padding in the batch does not change its frames; and the frame lengths (B,)."""
+    win_length = win_length or n_fft
+    b, c, n = x.shape
+    x = x.float()
+    if center:
+        pad = n_fft // 2
+        x = reflect_pad_each(x, lengths, pad) if n > 0 else torch.nn.functional.pad(x, (pad, pad))
+    spec = torch.stft(x.reshape(b * c, -1), n_fft, hop_length, win_length,
+                      _window(window, win_length, n_fft, str(x.device)), center=False, normalized=normalized,
+                      return_complex=True)
+    return spec, frame_lengths(lengths.to(x.device), n_fft, hop_length, center)
+
+
 def spectrogram(
     x: torch.Tensor,
     lengths: torch.Tensor,
@@ -217,16 +233,9 @@ def spectrogram(
     Frames past a sample's length are zero (unless ``zero_padding_frames=False``: for callers
     that mask a smaller tensor later, such as the mel projection). ``power=None``: complex STFT.
     """
-    win_length = win_length or n_fft
-    b, c, n = x.shape
-    x = x.float()
-    if center:
-        pad = n_fft // 2
-        x = reflect_pad_each(x, lengths, pad) if n > 0 else torch.nn.functional.pad(x, (pad, pad))
-    spec = torch.stft(x.reshape(b * c, -1), n_fft, hop_length, win_length, _window(window, win_length, n_fft,
-                      str(x.device)), center=False, normalized=normalized, return_complex=True)
+    b, c, _ = x.shape
+    spec, frames = _stft(x, lengths, n_fft, hop_length, win_length, window, center, normalized)
     spec = spec.reshape(b, c, spec.shape[-2], spec.shape[-1])
-    frames = frame_lengths(lengths.to(x.device), n_fft, hop_length, center)
     if power is not None:
         spec = torch.addcmul(spec.real.square(), spec.imag, spec.imag)  # |z|^2: no sqrt, one pass fewer
         if power != 2.0:
@@ -262,18 +271,11 @@ def mel_power_spectrogram(x: torch.Tensor, lengths: torch.Tensor, paired_fbanks:
     (real, imaginary) pairs are squared in place and ``paired_fbanks`` (`mel_filters_paired`)
     adds each pair while projecting, instead of a separate |z|^2 tensor.
     """
-    win_length = win_length or n_fft
-    b, c, n = x.shape
-    x = x.float()
-    if center:
-        pad = n_fft // 2
-        x = reflect_pad_each(x, lengths, pad) if n > 0 else torch.nn.functional.pad(x, (pad, pad))
-    spec = torch.stft(x.reshape(b * c, -1), n_fft, hop_length, win_length, _window(window, win_length, n_fft,
-                      str(x.device)), center=False, return_complex=True)  # (BC, F, T)
+    b, c, _ = x.shape
+    spec, frames = _stft(x, lengths, n_fft, hop_length, win_length, window, center)  # (BC, F, T)
     pairs = torch.view_as_real(spec.transpose(-1, -2).contiguous())  # (BC, T, F, 2): no copy on the CPU
     pairs = pairs.square_().reshape(b * c, pairs.shape[1], -1)
     mel = torch.matmul(pairs, paired_fbanks).transpose(-1, -2)  # (BC, n_mels, T)
-    frames = frame_lengths(lengths.to(x.device), n_fft, hop_length, center)
     return mel.reshape(b, c, mel.shape[-2], mel.shape[-1]), frames
 
 
