@@ -22,6 +22,16 @@ def write_image_folder(root: Path, count: int, classes: int = 3, seed: int = 0, 
     return root
 
 
+def state_after(loader, batches: int) -> dict:
+    """The loader's state_dict() after ``batches`` delivered batches of an interrupted epoch."""
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    state = loader.state_dict()
+    it.close()
+    return state
+
+
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 JPEGs (about 150-250 px on the shorter side) in 3 class folders."""

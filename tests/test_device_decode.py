@@ -8,6 +8,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
+from tests.conftest import state_after
 
 pytest.importorskip("nvidia.nvimgcodec")
 
@@ -32,11 +33,7 @@ def test_device_decode_gives_the_batches_of_worker_decode(image_folder):
 def test_device_decode_resumes_like_the_worker_path(image_folder):
     pipe = pipeline(image_folder, True)
     full = [b["image"].clone() for b in pipe.loader(num_workers=1)]
-    loader = pipe.loader(num_workers=1)
-    it = iter(loader)
-    next(it)
-    state = loader.state_dict()
-    del it
+    state = state_after(pipe.loader(num_workers=1), 1)
     resumed = pipe.loader(num_workers=1)
     resumed.load_state_dict(state)
     rest = [b["image"] for b in resumed]

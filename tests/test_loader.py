@@ -7,6 +7,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
+from tests.conftest import state_after
 
 
 def make_pipeline(root, seed: int = 0, batch_size: int = 5, **kwargs) -> mp.Pipeline:
@@ -75,11 +76,7 @@ def test_seeds_and_epochs_change_the_batches(image_folder):
 def test_resume_mid_epoch_gives_the_remaining_batches(image_folder, workers):
     pipe = make_pipeline(image_folder)
     full = collect(pipe.loader(num_workers=workers))
-    loader = pipe.loader(num_workers=workers)
-    it = iter(loader)
-    next(it), next(it)
-    state = loader.state_dict()
-    del it
+    state = state_after(pipe.loader(num_workers=workers), 2)
     resumed = pipe.loader(num_workers=workers)
     resumed.load_state_dict(state)
     decoded_before = resumed.stats.samples

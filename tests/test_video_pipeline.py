@@ -15,6 +15,7 @@ from mediapipe import augment as A
 from mediapipe.augment.functional.video import held_frames, select_frames
 from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.registry import create, decoder_class
+from tests.conftest import state_after
 
 H, W = 48, 64
 
@@ -64,11 +65,7 @@ def test_same_batches_with_0_or_2_workers_and_after_resume(video_folder):
     pipe = pipeline(video_folder, TRAIN_OPS)
     inline = collect(pipe.loader(num_workers=0))
     assert_same(inline, collect(pipe.loader(num_workers=2)))
-    loader = pipe.loader(num_workers=0)
-    it = iter(loader)
-    next(it)
-    state = loader.state_dict()
-    del it
+    state = state_after(pipe.loader(num_workers=0), 1)
     resumed = pipe.loader(num_workers=2)
     resumed.load_state_dict(state)
     assert_same(inline[1:], collect(resumed))
