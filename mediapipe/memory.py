@@ -24,6 +24,7 @@ _worker: int | None = None
 _lent: dict[int, torch.UntypedStorage] = {}  # key (data pointer) -> a buffer the consumer holds
 _free: dict[int, list[torch.UntypedStorage]] = {}  # size in bytes -> buffers ready for reuse
 _ours: set[int] = set()  # data pointers of the buffers `empty` made
+MAX_TRACKED = 256  # pointers of our buffers remembered at once
 MAX_FREE_PER_SIZE = 2  # a worker has at most `prefetch` batches out; two spare buffers cover the churn
 counters = {"allocated": 0, "reused": 0}
 
@@ -67,6 +68,8 @@ def lend(data: dict[str, Any]) -> dict[str, int]:
             if key in _ours and key not in _lent:
                 _lent[key] = storage
                 keys[name] = key
+    if len(_ours) > MAX_TRACKED:  # forget buffers dropped inside the worker (intermediates)
+        _ours.intersection_update({*_lent, *(s.data_ptr() for free in _free.values() for s in free)})
     return keys
 
 
