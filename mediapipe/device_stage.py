@@ -53,12 +53,14 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
                 dones[i].add((fused.index, name))
                 samples[i][fused.op.outputs[fused.op.inputs.index(name)]] = x
             samples[i][name] = x
+    # fields the workers finished that a deferred op also reads (an image's mask): per sample
+    borrowed = {f for p in plan.sample_ops if p.index in plan.deferred_ops for f in p.op.reads()} - plan.deferred
     for i, sample in enumerate(samples):
         if sample is None:
             continue
-        for key, value in data.items():  # fields the workers finished, for ops that read several
-            if key not in sample and isinstance(value, torch.Tensor) and value.shape[:1] == (len(indices),):
-                sample[key] = value[i].to(plan.device)
+        sample["index"] = indices[i]  # keys this sample's batch-stage draws
+        for key in borrowed & data.keys():
+            sample[key] = data[key][i].to(plan.device)
         plan.run_sample_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True)
     names = [f for f in plan.deferred if any(s is not None and f in s for s in samples)] + sorted(side_fields)
     stacked = collate([None if s is None else {f: s[f] for f in names} for s in samples],
