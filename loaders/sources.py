@@ -38,6 +38,10 @@ class Source:
         """What is known about sample ``index`` without reading it (may be empty)."""
         return self.ref(index).meta
 
+    def prefetch(self, indices: Iterable[int]) -> None:
+        """Hint that these samples are read next, so a source whose bytes sit in a few large
+        files can start their I/O now and overlap it with decoding. Never required."""
+
     @property
     def classes(self) -> list[str] | None:
         return None

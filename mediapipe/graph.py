@@ -329,6 +329,7 @@ class Plan:
     def _load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int,
                     with_valid: bool = False, private: frozenset[str] = frozenset()) -> HostBatch:
         stats = StageStats()
+        self.source.prefetch(indices.tolist())
         samples: list[dict[str, Any] | None] = []
         for position, index in enumerate(indices.tolist()):
             samples.append(self._load_with_policy(index, epoch, stats))

@@ -209,3 +209,29 @@ def test_a_source_split_by_rank_is_not_split_again_by_the_loader(tmp_path):
         loader = pipe.loader(rank=rank, world_size=2)  # ignored: the source is this rank's part
         seen.append(sum(len(b["index"]) for b in loader))
     assert seen == [6, 6]
+
+
+def test_a_batch_prefetches_exactly_its_samples_byte_ranges(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each batch asks the kernel for its samples' tar header and bytes before decoding."""
+    from mediapipe import augment as A
+
+    advised: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_WILLNEED
+        advised.append((os.fstat(fd).st_ino, offset, length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    source = mp.loaders.shards(dataset)
+    pipe = mp.Pipeline(source, decode={"image": mp.decoders.image()}, augment=[A.Resize((16, 16))],
+                       batch_size=4, seed=0, device="cpu")
+    batches = list(pipe.loader(num_workers=0, shuffle=True, last_batch="partial"))
+    order = [int(i) for b in batches for i in b["index"]]
+    expected = []
+    for i in order:
+        blob = source.ref(i).blob("image")
+        expected.append((os.stat(blob.path).st_ino, blob.offset - sf.BLOCK, blob.size + sf.BLOCK))
+    assert advised == expected
+    assert sorted(order) == list(range(len(source)))

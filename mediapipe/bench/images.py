@@ -124,6 +124,10 @@ class RepeatedSource(Source):
     def meta(self, index: int) -> dict[str, Any]:
         return self.inner.meta(index % len(self.inner))
 
+    def prefetch(self, indices: Any) -> None:
+        n = len(self.inner)
+        self.inner.prefetch([i % n for i in indices])
+
     @property
     def classes(self) -> list[str] | None:
         return self.inner.classes
