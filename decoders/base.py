@@ -48,6 +48,7 @@ class Decoded:
 
     value: Any
     fields: dict[str, Any]
+    frames: int = 0  # video: frames the decoder produced for this sample (lead-in included), for StageStats
 _NO_RNG = SampleRNG(0, 0, 0, 0)  # device backends draw nothing: randomness is drawn in the workers
 
 

@@ -202,9 +202,10 @@ class VideoDecoder(Decoder):
             clips = yuv[torch.tensor(order, dtype=torch.int64)].reshape(len(plan.clips), -1, *yuv.shape[1:])
         return clips if plan.stacked else clips[0]
 
-    def result(self, clips: torch.Tensor, colour: tuple[str, str]) -> Decoded:
-        """The decoder's output: the clips, with the stream's colour code as side field ``colour``."""
-        return Decoded(clips, {"colour": colour_code(*colour)})
+    def result(self, clips: torch.Tensor, colour: tuple[str, str], decoded: int = 0) -> Decoded:
+        """The decoder's output: the clips, with the stream's colour code as side field ``colour``
+        and the number of frames the decoder produced for them (``Decoded.frames``)."""
+        return Decoded(clips, {"colour": colour_code(*colour)}, frames=decoded)
 
 
 class PackedPlanes:

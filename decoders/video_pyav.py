@@ -113,13 +113,13 @@ class PyAVVideoDecoder(VideoDecoder):
         plan = self.plan(index, rng, blob.name)
         wanted = plan.wanted
         roi = self.region(hint, index, blob.name)
-        planes, colour = self.decode_frames(blob, index, wanted, roi)
+        planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
         out = self.finish(planes, wanted, plan, hint, colour)
         if hint.size is None and hint.roi is not None and tuple(hint.roi) != roi:
             # a crop without a resize keeps its exact size: trim the 4:2:0-snapped region
             top, left, height, width = hint.roi
             out = out[..., top - roi[0] : top - roi[0] + height, left - roi[1] : left - roi[1] + width]
-        return self.result(out, colour)
+        return self.result(out, colour, decoded)
 
     def region(self, hint: DecodeHint, index: VideoIndex, path: str) -> tuple[int, int, int, int]:
         try:
@@ -136,27 +136,30 @@ class PyAVVideoDecoder(VideoDecoder):
         return ctx
 
     def decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int],
-                      roi: tuple[int, int, int, int]) -> tuple[PackedPlanes, tuple[str, str]]:
+                      roi: tuple[int, int, int, int]) -> tuple[PackedPlanes, tuple[str, str], int]:
         """Decode frames ``wanted`` (ascending), cropped to ``roi``: their planes, slot i for
-        ``wanted[i]``, and the stream's (matrix, range). Frames before and between the wanted
+        ``wanted[i]``, the stream's (matrix, range), and the number of frames the decoder
+        output (lead-in and frames between picks included, frames ``skip_frame`` skipped
+        not; a retried clip counts both passes). Frames before and between the wanted
         ones are decoded only: their planes are never read. When every wanted frame is an AV1
         reference frame (`VideoIndex.references`), libdav1d opens with ``skip_frame="NONREF"``
         and skips the non-reference frames of the lead-in and between picks (the frames it
         does decode are bit-identical); should a wanted frame still be missing, the clip is
         decoded again without skipping."""
+        tally = [0]  # frames out of the decoder, counted per packet in _decoded
         if index.all_references(wanted):
             try:
-                planes = self._decode_frames(blob, index, wanted, roi, skip_nonref=True)
+                planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=True)
                 self.paths["nonref"] += 1
-                return planes
+                return planes, colour, tally[0]
             except DecodeError:
                 self.paths["nonref_retry"] += 1  # the header parse was wrong, or the file is bad
-        planes = self._decode_frames(blob, index, wanted, roi, skip_nonref=False)
+        planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=False)
         self.paths["all"] += 1
-        return planes
+        return planes, colour, tally[0]
 
     def _decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int], roi: tuple[int, int, int, int],
-                       *, skip_nonref: bool) -> tuple[PackedPlanes, tuple[str, str]]:
+                       tally: list[int], *, skip_nonref: bool) -> tuple[PackedPlanes, tuple[str, str]]:
         path = blob.name
         top, left, height, width = roi
         slot = {f: i for i, f in enumerate(wanted)}
@@ -170,7 +173,7 @@ class PyAVVideoDecoder(VideoDecoder):
                 ctx.skip_frame = "NONREF"  # libdav1d reads it when it opens, at the first packet
             colour: tuple[str, str] | None = None
             try:
-                for number, frame in self._frames(container, stream, ctx, index, wanted, path):
+                for number, frame in self._frames(container, stream, ctx, index, wanted, path, tally):
                     if colour is None:
                         colour = colour_of(frame.colorspace, frame.color_range, frame.format.name)
                     y, u, v = self._crop(frame, top, left, height, width)
@@ -209,10 +212,12 @@ class PyAVVideoDecoder(VideoDecoder):
         v = plane_array(frame.planes[2])[ct : ct + ch, cl : cl + cw]
         return [y, u, v]  # views into the frame's buffer: PackedPlanes.put copies them at once
 
-    def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str):
+    def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str,
+                tally: list[int]):
         """Yield (frame number, frame) for each wanted frame (ascending). Seek to the key frame at
         or before the next wanted frame only when that key frame lies ahead of the decoder's
-        position; otherwise keep decoding forward."""
+        position; otherwise keep decoding forward. ``tally[0]`` grows by every frame the
+        decoder outputs."""
         todo = deque(wanted)
         position = -1  # the last frame number decoded; a fresh container starts at frame 0
         linear = False  # after a seek that overshot: decode from the start, never seek again
@@ -224,7 +229,7 @@ class PyAVVideoDecoder(VideoDecoder):
                 _seek(container, stream, ctx, index.pts_of(key))
             overshot = False
             frame_at, keyframe_before = index.frame_at, index.keyframe_before
-            for frame in _decoded(container, stream, ctx):
+            for frame in _decoded(container, stream, ctx, tally):
                 pts = frame.pts
                 if pts is None:
                     pts = frame.dts
@@ -260,7 +265,10 @@ def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:
         ctx.flush_buffers()  # the container flushes its streams' own decoders only
 
 
-def _decoded(container: Any, stream: Any, ctx: Any):
-    """Every frame the decoder produces from here on; the final empty packet flushes it."""
+def _decoded(container: Any, stream: Any, ctx: Any, tally: list[int]):
+    """Every frame the decoder produces from here on; the final empty packet flushes it.
+    ``tally[0]`` counts them, once per packet (frames libdav1d skipped never come out)."""
     for packet in container.demux(stream):
-        yield from ctx.decode(packet if packet.size else None)
+        frames = ctx.decode(packet if packet.size else None)
+        tally[0] += len(frames)
+        yield from frames

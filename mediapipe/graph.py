@@ -44,6 +44,7 @@ class StageStats:
     samples: int = 0
     batches: int = 0
     bytes: int = 0
+    frames: int = 0  # video frames the decoders produced (lead-in included; frames skip_frame skipped not)
     reused_buffers: int = 0  # batches written into shared memory a worker got back (no page faults)
     seconds: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # reason -> count
@@ -53,6 +54,7 @@ class StageStats:
         self.samples += other.samples
         self.batches += other.batches
         self.bytes += other.bytes
+        self.frames += other.frames
         self.reused_buffers += other.reused_buffers
         self.seconds.update(other.seconds)
         self.errors.update(other.errors)
@@ -66,7 +68,7 @@ class StageStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "batches": self.batches, "bytes": self.bytes,
-                "reused_buffers": self.reused_buffers,
+                "frames": self.frames, "reused_buffers": self.reused_buffers,
                 "seconds": dict(self.seconds), "errors": dict(self.errors), "failed": list(self.failed)}
 
 
@@ -304,6 +306,7 @@ class Plan:
         x = decoder.decode(blob, hint, rng, meta)
         if isinstance(x, Decoded):
             data.update({f"{name}_{side}": value for side, value in x.fields.items()})
+            stats.frames += x.frames
             x = x.value
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1

@@ -93,8 +93,8 @@ def test_a_clip_from_the_end_decodes_one_gop(clips, monkeypatch):
 
     real = vp._decoded
 
-    def counting(container, stream, ctx):
-        for frame in real(container, stream, ctx):
+    def counting(container, stream, ctx, tally):
+        for frame in real(container, stream, ctx, tally):
             decoded.append(frame.pts)
             yield frame
 
@@ -103,10 +103,11 @@ def test_a_clip_from_the_end_decodes_one_gop(clips, monkeypatch):
                       sampling="all", pad="error", rng=None)
     last = plan.clips[-1]  # frames 40..43
     assert last[0] >= 40
-    planes, _ = dec.decode_frames(blob, index, list(last), (0, 0, H, W))
+    planes, _, count = dec.decode_frames(blob, index, list(last), (0, 0, H, W))
     assert [read_counter(p) for p in planes.planes("luma").numpy()] == list(last)
     # key frames every 10: decoding starts at 40, not 0 (frame threads may add a frame or two)
     assert len(decoded) <= len(last) + 3, len(decoded)
+    assert len(decoded) <= count <= len(decoded) + 2  # what came out of the decoder, frame-thread lag included
 
 
 def test_index_cached_and_from_meta(clips):
@@ -243,16 +244,18 @@ def test_lead_in_and_skipped_frames_are_decoded_but_never_cropped(clips, monkeyp
         cropped.append(frame.pts)
         return real_crop(self, frame, *args)
 
-    def counting(container, stream, ctx):
-        for frame in real_decoded(container, stream, ctx):
+    def counting(container, stream, ctx, tally):
+        for frame in real_decoded(container, stream, ctx, tally):
             decoded.append(frame.pts)
             yield frame
 
     monkeypatch.setattr(vp.PyAVVideoDecoder, "_crop", crop)
     monkeypatch.setattr(vp, "_decoded", counting)
-    out = dec.decode(Blob(str(path), path=str(path)), DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
+    result = dec.decode(Blob(str(path), path=str(path)), DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    out = result.value
     assert len(cropped) == 4 and out.shape[0] == 4
     assert len(decoded) >= 16  # lead-in from frame 0 to the middle, and the frames between picks
+    assert result.frames >= len(decoded)  # counted, though never cropped
 
 
 @pytest.mark.parametrize("container", ["mp4", "mkv", "webm", "ivf", "long"])
@@ -284,16 +287,17 @@ def test_clip_of_reference_frames_skips_the_others_bit_exactly(clips, monkeypatc
     decoded = []
     real = vp._decoded
 
-    def counting(container, stream, ctx):
-        for frame in real(container, stream, ctx):
+    def counting(container, stream, ctx, tally):
+        for frame in real(container, stream, ctx, tally):
             decoded.append(frame.pts)
             yield frame
 
     monkeypatch.setattr(vp, "_decoded", counting)
     before = dict(vp.PyAVVideoDecoder.paths)
-    planes, _ = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
+    planes, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
     assert vp.PyAVVideoDecoder.paths["nonref"] == before.get("nonref", 0) + 1
     assert len(decoded) < wanted[-1] + 1  # from key frame 0, the non-reference frames were skipped
+    assert len(decoded) <= count < wanted[-1] + 1  # skipped frames are not counted
     ref = sequential_yuv(path)
     assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in wanted])))
     assert torch.equal(planes.planes("chroma"), torch.from_numpy(np.stack([ref[f][1] for f in wanted]
@@ -301,6 +305,50 @@ def test_clip_of_reference_frames_skips_the_others_bit_exactly(clips, monkeypatc
     # a wrong table entry costs a second decode, never a wrong frame
     monkeypatch.setattr(type(index), "all_references", lambda self, frames: True)
     odd = [f for f in range(21, index.frames) if not index.references[f]][:2]
-    planes, _ = dec.decode_frames(blob, index, odd, (0, 0, H, W))
+    decoded.clear()
+    planes, _, count = dec.decode_frames(blob, index, odd, (0, 0, H, W))
+    assert count >= len(decoded) > odd[-1]  # both passes count: the failed one and the full one
     assert vp.PyAVVideoDecoder.paths["nonref_retry"] == before.get("nonref_retry", 0) + 1
     assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in odd])))
+
+
+def test_decoded_frames_count_the_lead_in_from_the_key_frame(clips):
+    """A clip late in a GOP costs the frames from the key frame before it to its last frame:
+    `Decoded.frames` says so, computed here from the index (one thread: no frame-thread lag)."""
+    path = clips["mp4"]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=3, stride=1, threads=1)
+    index = dec.index(blob)
+    assert index.keyframes == (0, 10, 20, 30, 40)
+    for wanted in ([27, 28, 29], [12, 13, 14], [0, 1, 2]):
+        assert not index.all_references(wanted)  # consecutive frames: no skipping, every frame decoded
+        _, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
+        assert count == wanted[-1] - index.keyframe_before(wanted[0]) + 1, wanted
+    # through decode(): a "uniform" clip (frames 21..23) of the same file
+    uniform = decoder(clip_len=3, stride=1, sampling="uniform", threads=1)
+    out = uniform.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    first, last = (int(f) for f in (index.frames - 3) // 2 + np.array([0, 2]))
+    assert out.frames == last - index.keyframe_before(first) + 1 and out.frames > 3
+
+
+@pytest.mark.parametrize("container", ["mp4", "long"])
+def test_decoded_frames_of_all_clips_are_every_frame(clips, container):
+    """sampling="all" over clips that tile the file decodes it once, front to back."""
+    path = clips[container]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=5, stride=1, sampling="all", threads=1)  # 9 clips of 5 = the 45 frames
+    out = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
+    assert out.value.shape[:2] == (9, 5)
+    assert out.frames == dec.index(blob).frames == 45
+
+
+def test_decoded_frames_skip_non_reference_frames_uncounted(clips):
+    """With skip_frame="NONREF" the count is the reference frames from the key frame on."""
+    path = clips["long"]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(threads=1)
+    index = dec.index(blob)
+    refs = index.references
+    wanted = [f for f in range(20, index.frames) if refs[f]][:3]
+    _, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
+    assert count == int(refs[: wanted[-1] + 1].sum()) < wanted[-1] + 1

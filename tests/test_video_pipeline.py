@@ -237,3 +237,22 @@ def test_nvdec_falls_back_to_the_cpu_per_file(video_folder, monkeypatch):
     cpu = create("video", "pyav", clip_len=4, output="yuv").decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
     assert torch.equal(hw, cpu)
     assert sum(nv.NvdecVideoDecoder.fallbacks.values()) == before + 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_stats_count_the_frames_the_decoder_produced(video_folder, workers):
+    """``loader.stats.frames``: every frame decoded for the delivered clips, lead-in included,
+    summed over workers; equal to what the decoder reports per file."""
+    from mediapipe.decoders.base import DecodeHint
+    from mediapipe.rng import SampleRNG
+    from mediapipe.sample import Blob
+
+    dec = create("video", "pyav", clip_len=6, stride=2, sampling="uniform", threads=1)
+    files = sorted(p for p in video_folder.rglob("v*.*"))
+    expected = sum(dec.decode(Blob(str(p), path=str(p)), DecodeHint(), SampleRNG(0, 0, 0, 0), {}).frames
+                   for p in files)
+    loader = pipeline(video_folder, sampling="uniform", threads=1).loader(num_workers=workers, shuffle=False)
+    clips = sum(b["video"].shape[0] for b in loader)
+    assert clips == len(files) == 6
+    assert loader.stats.frames == expected >= 6 * 6  # at least the wanted frames; lead-in on top
+    assert loader.stats.as_dict()["frames"] == expected
