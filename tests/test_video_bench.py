@@ -19,7 +19,40 @@ def one_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_run_mediapipe_fills_a_batch_from_one_file_and_stops(one_video):
     out = list(bv.run_mediapipe(one_video, workers=0, device="cpu", batches=2, clip_len=4, stride=2,
                                 size=32, batch_size=3))
-    assert out == [3, 3]
+    assert [clips for clips, _ in out] == [3, 3]
+    # a 12-frame file with key frames at 0 and 6: a clip of frames s..s+6 decodes from the key frame
+    # before s, at most the 12 frames (counted as batches arrive: summed over the run)
+    assert 6 * 4 <= sum(decoded for _, decoded in out) <= 6 * 12, out
+
+
+def test_naive_baseline_counts_the_frames_it_decoded_from_the_start(one_video):
+    out = list(bv.run_naive_pyav(one_video, workers=0, device="cpu", batches=1, clip_len=4, stride=2,
+                                 size=32, batch_size=2))
+    (clips, decoded), = out
+    assert clips == 2 and 2 * 7 <= decoded <= 2 * 12  # from frame 0 to each clip's last frame
+
+
+def test_video_report_has_useful_and_decoded_frames_and_the_ceiling_share():
+    from mediapipe.bench import report
+    from mediapipe.bench.core import Rep, Result, ceiling_fractions, ratio_rows, summarise
+
+    ours = summarise(Result("video-clips", "mediapipe", "cpu", 2, unit="clips"),
+                     [Rep(batches=2, samples=16, seconds=1.0, units=640.0)], frames_per_sample=16)
+    ceiling = summarise(Result("video-clips", "ceiling", "cpu", 2, unit="frames"),
+                        [Rep(batches=2, samples=800, seconds=1.0)])
+    dav1d = summarise(Result("video-clips", "dav1d", "cpu", 2, unit="frames"),
+                      [Rep(batches=2, samples=1000, seconds=1.0)])
+    assert (ours.samples_per_s, ours.useful_frames_per_s, ours.decoded_frames_per_s) == (16, 256, 640)
+    assert ceiling.decoded_frames_per_s == 800
+    ceiling_fractions([ours, ceiling, dav1d])
+    assert ours.ceiling_fraction == 0.64 and ceiling.ceiling_fraction == 0.8  # against the faster: dav1d
+    ratios = {r["peer"]: (r["ratio"], r["metric"]) for r in ratio_rows([ours, ceiling, dav1d])}
+    assert ratios == {"ceiling": (0.8, "decoded frames/s"), "dav1d": (0.64, "decoded frames/s")}
+    rep = {"settings": {"repeats": 1, "batches": 2}, "results": [r.as_dict() for r in (ours, ceiling, dav1d)],
+           "ratios": ratio_rows([ours, ceiling, dav1d])}
+    for text in (report.render_table(rep), report.render_markdown(rep)):
+        assert "useful frames/s" in text and "decoded frames/s" in text and "decoded/ceiling" in text
+        assert "64%" in text and "640" in text and "256" in text
 
 
 def test_run_mediapipe_rejects_no_batches_instead_of_spinning(one_video):

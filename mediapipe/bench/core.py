@@ -200,7 +200,10 @@ class Result:
     samples_per_s_reps: list[float] = field(default_factory=list)
     input_mb_per_s: float | None = None
     decoded_mpix_per_s: float | None = None
-    frames_per_s: float | None = None
+    frames_per_s: float | None = None  # video: useful frames (clips x clip_len) for clips, decoded for ceilings
+    useful_frames_per_s: float | None = None  # video clips: frames delivered in clips (clips/s x clip_len)
+    decoded_frames_per_s: float | None = None  # video: frames the decoder produced (lead-in included)
+    ceiling_fraction: float | None = None  # decoded_frames_per_s / the faster sequential ceiling's, same run
     audio_s_per_s: float | None = None
     stages: dict[str, float] = field(default_factory=dict)
     cpu_cores_used: float | None = None
@@ -241,12 +244,18 @@ def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None
         per_second = statistics.median(u / r.seconds for u, r in zip(units, reps))
         if result.unit in ("utterances", "audio files"):
             result.audio_s_per_s = per_second
-        elif result.unit in ("clips", "frames"):
+        elif result.unit == "clips":  # a clip runner's units are the frames its decoder produced
+            result.decoded_frames_per_s = per_second
+        elif result.unit == "frames":
             result.frames_per_s = per_second
     if result.frames_per_s is None and result.unit == "frames":
         result.frames_per_s = median
+    if result.unit == "frames":  # a sequential ceiling delivers every frame it decodes
+        result.decoded_frames_per_s = result.frames_per_s
     if result.frames_per_s is None and result.unit == "clips" and frames_per_sample:
         result.frames_per_s = median * frames_per_sample
+    if result.unit == "clips":
+        result.useful_frames_per_s = result.frames_per_s
     result.stages = stage_table(reps)
     cpu = [r.cpu_seconds for r in reps]
     if all(c is not None for c in cpu):
@@ -301,16 +310,32 @@ def stages_add_up(stages: dict[str, float], slack: float = STAGE_SLACK,
     return -slack_seconds <= other <= slack * total + slack_seconds
 
 
+def ceiling_fractions(results: list[Result], ceilings: tuple[str, ...] = ("ceiling", "dav1d")) -> None:
+    """Set each video row's ``ceiling_fraction``: its decoded frames/s over the faster of the
+    sequential decode ceilings measured in the same run (same scenario, workers and data)."""
+    best: dict[tuple, float] = {}
+    for r in results:
+        if r.error is None and r.backend in ceilings and r.decoded_frames_per_s:
+            key = (r.scenario, r.workers, r.data)
+            best[key] = max(best.get(key, 0.0), r.decoded_frames_per_s)
+    for r in results:
+        top = best.get((r.scenario, r.workers, r.data))
+        if r.error is None and r.decoded_frames_per_s is not None and top:
+            r.ceiling_fraction = r.decoded_frames_per_s / top
+
+
 def _ratio(mine: Result, peer: Result) -> tuple[float, str] | None:
     """(mine / peer, metric): audio seconds per second where both decode audio (batches that are
     bucketed by duration hold different utterance counts), else samples/s where the units
-    agree, else frames/s, else None."""
+    agree, else decoded frames/s (clips against a sequential ceiling), else frames/s, else None."""
     if not mine.samples_per_s or not peer.samples_per_s:
         return None
     if mine.audio_s_per_s and peer.audio_s_per_s:
         return mine.audio_s_per_s / peer.audio_s_per_s, "audio s/s"
     if peer.unit == mine.unit:
         return mine.samples_per_s / peer.samples_per_s, f"{mine.unit}/s"
+    if mine.decoded_frames_per_s and peer.decoded_frames_per_s:
+        return mine.decoded_frames_per_s / peer.decoded_frames_per_s, "decoded frames/s"
     if mine.frames_per_s and peer.frames_per_s:
         return mine.frames_per_s / peer.frames_per_s, "frames/s"
     return None

@@ -32,6 +32,7 @@ from mediapipe.bench.core import (
     STAGE_SLACK_SECONDS,
     Rep,
     Result,
+    ceiling_fractions,
     machine_info,
     ratio_rows,
     summarise,
@@ -54,6 +55,10 @@ NOTES = {
     "uss_mb_by_rep": "private memory (smaps_rollup Private_Clean + Private_Dirty) of the tree after each "
                      "repetition: pages a forked worker shares with its parent count once; uss_growth_pct as "
                      "rss_growth_pct",
+    "frames_per_s": ("video: useful_frames_per_s (clips/s x clip_len) for clip rows, decoded frames/s for the "
+                     "sequential ceilings; decoded_frames_per_s counts every frame the decoder produced (lead-in "
+                     "from the key frame included, frames skip_frame='NONREF' skipped not); ceiling_fraction is "
+                     "decoded_frames_per_s over the faster ceiling (pyav sequential or dav1d) with the same threads"),
     "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
     "first_batch_s": "building the pipeline, starting workers and the first batch",
     "epochs": ("passes over the dataset during the run. Unless --real-epochs, the image backends see a small "
@@ -230,6 +235,7 @@ def run(settings: Settings) -> dict[str, Any]:
                            data_info[scenario.name], cores, evict)
     finally:
         bar.close()
+    ceiling_fractions(results)
     return {
         "version": RESULT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

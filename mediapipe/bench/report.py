@@ -86,12 +86,32 @@ COLUMNS: list[Column] = [
 ]
 
 
+def _fraction(row: dict[str, Any]) -> str:
+    """Decoded frames/s as a share of the faster sequential ceiling (video rows)."""
+    if row.get("ceiling_fraction") is None:
+        return "-"
+    return f"{100 * row['ceiling_fraction']:.0f}%"
+
+
+# video: the "decoded" column becomes the useful and the decoded frame rates, and their share of the ceiling
+VIDEO_COLUMNS: list[Column] = [
+    ("useful frames/s", lambda rep, r: _num(r.get("useful_frames_per_s"))),
+    ("decoded frames/s", lambda rep, r: _num(r.get("decoded_frames_per_s"))),
+    ("decoded/ceiling", lambda rep, r: _fraction(r)),
+]
+
+
 def _columns(report: dict[str, Any], scenario: str) -> list[Column]:
-    """COLUMNS, plus the dataset and the ratio to the first dataset where a scenario ran on several."""
+    """COLUMNS (for video, with `VIDEO_COLUMNS` for "decoded"), plus the dataset and the ratio to
+    the first dataset where a scenario ran on several."""
+    columns = COLUMNS
+    if any(r.get("decoded_frames_per_s") is not None for r in report["results"] if r["scenario"] == scenario):
+        at = [h for h, _ in COLUMNS].index("decoded")
+        columns = [*COLUMNS[:at], *VIDEO_COLUMNS, *COLUMNS[at + 1 :]]
     labels = _labels(report, scenario)
     if len(labels) < 2:
-        return COLUMNS
-    return [COLUMNS[0], ("data", lambda rep, r: r.get("data") or "-"), *COLUMNS[1:],
+        return columns
+    return [columns[0], ("data", lambda rep, r: r.get("data") or "-"), *columns[1:],
             (f"vs {labels[0]}", lambda rep, r: _ratio_of(rep, r, "data"))]
 
 

@@ -3,7 +3,8 @@ batch 8) through this library, against PyAV naive decoding (the baseline) and a 
 sequential decode of the same files to YUV frames (the ceiling: PyAV/libdav1d, or the
 dav1d command line). Also the generator of the sample AV1 files, shared with the tests.
 
-Each runner yields, per batch, the number of clips it fully decoded (the ceilings: frames).
+Each runner yields, per batch, the number of clips it fully decoded and the frames its
+decoder produced for them (lead-in from the key frame included); the ceilings yield frames.
 """
 
 from __future__ import annotations
@@ -131,10 +132,13 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
 
 
 def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, seconds: float = 10.0,
-                       progress: Callable[[int, int], Any] | None = None) -> list[Path]:
-    """``count`` AV1 MP4 files (libsvtav1, 30 fps, a key frame every 2 s) of ``seconds`` each,
-    16:9 at ``height`` lines, in two class folders; deterministic for a seed. Existing files
-    are kept (a rerun resumes)."""
+                       progress: Callable[[int, int], Any] | None = None, gop: int = 60) -> list[Path]:
+    """``count`` AV1 MP4 files (libsvtav1, 30 fps, a key frame every ``gop`` frames: 2 s by
+    default, as camera and web video have; 16 as ``mediapipe convert --keyframe-interval 16``
+    writes) of ``seconds`` each, 16:9 at ``height`` lines, in two class folders; deterministic
+    for a seed. Existing files are kept (a rerun resumes)."""
+    if gop < 1:
+        raise ValueError(f"make_sample_videos(gop={gop}): expected >= 1")
     dest = Path(dest)
     width = int(round(height * 16 / 9 / 2)) * 2
     fps = 30
@@ -146,7 +150,7 @@ def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, sec
         if not path.exists():
             tmp = path.with_name(path.stem + ".tmp.mp4")
             write_video(tmp, render_frames(height, width, int(seconds * fps), seed * 100_000 + i),
-                        fps=fps, gop=2 * fps, matrix="bt709" if height >= 720 else "bt601")
+                        fps=fps, gop=gop, matrix="bt709" if height >= 720 else "bt601")
             tmp.rename(path)
         paths.append(path)
         if progress is not None:
@@ -163,9 +167,10 @@ def video_files(data: Path) -> list[Path]:
 
 # -- runners ------------------------------------------------------------------------------------
 def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                  size: int = 112, batch_size: int = 8) -> Iterator[int]:
+                  size: int = 112, batch_size: int = 8) -> Iterator[tuple[int, int]]:
     """This library: random clips, RandomResizedCrop fused into the decoder (YUV planes cropped
-    and resized, then RGB), flip and normalise on the device; workers are processes."""
+    and resized, then RGB), flip and normalise on the device; workers are processes. Yields
+    (clips, frames decoded for them) per batch, the frames from ``loader.stats.frames``."""
     import json
     import tempfile
 
@@ -191,13 +196,15 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
         )
         produced = 0
         loader = pipe.loader(num_workers=workers, shuffle=True, drop_last=True)
+        frames = loader.stats.frames
         for epoch in range(batches):  # a later epoch only if a sharded epoch held fewer batches
             loader.set_epoch(epoch)
             before = produced
             for batch in loader:
                 batch["video"].sum().item()  # materialised on the device
                 produced += 1
-                yield int(batch["video"].shape[0])
+                decoded, frames = loader.stats.frames - frames, loader.stats.frames
+                yield int(batch["video"].shape[0]), decoded
                 if produced >= batches:
                     return
             if produced == before:
@@ -207,7 +214,8 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
 class _NaiveClips:
     """The baseline dataset: open the file, decode from the start to the clip's last frame,
     convert every decoded frame to RGB (``to_ndarray("rgb24")``), keep the clip's frames, resize
-    and centre-crop with torchvision. One thread per file, as in a typical training script."""
+    and centre-crop with torchvision. One thread per file, as in a typical training script.
+    An item is (clip, frames decoded for it)."""
 
     def __init__(self, files: list[Path], clip_len: int, stride: int, size: int) -> None:
         self.files, self.clip_len, self.stride, self.size = files, clip_len, stride, size
@@ -229,6 +237,7 @@ class _NaiveClips:
             start = int(rng.integers(0, max(1, total - span + 1)))
             wanted = set(range(start, start + span, self.stride))
             frames = []
+            n = -1
             for n, frame in enumerate(container.decode(stream)):
                 rgb = frame.to_ndarray(format="rgb24")
                 if n in wanted:
@@ -239,21 +248,22 @@ class _NaiveClips:
             frames.append(frames[-1])
         clip = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
         clip = TF.resize(clip, [self.size], antialias=True)
-        return TF.center_crop(clip, [self.size, self.size])
+        return TF.center_crop(clip, [self.size, self.size]), n + 1
 
 
 def run_naive_pyav(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                   size: int = 112, batch_size: int = 8) -> Iterator[int]:
-    """The baseline: a torch DataLoader over `_NaiveClips` (open, decode from the start, pick)."""
+                   size: int = 112, batch_size: int = 8) -> Iterator[tuple[int, int]]:
+    """The baseline: a torch DataLoader over `_NaiveClips` (open, decode from the start, pick).
+    Yields (clips, frames decoded for them) per batch."""
     import torch
     from torch.utils.data import DataLoader
 
     loader = DataLoader(_NaiveClips(video_files(data), clip_len, stride, size), batch_size=batch_size,
                         num_workers=workers, shuffle=False)
-    for n, batch in enumerate(loader):
+    for n, (batch, decoded) in enumerate(loader):
         batch = batch.to(device).float().div_(255)
         batch.sum().item()
-        yield int(batch.shape[0])
+        yield int(batch.shape[0]), int(decoded.sum())
         if n + 1 >= batches:
             return
     del torch
