@@ -64,3 +64,17 @@ def test_run_mediapipe_rejects_no_batches_instead_of_spinning(one_video):
 def test_dali_runners_say_not_available(one_video, runner):
     with pytest.raises(NotImplementedError, match="not available: "):
         next(runner(one_video, workers=1, device="cpu", batches=1))
+
+
+def test_short_gop_sample_video_has_a_key_frame_every_16_frames(tmp_path, monkeypatch):
+    from mediapipe.bench import datasets
+    from mediapipe.decoders.registry import create
+    from mediapipe.sample import Blob
+
+    monkeypatch.setattr(datasets, "VIDEO_HEIGHT", 48)
+    monkeypatch.setattr(datasets, "VIDEO_SECONDS", 2.0)
+    keys = {}
+    for name in ("sample-video", "sample-video-gop16"):
+        (path,) = bv.video_files(datasets.prepare(name, root=tmp_path, count=1, progress=False))
+        keys[name] = create("video", "pyav").index(Blob(str(path), path=str(path))).keyframes
+    assert keys == {"sample-video": (0,), "sample-video-gop16": (0, 16, 32, 48)}  # 60 frames each

@@ -4,7 +4,8 @@
 folders, with ImageNet-like sizes (shorter side 300-500, common aspect ratios), 4:2:0 chroma
 and ImageNet-like qualities. To keep the first run short, each of a few dozen large base
 pictures yields many images by cropping, scaling and mirroring, so files differ in content,
-size and quality as a real dataset's do. ``sample-video`` and ``sample-audio`` are made by
+size and quality as a real dataset's do. ``sample-video`` (a key frame every 60 frames),
+``sample-video-gop16`` (the same clips, a key frame every 16) and ``sample-audio`` are made by
 ``mediapipe.bench.video`` / ``audio``. A dataset is written to a temporary folder and renamed
 when complete, so an interrupted generation never leaves a half dataset behind.
 """
@@ -30,7 +31,10 @@ QUALITIES = (75, 85, 90, 92, 95)  # JPEG quality and how often it occurs, roughl
 QUALITY_WEIGHTS = (0.15, 0.2, 0.3, 0.2, 0.15)
 VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
 AUDIO_COUNT = 200
-BUILTIN = {"sample-images": "image", "sample-video": "video", "sample-audio": "audio"}
+BUILTIN = {"sample-images": "image", "sample-video": "video", "sample-video-gop16": "video", "sample-audio": "audio"}
+# frames between key frames: 2 s at 30 fps, as camera and web video; 16, as `mediapipe convert
+# --keyframe-interval 16` writes, so a random clip decodes a short lead-in
+VIDEO_GOPS = {"sample-video": 60, "sample-video-gop16": 16}
 MARKER = ".complete"
 SHARDS_SUFFIX = "-shards"  # sample-images-...-shards: the converted copy, beside the folder
 SHARD_SIZE = "32MB"  # a few shards for the 1000 sample images (about 100 MB), as a real dataset has many
@@ -198,7 +202,7 @@ def _sample_media(name: str, root: Path, count: int | None, seed: int, progress:
     report = _Reporter(bar)
     try:
         if kind == "video":
-            make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=report)
+            make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=report, gop=VIDEO_GOPS[name])
         else:
             make(tmp, count, seed, progress=report)
     except BaseException:

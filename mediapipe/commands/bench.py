@@ -16,6 +16,8 @@ EXAMPLES = """examples:
   mediapipe bench --data ~/imagenet/val --workers 1,2,4,8 --plot scaling.png
   mediapipe bench --scenario image-train --backends mediapipe,dali --device cpu,cuda --json out.json
   mediapipe bench --dataset sample-video            video-clips on generated AV1 clips
+  mediapipe bench --dataset sample-video-gop16      the same clips with a key frame every 16 frames (as
+                                                    mediapipe convert --keyframe-interval 16 writes): short lead-ins
   mediapipe bench --step-ms 120                     would a 120 ms training step wait for input?
   mediapipe bench --data imgs/ --data imgs-converted/ --cold-cache
                                                     the folder against its shards, read from the disk
