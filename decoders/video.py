@@ -210,43 +210,47 @@ class VideoDecoder(Decoder):
 
 class PackedPlanes:
     """A clip's cropped planes, copied in as each frame is decoded (while it is in cache, and
-    so that the decoder's frame buffers are released at once), four planes to a pixel.
+    so that the decoder's frame buffers are released at once), planar, in groups of four.
 
     torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from Pillow-SIMD)
-    are vectorised for 4-channel channels-last images and about 9x slower on single planes,
-    so plane i of a kind lives in channel i % 4 of image i // 4. The values are the same as
-    resizing each plane alone. Luma: Y of frame i is plane i; chroma: U of frame i is plane
-    i, V of frame i is plane count + i.
+    are vectorised for 4-channel images and about 9x slower on single planes, so planes
+    4g..4g+3 of a kind are resized as the channels of image g. The values are the same as
+    resizing each plane alone. The planes are stored planar ((G, 4, h, w) memory, padded to
+    a multiple of four): a frame's copy is row copies, and the kernel interleaves the
+    channels itself, faster than a strided copy into a channels-last array (and its output
+    is planar, with no copy back). Luma: Y of frame i is plane i; chroma: U of frame i is
+    plane i, V of frame i is plane count + i.
     """
 
     def __init__(self, count: int, luma_shape: tuple[int, int], chroma_shape: tuple[int, int]) -> None:
         self.count, self.luma_shape, self.chroma_shape = count, tuple(luma_shape), tuple(chroma_shape)
-        self.luma = np.empty((-(-count // 4), *self.luma_shape, 4), np.uint8)
-        self.chroma = np.empty((-(-2 * count // 4), *self.chroma_shape, 4), np.uint8)
+        self.luma = np.empty((4 * -(-count // 4), *self.luma_shape), np.uint8)
+        self.chroma = np.empty((4 * -(-2 * count // 4), *self.chroma_shape), np.uint8)
 
     def put(self, i: int, y: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
         """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer)."""
-        self.luma[i >> 2, :, :, i & 3] = y
-        self.chroma[i >> 2, :, :, i & 3] = u
-        j = self.count + i
-        self.chroma[j >> 2, :, :, j & 3] = v
+        self.luma[i] = y
+        self.chroma[i] = u
+        self.chroma[self.count + i] = v
 
     def planes(self, kind: str = "luma") -> torch.Tensor:
         """(P, h, w) uint8: the planes of ``kind`` ("luma": P = count; "chroma": U then V)."""
         packed = self.luma if kind == "luma" else self.chroma
         count = self.count if kind == "luma" else 2 * self.count
-        return self.resized(packed, count, packed.shape[1:3])
+        return self.resized(packed, count, packed.shape[1:])
 
     @staticmethod
     def resized(packed: np.ndarray, count: int, size: tuple[int, int], interpolation: str = "bilinear",
                 antialias: bool = True) -> torch.Tensor:
-        """The first ``count`` planes of ``packed`` resized to ``size``: (count, H, W) uint8."""
+        """The first ``count`` planes of ``packed`` ((4G, h, w)) resized to ``size``: (count, H, W) uint8."""
         if interpolation not in RESAMPLINGS:
             raise ValueError(f"interpolation={interpolation!r}: expected one of {RESAMPLINGS}")
-        x = torch.from_numpy(packed).permute(0, 3, 1, 2)  # (G, 4, h, w), channels-last in memory
-        if tuple(packed.shape[1:3]) != tuple(size):
+        x = torch.from_numpy(packed)
+        if tuple(packed.shape[1:]) != tuple(size):
+            x = x.view(-1, 4, *packed.shape[1:])  # (G, 4, h, w): four planes as the channels of an image
             x = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
-        return x.reshape(x.shape[0] * 4, *size)[:count]  # one copy to planar (P, H, W)
+            x = x.view(-1, *size)  # planar out: no copy
+        return x[:count]
 
 
 def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation: str = "bilinear",
@@ -254,7 +258,7 @@ def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation
     """Resize equal-sized uint8 planes to ``size``: (P, H, W) (see `PackedPlanes`)."""
     packed = PackedPlanes(len(planes), planes[0].shape, (1, 1))
     for i, plane in enumerate(planes):
-        packed.luma[i >> 2, :, :, i & 3] = plane
+        packed.luma[i] = plane
     return packed.resized(packed.luma, len(planes), size, interpolation, antialias)
 
 
