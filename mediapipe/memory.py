@@ -34,6 +34,29 @@ def use_shared_memory(worker: int | None = 0) -> None:
     global _worker
     _worker = worker
     _lent.clear(), _free.clear(), _ours.clear()
+    keep_freed_memory()
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc keep freed blocks of up to 32 MiB for reuse (a worker process only).
+
+    A worker's private intermediates (the uint8 batch before Normalize, a flip's copy) are
+    ~10 MB each. By default glibc often serves such blocks with fresh ``mmap`` calls and
+    gives them back on free, so a batch paid a page fault per 4 KiB page again: ~4,300
+    faults a batch for the ImageNet pipeline, about 9% of its CPU time in one process here. Raising the mmap and
+    trim thresholds keeps them in the heap. Returns whether the settings were applied.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 256 << 20))
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
 def worker_id() -> int | None:
