@@ -94,6 +94,7 @@ class FolderSource(Source):
         )
         index = {name: i for i, name in enumerate(self._classes)}
         self._paths = [str(p) for p in files]
+        self._key_start = len(os.path.join(str(self.root), ""))  # every path is root + sep + key
         self._labels = []
         for p in files:
             rel = p.relative_to(self.root)
@@ -109,7 +110,7 @@ class FolderSource(Source):
     def ref(self, index: int) -> SampleRef:
         path = self._paths[index]
         ext = path.rsplit(".", 1)[-1].lower()
-        key = os.path.relpath(path, self.root)
+        key = path[self._key_start:]  # os.path.relpath cost ~6% of a JPEG sample's CPU time
         return SampleRef(index=index, key=key, blobs={ext: Blob(path, path=path)}, label=self._labels[index])
 
     def to_config(self) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -230,3 +232,12 @@ print(faults() - before)
     # the 40 MB block is above any threshold and always faults; the small ones now mostly do not
     # (with glibc's defaults they faulted 0.1-1.0x small_pages in runs here: too erratic to assert)
     assert int(out.stdout) - big_pages < 0.3 * small_pages
+
+
+def test_folder_keys_are_paths_relative_to_the_root_however_it_is_spelled(image_folder, monkeypatch):
+    files = sorted(str(p.relative_to(image_folder)) for p in image_folder.rglob("*.jpg"))
+    monkeypatch.chdir(image_folder.parent)
+    for root in (image_folder, f"{image_folder}/", image_folder.name, f"./{image_folder.name}/"):
+        source = mp.loaders.folder(root)
+        assert sorted(source.ref(i).key for i in range(len(source))) == files
+        assert all(os.path.isfile(os.path.join(root, source.ref(i).key)) for i in range(len(source)))
