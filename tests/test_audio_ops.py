@@ -259,7 +259,9 @@ def test_fused_mel_and_specaugment_equal_their_unfused_forms():
     spec, frames = F.spectrogram(batch, lengths, n_fft=400, hop_length=160, zero_padding_frames=False)
     mel, mel_frames = F.mel_power_spectrogram(batch, lengths, F.mel_filters_paired(*bank), n_fft=400, hop_length=160)
     assert torch.equal(frames, mel_frames) and mel.shape == (4, 2, 80, spec.shape[-1])
-    torch.testing.assert_close(mel, F.mel_scale(spec, F.mel_filters(*bank)), rtol=1e-4, atol=1e-6)
+    valid = F.valid_mask(frames, mel.shape[-1])[:, None, None, :]  # padded frames hold no feature
+    torch.testing.assert_close(mel * valid, F.mel_scale(spec, F.mel_filters(*bank)) * valid, rtol=1e-4, atol=1e-6)
+    assert (mel.masked_select(~valid.expand_as(mel)) == 0).all()  # on the CPU: zero, never computed
     # SpecAugment in one pass against two band passes and a where that restores the padding
     gen = torch.Generator().manual_seed(0)
     feats, frames = torch.randn(6, 1, 80, 300, generator=gen), torch.tensor([300, 250, 120, 300, 40, 1])
@@ -270,3 +272,17 @@ def test_fused_mel_and_specaugment_equal_their_unfused_forms():
     expected = torch.where(keep, two_pass, feats)
     out = F.spec_augment(feats, frames, (fs, fw), (ts, tw), -5.0)
     assert torch.equal(out, expected) and (out == -5.0).any() and not torch.equal(out, two_pass)
+
+
+@pytest.mark.parametrize("center,win_length", [(True, None), (False, None), (True, 300)])
+def test_mel_blocks_on_the_cpu_equal_the_whole_batch_kernels(monkeypatch, center, win_length):
+    # several blocks per sample, samples shorter than the reflect pad, an empty one, two channels
+    monkeypatch.setattr(F, "MEL_BLOCK_FRAMES", 7)
+    batch, lengths, _ = padded_batch(lengths=(4000, 3217, 150, 0, 401), channels=2)
+    fb = F.mel_filters_paired(201, 0.0, 8000.0, 40, SR, None, "htk", "cpu")
+    args = (batch, lengths, fb, 400, 160, win_length, "hann", center)
+    blocks, frames = F._mel_power_blocks(*args)
+    whole, whole_frames = F._mel_power_whole(*args)
+    assert torch.equal(frames, whole_frames) and blocks.shape == whole.shape
+    valid = F.valid_mask(frames, whole.shape[-1])[:, None, None, :]
+    torch.testing.assert_close(blocks, whole * valid, rtol=1e-5, atol=1e-5)
