@@ -388,7 +388,8 @@ class LogMelSpectrogram(MelSpectrogram):
 
     def apply_batch(self, x, lengths, params):
         mel, frames = self._mel(x, lengths, masked=False)  # amplitude_to_db sets the padded frames
-        return F.amplitude_to_db(mel, frames, amin=self.amin, top_db=self.top_db, pad_value=self.pad_value), frames
+        return F.amplitude_to_db(mel, frames, amin=self.amin, top_db=self.top_db, pad_value=self.pad_value,
+                                 inplace=True), frames
 
 
 @dataclass(frozen=True)
@@ -427,7 +428,7 @@ class MFCC(MelSpectrogram):
 
     def apply_batch(self, x, lengths, params):
         mel, frames = self._mel(x, lengths, masked=False)
-        db = F.amplitude_to_db(mel, frames, amin=self.amin, top_db=self.top_db)
+        db = F.amplitude_to_db(mel, frames, amin=self.amin, top_db=self.top_db, inplace=True)
         dct = F.dct_matrix(self.n_mfcc, self.n_mels, self.dct_norm, str(db.device))
         out = torch.matmul(db.transpose(-1, -2), dct).transpose(-1, -2)
         return out * F.valid_mask(frames, out.shape[-1])[:, None, None, :], frames

@@ -343,13 +343,14 @@ def mel_scale(spec: torch.Tensor, fbanks: torch.Tensor) -> torch.Tensor:
 
 
 def amplitude_to_db(x: torch.Tensor, frames: torch.Tensor, *, multiplier: float = 10.0, amin: float = 1e-10,
-                    top_db: float | None = None, pad_value: float = 0.0) -> torch.Tensor:
+                    top_db: float | None = None, pad_value: float = 0.0, inplace: bool = False) -> torch.Tensor:
     """multiplier * log10(max(x, amin)), floored at (per-sample max over valid frames) - top_db.
 
     Input (B, C, F, T) with frame lengths (B,); frames past a length are ``pad_value``.
-    One new tensor, worked on in place: this runs on every feature of every batch.
+    One new tensor, worked on in place (``inplace``: ``x`` itself, for a caller that made ``x``
+    and drops it): this runs on every feature of every batch.
     """
-    db = torch.clamp(x, min=amin).log10_().mul_(multiplier)
+    db = (x.clamp_(min=amin) if inplace else torch.clamp(x, min=amin)).log10_().mul_(multiplier)
     padded = ~valid_mask(frames.to(x.device), x.shape[-1])[:, None, None, :]
     if top_db is not None:
         peak = db.masked_fill(padded, -math.inf).amax(dim=(1, 2, 3), keepdim=True)
