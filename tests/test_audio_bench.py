@@ -61,3 +61,13 @@ def test_a_small_dataset_is_one_long_epoch_for_the_torch_loaders(data):
     refs = [pipe.source.ref(i) for i in (0, len(one.durations))]  # pass 2 reads the same file...
     assert refs[0].blob("audio").name == refs[1].blob("audio").name and refs[0].index != refs[1].index  # ...own draws
     assert B.padding_fraction(data) < 0.5
+
+
+def test_mediapipe_runner_declares_what_its_loader_prefetches():
+    from pathlib import Path
+
+    from mediapipe.bench.scenarios import open_stream
+
+    stream = open_stream("audio-asr", "mediapipe", Path("."), device="cpu", workers=2, batch_size=None,
+                         options={"max_batches": 1})  # opening starts nothing: the runner runs when iterated
+    assert stream.buffered == B.run_mediapipe.buffered(2) == 2 * 2 + 1  # prefetch 2 per worker, 1 held ahead

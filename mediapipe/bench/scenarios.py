@@ -149,4 +149,5 @@ def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, wo
     kwargs: dict[str, Any] = {"data": data, "workers": workers, "device": device, "batches": options["max_batches"]}
     if scenario.kind == "video":
         kwargs.update(clip_len=scenario.frames_per_sample, stride=2, size=112, batch_size=batch_size or 8)
-    return RunnerStream(runner, buffered=2 * max(1, workers), **kwargs)
+    buffered = getattr(runner, "buffered", None)  # what the runner's loader holds after an idle spell
+    return RunnerStream(runner, buffered=buffered(workers) if buffered else 2 * max(1, workers), **kwargs)
