@@ -5,7 +5,9 @@ For each scenario and worker count, every applicable backend is started in its o
 (see `mediapipe.bench.worker`); each is warmed up (first-batch latency measured apart), then
 the repetitions alternate between backends (A B C, C B A, A B C...) so that drift of a shared
 machine falls on every backend alike. Before each timed window a backend first hands over
-the batches it prefetched while idle, so that no window starts with free batches.
+the batches it prefetched while idle, so that no window starts with free batches; and after
+each step the harness waits until the backend's processes go idle (its loader refilling its
+prefetch), so that this work does not fall in the next backend's timed window.
 
 Several datasets (``--data a --data b``, or ``--as-shards``) join the same comparison: each
 (backend, dataset) pair is one more row alternated with the others, so the same backend on
@@ -36,6 +38,7 @@ from mediapipe.bench.core import (
     machine_info,
     ratio_rows,
     summarise,
+    tree_cpu_seconds,
 )
 from mediapipe.bench.progress import make_progress
 from mediapipe.bench.scenarios import SCENARIOS, Scenario, unit_of, why_not
@@ -250,6 +253,26 @@ def run(settings: Settings) -> dict[str, Any]:
     }
 
 
+SETTLE_POLL_SECONDS = 0.1
+SETTLE_MAX_SECONDS = 10.0
+
+
+def settle(pid: int, max_seconds: float = SETTLE_MAX_SECONDS) -> float:
+    """Wait until the process tree of ``pid`` is idle: at most two clock ticks (20 ms) of CPU in a
+    poll of 0.1 s, or ``max_seconds``; returns the seconds waited. A backend's loader keeps
+    working after its last timed batch until its prefetch is full: without this wait, that
+    work competes with the next backend's timed repetition (a deeper prefetch, more so)."""
+    t0 = time.perf_counter()
+    last = tree_cpu_seconds(pid)
+    while last is not None and time.perf_counter() - t0 < max_seconds:
+        time.sleep(SETTLE_POLL_SECONDS)
+        now = tree_cpu_seconds(pid)
+        if now is None or now - last <= 0.021:
+            break
+        last = now
+    return time.perf_counter() - t0
+
+
 def _when(err: BaseException, where: str) -> str:
     """The row's reason: a backend that says it is not available (NotImplementedError("not
     available: ...")) is reported as such, not as a failure."""
@@ -302,6 +325,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
                 reply = procs[id(row)].call("warmup", timeout=settings.timeout, sample_rss=True,
                                             batches=settings.warmup)
                 row.first_batch_s = reply["first_batch_s"]
+                settle(procs[id(row)].pid)
                 bar.update(1)
             except BackendError as err:
                 fail(row, _when(err, "failed in warm-up"), 1 + settings.repeats)
@@ -325,6 +349,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
                 rep.peak_rss_mb = max(proc.peak_rss_mb or 0.0, rep.end_rss_mb or 0.0) or None
                 reps[id(row)].append(rep)
                 delivered[id(row)] = reply["delivered"]
+                settle(proc.pid)
                 bar.update(1)
     except BaseException:  # interrupted (Ctrl-C) or a bug: stop the backends now, do not wait for them
         for proc in procs.values():
