@@ -298,6 +298,18 @@ def _mel_power_whole(x: torch.Tensor, lengths: torch.Tensor, paired_fbanks: torc
 MEL_BLOCK_FRAMES = 512  # 0.8 MB of windowed frames and 0.8 MB of spectrum: inside a 2 MB L2 with the rest
 
 
+def _reflect_pad_row(out: torch.Tensor, x: torch.Tensor, length: int, pad: int) -> torch.Tensor:
+    """``reflect_pad_each(x[None], [length], pad)[0]`` for one sample ``x`` (C, m), written into the
+    head of ``out`` (C, >= m + 2 pad), a buffer reused from sample to sample."""
+    m = x.shape[-1]
+    out[:, pad : pad + m] = x
+    j = torch.arange(pad)
+    out[:, :pad] = x[:, 1 : pad + 1].flip(-1) if m > pad else x[:, (pad - j).clamp(max=m - 1)]
+    last = max(length - 1, 0)  # reflect about the last valid sample (and about 0 if short)
+    out[:, pad + last + 1 : 2 * pad + last + 1] = x[:, (last - 1 - j).abs().clamp(max=last)]
+    return out[:, : m + 2 * pad]
+
+
 def _mel_power_blocks(x: torch.Tensor, lengths: torch.Tensor, paired_fbanks: torch.Tensor, n_fft: int,
                       hop_length: int, win_length: int | None, window: str, center: bool
                       ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -316,12 +328,12 @@ def _mel_power_blocks(x: torch.Tensor, lengths: torch.Tensor, paired_fbanks: tor
     bins = n_fft // 2 + 1
     buffers = torch.empty(c * k * n_fft), torch.empty(c * k * bins, dtype=torch.complex64), torch.empty(c * k * n_mels)
     pad = n_fft // 2
+    padded = torch.empty(c, n + 2 * pad) if center else None  # each sample in turn, reflect-padded
     for i, (length, count) in enumerate(zip(lengths.tolist(), frames.tolist())):
         if count <= 0:
             continue
         if center:  # the sample's own reflect padding, the columns `reflect_pad_each` gives its row
-            m = min(n, max(length, pad + 1))
-            signal = reflect_pad_each(x[i : i + 1, :, :m], lengths[i : i + 1], pad)[0]
+            signal = _reflect_pad_row(padded, x[i, :, : min(n, max(length, pad + 1))], length, pad)
         else:
             signal = x[i, :, :length]
         framed = signal.unfold(-1, n_fft, hop_length)  # (C, frames, n_fft): a view
