@@ -68,12 +68,16 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str,
     first = present[0]
     if policy == "pad":
         length = max(v.shape[-1] for v in present)
-        out = first.new_zeros((len(values), *first.shape[:-1], length))
+        shape = (len(values), *first.shape[:-1], length)
+        # written once: each row's samples, then zeros past its length (never zero-fill, then copy)
+        out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
         lengths = torch.zeros(len(values), dtype=torch.int64)
         for i, v in enumerate(values):
-            if v is not None:
-                out[i, ..., : v.shape[-1]] = v
-                lengths[i] = v.shape[-1]
+            n = 0 if v is None else v.shape[-1]
+            if n:
+                out[i, ..., :n] = v
+                lengths[i] = n
+            out[i, ..., n:] = 0
         return {name: out, f"{name}_lengths": lengths}
     shapes = {tuple(v.shape) for v in present}
     if len(shapes) > 1:

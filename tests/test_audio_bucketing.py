@@ -162,3 +162,18 @@ def test_loader_resume_mid_epoch_equals_an_uninterrupted_run(speech_folder):
         assert torch.equal(a, b)
     for _, audio in full:
         assert audio.shape[-1] <= 12000  # the sample-stage crop ran before the pad-collate
+
+
+def test_pad_collate_writes_zeros_past_each_length_even_on_a_reused_buffer(monkeypatch):
+    """A worker's recycled buffer holds an old batch: padding must be written, not assumed."""
+    from mediapipe import collate as collate_module
+
+    monkeypatch.setattr(collate_module.memory, "empty", lambda shape, dtype: torch.full(shape, 7.0, dtype=dtype))
+    waves = [torch.arange(1, 1 + 2 * n, dtype=torch.float32).reshape(2, n) for n in (5, 3, 8)]
+    samples = [{"audio": waves[0]}, None, {"audio": waves[1]}, {"audio": waves[2]}]
+    out = collate_module.collate(samples, {"audio": "pad"})
+    assert out["audio"].shape == (4, 2, 8) and out["audio_lengths"].tolist() == [5, 0, 3, 8]
+    for row, wave in zip(out["audio"][[0, 2, 3]], waves):
+        n = wave.shape[-1]
+        assert torch.equal(row[:, :n], wave) and not row[:, n:].any()
+    assert not out["audio"][1].any()  # the failed sample is all zeros
