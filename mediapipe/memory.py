@@ -9,7 +9,9 @@ Fresh shared memory costs a page fault per 4 KiB page on first write (for a floa
 batch of 64 images at 224 px that was most of Normalize's time), so a worker keeps the
 buffers it lent and reuses one as soon as the training process says that every tensor
 on it is gone (`release`): the consumer watches its batches with storage weak
-references, so a buffer is never rewritten while any view of it is alive.
+references, so a buffer is never rewritten while any view of it is alive. Buffers come in
+size classes (`size_class`), and a request takes the smallest free one that fits, so padded
+batches whose length changes every time (audio) reuse them too.
 Outside workers `empty` is plain ``torch.empty``.
 """
 
@@ -22,10 +24,12 @@ import torch
 
 _worker: int | None = None
 _lent: dict[int, torch.UntypedStorage] = {}  # key (data pointer) -> a buffer the consumer holds
-_free: dict[int, list[torch.UntypedStorage]] = {}  # size in bytes -> buffers ready for reuse
+_free: list[torch.UntypedStorage] = []  # buffers ready for reuse, oldest first
 _ours: set[int] = set()  # data pointers of the buffers `empty` made
 MAX_TRACKED = 256  # pointers of our buffers remembered at once
-MAX_FREE_PER_SIZE = 2  # a worker has at most `prefetch` batches out; two spare buffers cover the churn
+MAX_FREE = 6  # a worker has at most `prefetch` batches out, of a field or two each: spares for the churn
+PAGE = 4096
+REUSE_SLACK = 2.0  # a free buffer serves a request down to 1/REUSE_SLACK of its size (padded batches vary)
 counters = {"allocated": 0, "reused": 0}
 
 
@@ -68,15 +72,33 @@ def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch
     if _worker is None or torch.device(device).type != "cpu":
         return torch.empty(shape, dtype=dtype, device=device)
     nbytes = max(1, math.prod(shape) * torch.empty((), dtype=dtype).element_size())
-    free = _free.get(nbytes)
-    if free:
-        storage = free.pop()
+    storage = _take_free(nbytes)
+    if storage is not None:
         counters["reused"] += 1
     else:
-        storage = torch.UntypedStorage._new_shared(nbytes)
+        storage = torch.UntypedStorage._new_shared(size_class(nbytes))
         _ours.add(storage.data_ptr())
         counters["allocated"] += 1
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+
+
+def size_class(nbytes: int) -> int:
+    """``nbytes`` rounded up to the next of 4 sizes per doubling (at most 19% more), in whole
+    pages, so that a slightly larger batch next time still fits a buffer it gave back. The
+    pages past what a batch writes are never touched, so they cost no memory."""
+    if nbytes <= PAGE:
+        return PAGE
+    step = 2 ** (math.ceil(4 * math.log2(nbytes)) / 4)
+    return max(nbytes, -(-int(step) // PAGE) * PAGE)
+
+
+def _take_free(nbytes: int) -> torch.UntypedStorage | None:
+    """The smallest free buffer that holds ``nbytes`` without wasting more than REUSE_SLACK:
+    a padded batch (audio) is a little longer or shorter each time, never the same size."""
+    fits = [i for i, s in enumerate(_free) if nbytes <= s.nbytes() <= nbytes * REUSE_SLACK]
+    if not fits:
+        return None
+    return _free.pop(min(fits, key=lambda i: _free[i].nbytes()))
 
 
 def lend(data: dict[str, Any]) -> dict[str, int]:
@@ -92,7 +114,7 @@ def lend(data: dict[str, Any]) -> dict[str, int]:
                 _lent[key] = storage
                 keys[name] = key
     if len(_ours) > MAX_TRACKED:  # forget buffers dropped inside the worker (intermediates)
-        _ours.intersection_update({*_lent, *(s.data_ptr() for free in _free.values() for s in free)})
+        _ours.intersection_update({*_lent, *(s.data_ptr() for s in _free)})
     return keys
 
 
@@ -108,8 +130,6 @@ def release(keys: list[int]) -> None:
         storage = _lent.pop(key, None)
         if storage is None:
             continue
-        free = _free.setdefault(storage.nbytes(), [])
-        if len(free) < MAX_FREE_PER_SIZE:
-            free.append(storage)
-        else:
-            _ours.discard(key)
+        _free.append(storage)
+        if len(_free) > MAX_FREE:  # keep the newest: sizes drift with the data
+            _ours.discard(_free.pop(0).data_ptr())

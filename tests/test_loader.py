@@ -241,3 +241,27 @@ def test_folder_keys_are_paths_relative_to_the_root_however_it_is_spelled(image_
         source = mp.loaders.folder(root)
         assert sorted(source.ref(i).key for i in range(len(source))) == files
         assert all(os.path.isfile(os.path.join(root, source.ref(i).key)) for i in range(len(source)))
+
+
+def test_a_given_back_buffer_serves_a_slightly_longer_batch_but_not_a_much_shorter_one(monkeypatch):
+    """Padded batches (audio) change length every time: reuse must not need the exact size."""
+    from mediapipe import memory
+
+    for name, value in (("_worker", 0), ("_free", []), ("_lent", {}), ("_ours", set())):
+        monkeypatch.setattr(memory, name, value)
+    memory.take_reused()
+
+    def send_and_give_back(shape: tuple[int, ...]) -> int:
+        x = memory.empty(shape, torch.float32)
+        assert x.shape == shape and x.untyped_storage().nbytes() >= x.numel() * 4
+        x.fill_(1.0)
+        keys = memory.lend({"audio": x})
+        del x
+        memory.release(list(keys.values()))
+        return memory.take_reused()
+
+    assert send_and_give_back((32, 1, 160_000)) == 0  # the first one is new
+    assert send_and_give_back((32, 1, 168_000)) == 1  # 5% longer: the same buffer
+    assert send_and_give_back((32, 1, 150_000)) == 1  # shorter: still
+    assert send_and_give_back((32, 1, 40_000)) == 0  # a quarter: a buffer of its own, not a 4x one
+    assert len(memory._free) == 2 and len(memory._free) <= memory.MAX_FREE
