@@ -99,6 +99,7 @@ class HostBatch:
 
 def _lent(host: HostBatch) -> HostBatch:
     """Mark the batch's shared buffers as lent to the consumer (see `mediapipe.memory`)."""
+    memory.into_shared(host.data)
     host.worker, host.buffers = memory.worker_id(), memory.lend(host.data)
     host.stats.reused_buffers += memory.take_reused()
     return host

@@ -101,6 +101,21 @@ def _take_free(nbytes: int) -> torch.UntypedStorage | None:
     return _free.pop(min(fits, key=lambda i: _free[i].nbytes()))
 
 
+MIN_SHARED_COPY = 1 << 16  # smaller tensors (labels, lengths) go through torch's queue as they are
+
+
+def into_shared(data: dict[str, Any]) -> None:
+    """Copy the batch's large private CPU tensors (an op's fresh output) onto recycled shared
+    buffers, in place in ``data``: sending them otherwise makes torch's queue copy each into a
+    new shared segment, page faults included, every batch."""
+    if _worker is None:
+        return
+    for name, value in data.items():
+        if (isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.nbytes >= MIN_SHARED_COPY
+                and value.untyped_storage().data_ptr() not in _ours):
+            data[name] = empty(value.shape, value.dtype).copy_(value)
+
+
 def lend(data: dict[str, Any]) -> dict[str, int]:
     """Note which fields of an outgoing batch sit on our buffers: field -> key."""
     if _worker is None:

@@ -265,3 +265,24 @@ def test_a_given_back_buffer_serves_a_slightly_longer_batch_but_not_a_much_short
     assert send_and_give_back((32, 1, 150_000)) == 1  # shorter: still
     assert send_and_give_back((32, 1, 40_000)) == 0  # a quarter: a buffer of its own, not a 4x one
     assert len(memory._free) == 2 and len(memory._free) <= memory.MAX_FREE
+
+
+def test_an_ops_fresh_output_leaves_the_worker_on_a_recycled_buffer(image_folder):
+    """A batch op that allocates its own output (GaussianBlur) still sends shared buffers the
+    worker gets back, and the values are those of an in-process run."""
+    pipe = mp.Pipeline(
+        source=mp.loaders.folder(image_folder), decode={"image": mp.decoders.image()},
+        augment=[A.RandomResizedCrop(96), A.Normalize(), A.GaussianBlur(5, sigma=(0.5, 1.5))],
+        batch_size=4, seed=3, device="cpu",
+    )
+    expected = collect(pipe.loader(num_workers=0))
+    loader = pipe.loader(num_workers=1, prefetch=1, persistent_workers=True)
+    for epoch in range(3):
+        got = []
+        for batch in loader:
+            got.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+            del batch
+        if epoch == 0:
+            assert_same(got, expected)
+    assert loader.stats.reused_buffers >= 10  # 18 batches; only the first few need new buffers
+    loader._close_pool()

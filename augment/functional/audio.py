@@ -364,9 +364,9 @@ def amplitude_to_db(x: torch.Tensor, frames: torch.Tensor, *, multiplier: float 
     """
     db = (x.clamp_(min=amin) if inplace else torch.clamp(x, min=amin)).log10_().mul_(multiplier)
     padded = ~valid_mask(frames.to(x.device), x.shape[-1])[:, None, None, :]
-    if top_db is not None:
-        peak = db.masked_fill(padded, -math.inf).amax(dim=(1, 2, 3), keepdim=True)
-        db = torch.maximum(db, peak - top_db)
+    if top_db is not None:  # all on ``db``, ours: -inf keeps padding out of the peak and under the floor
+        peak = db.masked_fill_(padded, -math.inf).amax(dim=(1, 2, 3), keepdim=True)
+        torch.maximum(db, peak - top_db, out=db)
     return db.masked_fill_(padded, pad_value)
 
 
