@@ -112,6 +112,16 @@ class Op:
         """Finish the op on what a decoder returned for `decode_hint`."""
         return self.apply(x, params)
 
+    # -- fusion with the batch op before it (CPU) ----------------------------------------
+    def absorbs(self, before: Op) -> bool:
+        """Whether this op can do ``before``'s work while it writes its own output, as DALI's
+        CropMirrorNormalize mirrors while it normalises: one pass over the batch fewer."""
+        return False
+
+    def apply_absorbing(self, x: torch.Tensor, params: Params, before: Op, before_params: Params) -> torch.Tensor:
+        """``self.apply(before.apply(x, before_params), params)`` in one pass (see `absorbs`)."""
+        return self.apply(before.apply(x, before_params), params)
+
     # -- config -----------------------------------------------------------------------
     def to_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"op": type(self).__name__}

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from mediapipe.augment.base import Op, Params, check_probability
 from mediapipe.augment.functional import color as F
 from mediapipe.augment.functional.batching import as_batch
+from mediapipe.augment.geometry import HorizontalFlip, VerticalFlip
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -39,9 +41,22 @@ class Normalize(Op):
         F.dtype_of(self.dtype)
 
     def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        return self._normalize(x)
+
+    def absorbs(self, before: Op) -> bool:
+        """A flip right before, on the same fields in place: mirrored while normalising."""
+        return (type(before) in (HorizontalFlip, VerticalFlip) and before.outputs == before.inputs
+                and self.inputs == before.outputs and self.outputs == self.inputs)
+
+    def apply_absorbing(self, x: torch.Tensor, params: Params, before: Op, before_params: Params) -> torch.Tensor:
+        xb, pb, single = as_batch(x, before_params)
+        out = self._normalize(xb, mirror=pb["flip"], mirror_dim=-2 if type(before) is VerticalFlip else -1)
+        return out[0] if single else out
+
+    def _normalize(self, x: torch.Tensor, **mirror: Any) -> torch.Tensor:
         if x.shape[-3] != len(self.mean):
             raise ValueError(f"Normalize: {len(self.mean)} means for {x.shape[-3]} channels (shape {tuple(x.shape)})")
-        return F.normalize(x, torch.tensor(self.mean), torch.tensor(self.std), dtype=F.dtype_of(self.dtype))
+        return F.normalize(x, torch.tensor(self.mean), torch.tensor(self.std), dtype=F.dtype_of(self.dtype), **mirror)
 
 
 @dataclass(frozen=True)

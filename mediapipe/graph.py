@@ -136,6 +136,7 @@ class Plan:
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
         self.deferred, self.deferred_ops = self._deferrals()
+        self.absorbed = self._absorptions()
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
 
@@ -205,6 +206,15 @@ class Plan:
                 deferred |= set(p.op.writes())
         return deferred, ops
 
+    def _absorptions(self) -> dict[int, PlacedOp]:
+        """Batch ops done by the next one on the CPU (a flip by Normalize): absorber index -> op.
+        On a GPU each stays a kernel of its own, where a per-sample loop would cost launches."""
+        if self.device.type != "cpu":
+            return {}
+        batch = self.batch_ops
+        return {after.index: before for before, after in zip(batch, batch[1:])
+                if before.index + 1 == after.index and after.op.absorbs(before.op)}
+
     @property
     def sample_ops(self) -> list[PlacedOp]:
         return [p for p in self.placed if p.stage is Stage.SAMPLE]
@@ -216,9 +226,12 @@ class Plan:
     def describe(self) -> str:
         """One line per op: its stage and whether it is fused into a decoder."""
         fused_ops = {id(p) for p in self.fused.values()}
+        absorbed = {before.index: after for after, before in self.absorbed.items()}
         lines = [f"decode {name}: {spec.kind} ({spec.backend})" for name, spec in self.decode.items()]
         for p in self.placed:
             tag = " (fused into decode)" if id(p) in fused_ops else ""
+            if p.index in absorbed:
+                tag = f" (done by [{absorbed[p.index]}] {type(self.ops[absorbed[p.index]]).__name__})"
             lines.append(f"[{p.index}] {type(p.op).__name__}: {p.stage.value}{tag}")
         return "\n".join(lines)
 
@@ -409,6 +422,14 @@ class Plan:
 
     # -- batch stage (on the device) ----------------------------------------------------
     def run_batch_ops(self, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:
+        done_by_next = {before.index for before in self.absorbed.values()}
         for p in self.batch_ops:
-            p.op.apply_fields(data, params[p.index])
+            if p.index in done_by_next:
+                continue
+            before = self.absorbed.get(p.index)
+            if before is None:
+                p.op.apply_fields(data, params[p.index])
+            else:
+                for field in p.op.inputs:
+                    data[field] = p.op.apply_absorbing(data[field], params[p.index], before.op, params[before.index])
         return data

