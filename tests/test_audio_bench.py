@@ -71,3 +71,18 @@ def test_mediapipe_runner_declares_what_its_loader_prefetches():
     stream = open_stream("audio-asr", "mediapipe", Path("."), device="cpu", workers=2, batch_size=None,
                          options={"max_batches": 1})  # opening starts nothing: the runner runs when iterated
     assert stream.buffered == B.run_mediapipe.buffered(2) == 2 * 2 + 1  # prefetch 2 per worker, 1 held ahead
+
+
+def test_the_bench_reports_the_padding_of_its_batches(data, tmp_path):
+    """The issue's padding budget (< 15%) is printed with the audio dataset's line."""
+    from mediapipe.cli import main
+
+    out = tmp_path / "r.json"
+    code = main(["bench", "--data", str(data), "--scenario", "audio-asr", "--backends", "mediapipe", "--workers", "0",
+                 "--batches", "2", "--repeats", "1", "--warmup", "0", "--device", "cpu", "--no-progress",
+                 "--json", str(out), "--markdown", str(tmp_path / "r.md")])
+    assert code == 0
+    report = json.loads(out.read_text())
+    padding = report["datasets"]["audio-asr"]["padding"]
+    assert padding == pytest.approx(B.padding_fraction(data, batches=2)) and 0.0 <= padding < 1.0
+    assert f"{100 * padding:.1f}% padding in mediapipe's batches" in (tmp_path / "r.md").read_text()

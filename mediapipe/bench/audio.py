@@ -197,9 +197,10 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, worker
 run_mediapipe.buffered = lambda workers: 2 * max(1, workers) + 1  # type: ignore[attr-defined]
 
 
-def padding_fraction(data: Path, seed: int = 0) -> float:
-    """Share of mediapipe's batches (time x batch) that is padding, from the sampler's plan."""
-    _, sampler = mediapipe_pipeline(data, "cpu", seed)
+def padding_fraction(data: Path, seed: int = 0, batches: int | None = None) -> float:
+    """Share of mediapipe's batches (time x batch) that is padding, from the sampler's plan:
+    over one pass of the dataset, or with ``batches`` over the repeated epoch the bench runs."""
+    _, sampler = mediapipe_pipeline(data, "cpu", seed, batches=batches, repeat=batches is not None)
     return sampler.padding_fraction()
 
 

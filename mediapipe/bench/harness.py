@@ -62,6 +62,8 @@ NOTES = {
                      "sequential ceilings; decoded_frames_per_s counts every frame the decoder produced (lead-in "
                      "from the key frame included, frames skip_frame='NONREF' skipped not); ceiling_fraction is "
                      "decoded_frames_per_s over the faster ceiling (pyav sequential or dav1d) with the same threads"),
+    "padding": ("audio datasets: the share of mediapipe's duration-bucketed batches (time x batch) that is "
+                "padding, from its sampler's plan over the repeated epoch the run reads"),
     "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
     "first_batch_s": "building the pipeline, starting workers and the first batch",
     "epochs": ("passes over the dataset during the run. Unless --real-epochs, the image backends see a small "
@@ -203,6 +205,11 @@ def run(settings: Settings) -> dict[str, Any]:
             for ds in sets:
                 try:
                     data_info[name][ds.label] = datasets.describe(ds.path, scenario.kind)
+                    if scenario.kind == "audio":  # the padding budget, for this run's epoch
+                        from mediapipe.bench.audio import padding_fraction
+
+                        data_info[name][ds.label]["padding"] = padding_fraction(
+                            ds.path, batches=settings.warmup + settings.repeats * settings.batches)
                 except Exception as err:  # noqa: BLE001 - as above, for this dataset's rows only
                     data_info[name][ds.label] = {"path": str(ds.path), "error": f"{type(err).__name__}: {err}"}
         data_sets[name] = {ds.label: ds for ds in sets}

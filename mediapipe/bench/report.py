@@ -130,6 +130,8 @@ def _data_parts(info: dict[str, Any], label: str | None = None) -> list[str]:
         parts.append(f"{info['mean_bytes'] / 1e3:.0f} KB mean")
     if info.get("mean_megapixels"):
         parts.append(f"{info['mean_megapixels']:.2f} MP mean")
+    if info.get("padding") is not None:
+        parts.append(f"{100 * info['padding']:.1f}% padding in mediapipe's batches")
     return parts
 
 
