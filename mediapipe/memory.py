@@ -51,17 +51,27 @@ def keep_freed_memory() -> bool:
     their CPU time here). Raising the mmap and trim thresholds keeps them in the heap.
     Returns whether the settings were applied.
     """
+    if _mallopt is None:  # not glibc (macOS, musl): nothing to tune
+        return False
+    return bool(_mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(_mallopt(M_TRIM_THRESHOLD, 256 << 20))
+
+
+def _find_mallopt() -> Any:
+    """glibc's ``mallopt``, looked up when this module is imported, in the parent process: a
+    forked worker must not ``dlopen`` (another thread of the parent, DALI's for one, may have
+    held the dynamic loader's lock at the fork, and the child would wait on it forever)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 256 << 20))
+        libc.getpid()  # one call through ctypes here, so a child's first call binds nothing new
+        return libc.mallopt
+    except (OSError, AttributeError):
+        return None
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+_mallopt = _find_mallopt()
 
 
 def worker_id() -> int | None:
