@@ -57,15 +57,12 @@ def keep_freed_memory() -> bool:
 
 
 def _find_mallopt() -> Any:
-    """glibc's ``mallopt``, looked up when this module is imported, in the parent process: a
-    forked worker must not ``dlopen`` (another thread of the parent, DALI's for one, may have
-    held the dynamic loader's lock at the fork, and the child would wait on it forever)."""
+    """glibc's ``mallopt``, looked up once when this module is imported (in the training
+    process), so a forked worker only calls it; None where there is no such function."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None)
-        libc.getpid()  # one call through ctypes here, so a child's first call binds nothing new
-        return libc.mallopt
+        return ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return None
 
