@@ -28,8 +28,6 @@ from __future__ import annotations
 import collections
 import copy
 import importlib.util
-import os
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -187,38 +185,7 @@ class _Feed:
         return batch, refs, {name: [compute(s) for s in samples] for name, compute in self.inputs.items()}
 
 
-class _ReadAhead:
-    """The feed's reader thread (one read ahead, in plan order), safe across ``fork``: a fork
-    waits for a read in flight, whose thread may hold locks (imports, allocators, open files)
-    a child would inherit held, and a child starts a fresh thread of its own."""
-
-    def __init__(self) -> None:
-        self._reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=self._before_fork, after_in_parent=self._after_fork_in_parent,
-                                after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self.pool: ThreadPoolExecutor | None = None
-        self.reading = threading.Lock()
-
-    def submit(self, fn: Any, *args: Any) -> Future:
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="mediapipe-dali-feed")
-        return self.pool.submit(self._locked, fn, *args)
-
-    def _locked(self, fn: Any, *args: Any) -> Any:
-        with self.reading:
-            return fn(*args)
-
-    def _before_fork(self) -> None:
-        self.reading.acquire()
-
-    def _after_fork_in_parent(self) -> None:
-        self.reading.release()
-
-
-_READER = _ReadAhead()
+_READER = ThreadPoolExecutor(1, thread_name_prefix="mediapipe-dali-feed")  # one read ahead, in plan order
 
 
 def _plans(sampler: BatchSampler, epoch: int, position: int) -> Iterator[tuple[int, PlannedBatch]]:

@@ -387,36 +387,3 @@ def test_a_file_gone_before_its_read_ahead_is_named_when_its_batch_is_due(image_
         for batch in pipe.loader(backend="dali", shuffle=False, prefetch=1):
             got.append(batch["index"].tolist())
     assert got[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
-
-
-def _child_takes(lock) -> None:
-    import sys
-
-    sys.exit(0 if lock.acquire(timeout=2) else 1)
-
-
-def test_a_fork_waits_for_the_feeds_read_in_flight():
-    """A loader forks its workers while a DALI feed may still be reading ahead: the fork waits
-    for that read, so no lock it holds is inherited held (the child would hang on it)."""
-    import multiprocessing
-    import threading
-    import time
-
-    from mediapipe.loaders.dali import _READER
-
-    held, started = threading.Lock(), threading.Event()
-
-    def read() -> None:
-        with held:
-            started.set()
-            time.sleep(0.3)
-
-    future = _READER.submit(read)
-    assert started.wait(5)
-    child = multiprocessing.get_context("fork").Process(target=_child_takes, args=(held,))
-    child.start()
-    child.join(10)
-    assert child.exitcode == 0
-    future.result(5)
-    after = _READER.submit(lambda: 7)  # the parent's reader still works after the fork
-    assert after.result(5) == 7
