@@ -31,7 +31,6 @@ import importlib.util
 import time
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +140,6 @@ class _Feed:
         self.fields: dict[str, FieldNode] = {}  # the pipeline's outputs, in order
         self.planned: Iterator[tuple[int, PlannedBatch]] = iter(())
         self.host: collections.deque = collections.deque()  # (PlannedBatch, refs) per batch fed
-        self.ahead: Future | None = None  # the next planned batch, being read
 
     def add(self, name: str, compute: Any) -> Any:
         self.inputs[name] = compute
@@ -156,23 +154,9 @@ class _Feed:
 
     def start(self, sampler: BatchSampler, epoch: int, position: int) -> None:
         self.planned = _plans(sampler, epoch, position)
-        self.ahead = None  # a read of the old plan, if one is in flight, is dropped
 
     def _next_batch(self) -> None:
-        """Hand DALI the next planned batch, then start reading the one after it in a thread:
-        DALI calls the feed from the thread that runs the pipeline, where a batch's file reads,
-        header parses and keyed draws held up its next iteration (an error is raised here,
-        when its batch is due)."""
-        read = self.ahead.result() if self.ahead is not None else self._read(self.planned)
-        self.ahead = _READER.submit(self._read, self.planned)
-        batch, refs, inputs = read
-        for name, values in inputs.items():
-            self.queues[name].append(values)
-        self.host.append((batch, refs))
-
-    def _read(self, planned: Iterator[tuple[int, PlannedBatch]]) -> tuple[PlannedBatch, list, dict[str, list]]:
-        """The next planned batch: its refs and every input's values (bytes, header sizes, keyed draws)."""
-        epoch, batch = next(planned)
+        epoch, batch = next(self.planned)
         source, plan = self.loader.pipeline.source, self.loader.plan
         refs = [source.ref(int(i)) for i in batch.indices]
         samples = []
@@ -182,10 +166,9 @@ class _Feed:
                 blob = ref.blob(spec.kind)
                 data[name] = np.frombuffer(blob.read(), dtype=np.uint8)
             samples.append(HostSample(ref, data, self.loader._probes, self.loader.pipeline.seed, epoch))
-        return batch, refs, {name: [compute(s) for s in samples] for name, compute in self.inputs.items()}
-
-
-_READER = ThreadPoolExecutor(1, thread_name_prefix="mediapipe-dali-feed")  # one read ahead, in plan order
+        for name, compute in self.inputs.items():
+            self.queues[name].append([compute(s) for s in samples])
+        self.host.append((batch, refs))
 
 
 def _plans(sampler: BatchSampler, epoch: int, position: int) -> Iterator[tuple[int, PlannedBatch]]:

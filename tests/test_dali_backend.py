@@ -367,23 +367,3 @@ def test_audio_settings_without_counterpart_are_listed(wav_manifest):
     for part in ("augment[0] SpecAugment", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
                  "decode['audio'] audio(mono=False"):
         assert part in message
-
-
-def test_a_file_gone_before_its_read_ahead_is_named_when_its_batch_is_due(image_folder, tmp_path):
-    """The feed reads the next planned batch in a thread; a failed read surfaces in the
-    training loop (not lost in the thread), naming the file, after the earlier batches."""
-    import shutil
-
-    from mediapipe.errors import SourceError
-
-    root = tmp_path / "imgs"
-    shutil.copytree(image_folder, root)
-    source = mp.loaders.folder(root)
-    pipe = _pipe(root, [A.Resize((32, 32)), A.Normalize()], batch_size=4, source=source)
-    victim = source.ref(21).blobs["jpg"].path  # in the sixth of six batches (no shuffle)
-    (root / victim).unlink()
-    got = []
-    with pytest.raises(SourceError, match=victim.rsplit("/", 1)[-1]):
-        for batch in pipe.loader(backend="dali", shuffle=False, prefetch=1):
-            got.append(batch["index"].tolist())
-    assert got[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
