@@ -61,6 +61,22 @@ def decoder(**options):
     return create("video", "pyav", output="yuv", **options)
 
 
+def record_decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pts of every frame the pyav backend decodes from now on (lead-in included)."""
+    import mediapipe.decoders.video_pyav as vp
+
+    decoded: list[int] = []
+    real = vp._decoded
+
+    def counting(container, stream, ctx, tally):
+        for frame in real(container, stream, ctx, tally):
+            decoded.append(frame.pts)
+            yield frame
+
+    monkeypatch.setattr(vp, "_decoded", counting)
+    return decoded
+
+
 @pytest.mark.parametrize("container", ["mp4", "mkv", "webm", "ivf", "long", "h264"])
 @pytest.mark.parametrize("sampling", ["random", "uniform", "all"])
 def test_clips_equal_sequential_decode(clips, container, sampling):
@@ -88,17 +104,7 @@ def test_a_clip_from_the_end_decodes_one_gop(clips, monkeypatch):
     dec = decoder(clip_len=4, stride=1, sampling="uniform")
     blob = Blob(str(path), path=str(path))
     index = dec.index(blob)
-    decoded = []
-    import mediapipe.decoders.video_pyav as vp
-
-    real = vp._decoded
-
-    def counting(container, stream, ctx, tally):
-        for frame in real(container, stream, ctx, tally):
-            decoded.append(frame.pts)
-            yield frame
-
-    monkeypatch.setattr(vp, "_decoded", counting)
+    decoded = record_decoded(monkeypatch)
     plan = plan_clips(index.frames, index.fps, clip_len=4, stride=1, fps=None, clips_per_video=1,
                       sampling="all", pad="error", rng=None)
     last = plan.clips[-1]  # frames 40..43
@@ -237,20 +243,15 @@ def test_lead_in_and_skipped_frames_are_decoded_but_never_cropped(clips, monkeyp
 
     path = clips["long"]  # one key frame: a clip late in the file decodes a long lead-in
     dec = decoder(clip_len=4, stride=3, sampling="uniform")
-    cropped, decoded = [], []
-    real_crop, real_decoded = vp.PyAVVideoDecoder._crop, vp._decoded
+    cropped = []
+    real_crop = vp.PyAVVideoDecoder._crop
 
     def crop(self, frame, *args):
         cropped.append(frame.pts)
         return real_crop(self, frame, *args)
 
-    def counting(container, stream, ctx, tally):
-        for frame in real_decoded(container, stream, ctx, tally):
-            decoded.append(frame.pts)
-            yield frame
-
     monkeypatch.setattr(vp.PyAVVideoDecoder, "_crop", crop)
-    monkeypatch.setattr(vp, "_decoded", counting)
+    decoded = record_decoded(monkeypatch)
     result = dec.decode(Blob(str(path), path=str(path)), DecodeHint(), SampleRNG(0, 0, 0, 0), {})
     out = result.value
     assert len(cropped) == 4 and out.shape[0] == 4
@@ -284,15 +285,7 @@ def test_clip_of_reference_frames_skips_the_others_bit_exactly(clips, monkeypatc
     refs = [i for i in range(index.frames) if index.references[i]]
     start = next(f for f in refs if f >= 20 and all(index.references[f + 2 * k] for k in range(4)))
     wanted = [start + 2 * k for k in range(4)]
-    decoded = []
-    real = vp._decoded
-
-    def counting(container, stream, ctx, tally):
-        for frame in real(container, stream, ctx, tally):
-            decoded.append(frame.pts)
-            yield frame
-
-    monkeypatch.setattr(vp, "_decoded", counting)
+    decoded = record_decoded(monkeypatch)
     before = dict(vp.PyAVVideoDecoder.paths)
     planes, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
     assert vp.PyAVVideoDecoder.paths["nonref"] == before.get("nonref", 0) + 1
