@@ -137,6 +137,7 @@ class Plan:
         self.shape_source = self._shape_sources()
         self.deferred, self.deferred_ops = self._deferrals()
         self.absorbed = self._absorptions()
+        self.done_by_next = {before.index for before in self.absorbed.values()}
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
 
@@ -346,9 +347,10 @@ class Plan:
     def _load_batch(self, number: int, epoch: int, indices: np.ndarray, valid: int,
                     with_valid: bool = False, private: frozenset[str] = frozenset()) -> HostBatch:
         stats = StageStats()
-        self.source.prefetch(indices.tolist())
+        order = indices.tolist()
+        self.source.prefetch(order)
         samples: list[dict[str, Any] | None] = []
-        for position, index in enumerate(indices.tolist()):
+        for position, index in enumerate(order):
             samples.append(self._load_with_policy(index, epoch, stats))
             stats.samples += position < valid
         t0 = time.perf_counter()
@@ -422,9 +424,8 @@ class Plan:
 
     # -- batch stage (on the device) ----------------------------------------------------
     def run_batch_ops(self, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:
-        done_by_next = {before.index for before in self.absorbed.values()}
         for p in self.batch_ops:
-            if p.index in done_by_next:
+            if p.index in self.done_by_next:
                 continue
             before = self.absorbed.get(p.index)
             if before is None:
