@@ -4,7 +4,7 @@ They come from the benchmark's generators (`mediapipe.bench.datasets`, `mediapip
 `mediapipe.bench.audio`): photographic-looking JPEGs in ten class folders, AV1 clips of a slow
 pan and zoom in two class folders, speech-like FLAC and Opus clips of 2 to 15 s with a
 ``manifest.jsonl`` of their durations. Their classes are arbitrary (the pictures do not
-differ by class), so a model trained on them learns the pipeline, not the task.
+differ by class), so a model trained on them shows the pipeline at work, not a task learnt.
 """
 
 from __future__ import annotations

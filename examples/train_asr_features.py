@@ -41,6 +41,7 @@ from torch import nn
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.loaders import DurationBucketSampler, source_durations
+from mediapipe.sample import AUDIO_EXTENSIONS
 
 SAMPLE_RATE = 16000
 
@@ -49,17 +50,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[2:]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", nargs="?", type=Path,
+    parser.add_argument("data", metavar="DATA", nargs="?", type=Path,
                         help="a folder of audio files or a .jsonl manifest (default: generated speech-like clips)")
-    parser.add_argument("--steps", type=int, default=10, help="training steps (default: 10)")
-    parser.add_argument("--batch-seconds", type=float, default=40.0,
+    parser.add_argument("--steps", metavar="N", type=int, default=10, help="training steps (default: 10)")
+    parser.add_argument("--batch-seconds", metavar="S", type=float, default=40.0,
                         help="seconds of audio per batch, at most (default: 40)")
-    parser.add_argument("--buckets", type=int, default=4, help="duration buckets (default: 4)")
-    parser.add_argument("--n-mels", type=int, default=40, help="mel bands (default: 40)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: 0.001)")
-    parser.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
-    parser.add_argument("--device", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
-    parser.add_argument("--seed", type=int, default=0, help="seeds the model and every random draw (default: 0)")
+    parser.add_argument("--buckets", metavar="N", type=int, default=4, help="duration buckets (default: 4)")
+    parser.add_argument("--n-mels", metavar="N", type=int, default=40, help="mel bands (default: 40)")
+    parser.add_argument("--lr", metavar="LR", type=float, default=1e-3, help="Adam learning rate (default: 0.001)")
+    parser.add_argument("--workers", metavar="N", type=int, default=2, help="loader worker processes (default: 2)")
+    parser.add_argument("--device", metavar="DEVICE", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
+    parser.add_argument("--seed", metavar="N", type=int, default=0, help="seeds the model and every random draw (default: 0)")
     args = parser.parse_args(argv)
     for name in ("steps", "buckets", "n_mels"):
         if getattr(args, name) < 1:
@@ -112,7 +113,10 @@ def main(argv: list[str] | None = None) -> list[float]:
 
         args.data = sample_audio()
         print(f"training on generated speech-like clips listed in {args.data}")
-    source = mp.loaders.manifest(args.data) if args.data.is_file() else mp.loaders.folder(args.data)
+    if args.data.is_file():
+        source = mp.loaders.manifest(args.data)
+    else:
+        source = mp.loaders.folder(args.data, extensions=AUDIO_EXTENSIONS)  # the audio files only
     durations = source_durations(source)  # a manifest's "duration", else each file's header, read once
     sampler = DurationBucketSampler(durations, max_duration=args.batch_seconds, num_buckets=args.buckets,
                                     seed=args.seed)
@@ -144,5 +148,7 @@ def main(argv: list[str] | None = None) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    try:
+        main()
+    except mp.MediapipeError as err:  # a file or folder that cannot be read: its name and why
+        sys.exit(f"{Path(sys.argv[0]).name}: {err}")

@@ -27,31 +27,32 @@ from torch import nn
 
 import mediapipe as mp
 from mediapipe import augment as A
+from mediapipe.sample import IMAGE_EXTENSIONS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[2:]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", nargs="?", type=Path,
+    parser.add_argument("data", metavar="DATA", nargs="?", type=Path,
                         help="training images in class sub-folders (default: a generated sample set)")
-    parser.add_argument("--val", type=Path, help="validation images in the same class sub-folders "
+    parser.add_argument("--val", metavar="DIR", type=Path, help="validation images in the same class sub-folders "
                         "(default: hold out --val-fraction of DATA)")
-    parser.add_argument("--val-fraction", type=float, default=0.1,
+    parser.add_argument("--val-fraction", metavar="F", type=float, default=0.1,
                         help="share of each class held out for validation when --val is not given (default: 0.1)")
-    parser.add_argument("--epochs", type=int, default=3, help="passes over the training set (default: 3)")
-    parser.add_argument("--max-steps", type=int, default=None,
+    parser.add_argument("--epochs", metavar="N", type=int, default=3, help="passes over the training set (default: 3)")
+    parser.add_argument("--max-steps", metavar="N", type=int, default=None,
                         help="stop after this many steps in all, with a checkpoint (default: no limit)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
-    parser.add_argument("--size", type=int, default=64, help="training crop side in pixels (default: 64)")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default: 0.05)")
-    parser.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
-    parser.add_argument("--device", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
-    parser.add_argument("--seed", type=int, default=0, help="seeds the model and every augmentation draw (default: 0)")
-    parser.add_argument("--checkpoint", type=Path, default=Path("checkpoints/classifier.pt"),
+    parser.add_argument("--batch-size", metavar="N", type=int, default=32, help="images per batch (default: 32)")
+    parser.add_argument("--size", metavar="PX", type=int, default=64, help="training crop side in pixels (default: 64)")
+    parser.add_argument("--lr", metavar="LR", type=float, default=0.05, help="SGD learning rate (default: 0.05)")
+    parser.add_argument("--workers", metavar="N", type=int, default=2, help="loader worker processes (default: 2)")
+    parser.add_argument("--device", metavar="DEVICE", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
+    parser.add_argument("--seed", metavar="N", type=int, default=0, help="seeds the model and every augmentation draw (default: 0)")
+    parser.add_argument("--checkpoint", metavar="PATH", type=Path, default=Path("checkpoints/classifier.pt"),
                         help="checkpoint file, written at each epoch's end (default: checkpoints/classifier.pt)")
-    parser.add_argument("--log-every", type=int, default=10, help="print the loss every N steps (default: 10)")
-    parser.add_argument("--save-every", type=int, default=0,
+    parser.add_argument("--log-every", metavar="N", type=int, default=10, help="print the loss every N steps (default: 10)")
+    parser.add_argument("--save-every", metavar="N", type=int, default=0,
                         help="also write the checkpoint every N steps (default: 0, only at epoch ends)")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     args = parser.parse_args(argv)
@@ -81,7 +82,8 @@ def held_out_split(root: Path, fraction: float, out: Path) -> tuple[Path, Path]:
     every = max(2, round(1 / fraction))
     train, val = [], []
     for label, name in enumerate(class_folders(root)):
-        files = sorted(p for p in (root / name).iterdir() if p.is_file() and not p.name.startswith("."))
+        files = sorted(p for p in (root / name).iterdir()
+                       if p.suffix.lower().lstrip(".") in IMAGE_EXTENSIONS and not p.name.startswith("."))
         for i, path in enumerate(files):
             (val if i % every == 0 else train).append({"path": str(path.resolve()), "label": label})
     if not train or not val:
@@ -96,10 +98,13 @@ def held_out_split(root: Path, fraction: float, out: Path) -> tuple[Path, Path]:
 def pipelines(args: argparse.Namespace) -> tuple[mp.Pipeline, mp.Pipeline, list[str]]:
     """The training pipeline (random crops, flips, colour jitter) and the evaluation one (a centre crop)."""
     classes = class_folders(args.data)
+    if not classes:
+        raise SystemExit(f"{args.data}: no class sub-folders (DATA holds one folder of images per class)")
     if args.val is not None:
         if class_folders(args.val) != classes:
             raise SystemExit(f"--val {args.val}: its class folders differ from those of {args.data}")
-        train_source, val_source = mp.loaders.folder(args.data), mp.loaders.folder(args.val)
+        train_source = mp.loaders.folder(args.data, extensions=IMAGE_EXTENSIONS)
+        val_source = mp.loaders.folder(args.val, extensions=IMAGE_EXTENSIONS)
     else:
         train_list, val_list = held_out_split(args.data, args.val_fraction, args.checkpoint.parent / "split")
         train_source, val_source = mp.loaders.manifest(train_list), mp.loaders.manifest(val_list)
@@ -179,8 +184,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from sample_data import sample_images
 
         args.data = sample_images()
-        print(f"training on generated sample images in {args.data} (their classes are arbitrary: expect "
-              "chance accuracy; give DATA for a real task)")
+        print(f"training on generated sample images in {args.data} (their classes are arbitrary, so the "
+              "accuracy says little; give DATA for a real task)")
     train_pipe, val_pipe, classes = pipelines(args)
     torch.manual_seed(args.seed)
     model = small_cnn(len(classes)).to(train_pipe.device)
@@ -199,6 +204,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except ValueError as err:  # another dataset, batch size or seed than the checkpoint's
             raise SystemExit(f"{args.checkpoint} does not fit this run: {err}") from None
         step = state["step"]
+        if loader.epoch >= args.epochs:
+            print(f"{args.checkpoint} is at the end of epoch {loader.epoch}: nothing left to do "
+                  f"(a larger --epochs trains on)")
+            return {"steps": [], "val": [], "stopped": None}
         print(f"resumed from {args.checkpoint}: step {step}, epoch {loader.epoch + 1}, "
               f"batch {loader.sampler.position} of {len(loader)}")
 
@@ -242,10 +251,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"accuracy {metrics['accuracy']:.1%}  (checkpoint: {args.checkpoint})")
     elapsed = time.perf_counter() - started
     wait = loader.stats.seconds["wait"]
-    print(f"{len(history['steps'])} steps in {elapsed:.1f} s; waited {wait:.1f} s for input "
-          f"({100 * wait / max(elapsed, 1e-9):.0f}%: above a few percent, training is input-bound)")
+    share = wait / max(elapsed, 1e-9)
+    verdict = "input-bound: more --workers may help" if share > 0.05 else "not input-bound"
+    print(f"{len(history['steps'])} steps in {elapsed:.1f} s; waited {wait:.1f} s for input ({share:.0%}, {verdict})")
     return history
 
 
 if __name__ == "__main__":
-    sys.exit(130 if main()["stopped"] == "interrupted" else 0)  # 130: the shell's status for Ctrl-C
+    try:
+        history = main()
+    except mp.MediapipeError as err:  # a file or folder that cannot be read: its name and why
+        sys.exit(f"{Path(sys.argv[0]).name}: {err}")
+    sys.exit(130 if history["stopped"] == "interrupted" else 0)  # 130: the shell's status for Ctrl-C

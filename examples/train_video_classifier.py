@@ -40,23 +40,24 @@ from torch import nn
 
 import mediapipe as mp
 from mediapipe import augment as A
+from mediapipe.sample import VIDEO_EXTENSIONS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[2:]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", nargs="?", type=Path,
+    parser.add_argument("data", metavar="DATA", nargs="?", type=Path,
                         help="video files in class sub-folders (default: a few generated AV1 clips)")
-    parser.add_argument("--steps", type=int, default=10, help="training steps (default: 10)")
-    parser.add_argument("--clip-len", type=int, default=8, help="frames per clip (default: 8)")
-    parser.add_argument("--stride", type=int, default=2, help="source frames between a clip's frames (default: 2)")
-    parser.add_argument("--size", type=int, default=64, help="crop side in pixels (default: 64)")
-    parser.add_argument("--batch-size", type=int, default=4, help="clips per batch (default: 4)")
-    parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default: 0.01)")
-    parser.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
-    parser.add_argument("--device", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
-    parser.add_argument("--seed", type=int, default=0, help="seeds the model and every random draw (default: 0)")
+    parser.add_argument("--steps", metavar="N", type=int, default=10, help="training steps (default: 10)")
+    parser.add_argument("--clip-len", metavar="T", type=int, default=8, help="frames per clip (default: 8)")
+    parser.add_argument("--stride", metavar="N", type=int, default=2, help="source frames between a clip's frames (default: 2)")
+    parser.add_argument("--size", metavar="PX", type=int, default=64, help="crop side in pixels (default: 64)")
+    parser.add_argument("--batch-size", metavar="N", type=int, default=4, help="clips per batch (default: 4)")
+    parser.add_argument("--lr", metavar="LR", type=float, default=0.01, help="SGD learning rate (default: 0.01)")
+    parser.add_argument("--workers", metavar="N", type=int, default=2, help="loader worker processes (default: 2)")
+    parser.add_argument("--device", metavar="DEVICE", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
+    parser.add_argument("--seed", metavar="N", type=int, default=0, help="seeds the model and every random draw (default: 0)")
     args = parser.parse_args(argv)
     for name in ("steps", "clip_len", "stride", "size", "batch_size"):
         if getattr(args, name) < 1:
@@ -70,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def video_pipeline(args: argparse.Namespace) -> mp.Pipeline:
     return mp.Pipeline(
-        source=mp.loaders.folder(args.data),
+        source=mp.loaders.folder(args.data, extensions=VIDEO_EXTENSIONS),  # the videos only
         # one random clip per video; Y, U, V planes, converted to RGB on the device by YUVToRGB
         decode={"video": mp.decoders.video(clip_len=args.clip_len, stride=args.stride, sampling="random",
                                            output="yuv")},
@@ -137,5 +138,7 @@ def main(argv: list[str] | None = None) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    try:
+        main()
+    except mp.MediapipeError as err:  # a file or folder that cannot be read: its name and why
+        sys.exit(f"{Path(sys.argv[0]).name}: {err}")
