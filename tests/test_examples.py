@@ -52,7 +52,7 @@ def tinted_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def classifier_args(data: Path, checkpoint: Path, *extra: str) -> list[str]:
     # 27 training images per class after the held-out split: 3 batches of 16 per epoch
     return [str(data), "--checkpoint", str(checkpoint), "--epochs", "2", "--batch-size", "16", "--size", "32",
-            "--workers", "1", "--device", "cpu", "--log-every", "1", *extra]
+            "--workers", "0", "--device", "cpu", "--log-every", "1", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +104,9 @@ def test_classifier_ctrl_c_saves_and_resume_finishes_the_run(examples, uninterru
     """Ctrl-C as a terminal sends it (to the whole process group, workers included), then --resume."""
     checkpoint = tmp_path / "c.pt"
     args = classifier_args(tinted_images, checkpoint)
-    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "train_classifier.py"), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # with a worker process, which gets the Ctrl-C too; the resume below runs without one
+    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "train_classifier.py"), *args, "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = []
     try:
         for line in proc.stdout:
