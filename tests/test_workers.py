@@ -32,16 +32,18 @@ import multiprocessing, sys, time
 import mediapipe as mp
 from mediapipe import augment as A
 
-pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {"image": mp.decoders.image()}, [A.Resize((16, 16))],
-                   batch_size=2, device="cpu")
-loader = pipe.loader(num_workers=2, multiprocessing_context=sys.argv[2], persistent_workers=True)
-it = iter(loader)
-next(it)
-pids = [p.pid for p in multiprocessing.active_children()]
-from multiprocessing import forkserver, resource_tracker
-helpers = [getattr(forkserver._forkserver, "_forkserver_pid", None), getattr(resource_tracker._resource_tracker, "_pid", None)]
-print("PIDS", *pids, *[p for p in helpers if p], flush=True)
-time.sleep(300)
+if __name__ == "__main__":
+    pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {"image": mp.decoders.image()}, [A.Resize((16, 16))],
+                       batch_size=2, device="cpu")
+    loader = pipe.loader(num_workers=2, multiprocessing_context=sys.argv[2], persistent_workers=True)
+    it = iter(loader)
+    next(it)
+    pids = [p.pid for p in multiprocessing.active_children()]
+    from multiprocessing import forkserver, resource_tracker
+    helpers = [getattr(forkserver._forkserver, "_forkserver_pid", None),
+               getattr(resource_tracker._resource_tracker, "_pid", None)]
+    print("PIDS", *pids, *[p for p in helpers if p], flush=True)
+    time.sleep(300)
 """
 
 
