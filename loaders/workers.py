@@ -26,6 +26,7 @@ import pickle
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -323,7 +324,9 @@ class ProcessPool:
 
     @property
     def healthy(self) -> bool:
-        return not self._closed and all(p.is_alive() for p in self.procs)
+        """Not closed, and every worker runs (asked of the kernel too: a worker the forkserver
+        has not reaped yet is a zombie, dead already)."""
+        return not self._closed and all(p.is_alive() and process_alive(p.pid) for p in self.procs)
 
     def submit(self, task: Task) -> None:
         self.tasks.put((self._sent, task))
@@ -347,15 +350,24 @@ class ProcessPool:
                 return self.results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 waited += _POLL_SECONDS
-                for w, p in enumerate(self.procs):
-                    if not p.is_alive():
-                        hint = ("; its start ran the training script again (it defines the pipeline's "
-                                "ops): guard the script's entry point with if __name__ == '__main__':, "
-                                "or move the ops to a module") if self.needs_main else ""
-                        raise WorkerError(f"loader worker {w} (pid {p.pid}) exited unexpectedly "
-                                          f"with code {p.exitcode} (started by {self.start_method}){hint}") from None
+                self._check_alive()
                 if self.timeout and waited >= self.timeout:
                     raise WorkerError(f"no batch from the loader workers in {self.timeout:.0f} s") from None
+            except (ConnectionError, EOFError, FileNotFoundError) as err:
+                # a batch's shared memory comes from its worker when received: that worker just died
+                time.sleep(_POLL_SECONDS)
+                self._check_alive()
+                raise WorkerError(f"receiving a batch from a loader worker failed: {err}") from err
+
+    def _check_alive(self) -> None:
+        for w, p in enumerate(self.procs):
+            if not p.is_alive() or not process_alive(p.pid):
+                hint = ("; its start ran the training script again (it defines the pipeline's "
+                        "ops): guard the script's entry point with if __name__ == '__main__':, "
+                        "or move the ops to a module") if self.needs_main else ""
+                code = f" with code {p.exitcode}" if p.exitcode is not None else ""
+                raise WorkerError(f"loader worker {w} (pid {p.pid}) exited unexpectedly{code} "
+                                  f"(started by {self.start_method}){hint}") from None
 
     def map(self, tasks: Iterator[Task], prefetch: int) -> Iterator[Any]:
         """The results of ``tasks`` in order, ``prefetch`` tasks per worker in flight."""

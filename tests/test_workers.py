@@ -282,3 +282,47 @@ def test_an_error_in_a_worker_stops_every_worker(tmp_path):
         for _ in it:
             pass
     assert not any(process_alive(p) for p in pids)
+
+
+# -- a worker killed, a pass left early: the next pass still gives the right batches ----------
+@pytest.mark.timeout(120)
+def test_a_killed_persistent_worker_is_replaced_by_the_next_pass(image_folder):
+    pipe = make_pipeline(image_folder)
+    reference = collect(pipe.loader(num_workers=0))
+    loader = pipe.loader(num_workers=2, persistent_workers=True)
+    collect(loader)
+    dead = loader._pool.pids[0]
+    os.kill(dead, signal.SIGKILL)  # between epochs (the OOM killer...): the next pass must not hang on it
+    while process_alive(dead):
+        time.sleep(0.01)
+    loader.set_epoch(0)
+    assert_same(collect(loader), reference)
+    loader.set_epoch(0)
+    it = iter(loader)
+    next(it)
+    os.kill(it.worker_pids[1], signal.SIGKILL)  # during a pass: an error, not a hang
+    with pytest.raises(mp.WorkerError, match="exited unexpectedly"):
+        for _ in it:
+            pass
+    assert loader._pool is None and not any(process_alive(p) for p in it.worker_pids)
+    resumed = collect(loader)  # from where the loader was, with new workers
+    assert_same(resumed, reference[len(reference) - len(resumed):])
+
+
+def test_leaving_a_persistent_pass_early_then_resuming(image_folder):
+    pipe = make_pipeline(image_folder)
+    reference = collect(pipe.loader(num_workers=0))
+    loader = pipe.loader(num_workers=2, persistent_workers=True)
+    got = []
+    for batch in loader:
+        got.append({k: v.clone() for k, v in batch.items()})
+        if len(got) == 2:
+            break
+    state = loader.state_dict()
+    got += collect(loader)  # the same loader goes on where it stopped
+    assert_same(got, reference)
+    again = pipe.loader(num_workers=2, persistent_workers=True)
+    again.load_state_dict(state)
+    assert_same(collect(again), reference[2:])
+    loader.close()
+    again.close()
