@@ -20,6 +20,7 @@ thread or by the forkserver), and a watchdog that checks its parent between task
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -372,26 +373,24 @@ class ProcessPool:
     def map(self, tasks: Iterator[Task], prefetch: int) -> Iterator[Any]:
         """The results of ``tasks`` in order, ``prefetch`` tasks per worker in flight."""
         tasks = iter(tasks)
-        window = self.num_workers * prefetch
-        exhausted = False
         in_flight = 0
-        while not exhausted and in_flight < window:
+
+        def send() -> bool:
+            nonlocal in_flight
             task = next(tasks, None)
             if task is None:
-                exhausted = True
-            else:
-                self.submit(task)
-                in_flight += 1
+                return False
+            self.submit(task)
+            in_flight += 1
+            return True
+
+        more = True
+        while more and in_flight < self.num_workers * prefetch:
+            more = send()
         while in_flight:
             result = self.next_result()
             in_flight -= 1
-            if not exhausted:
-                task = next(tasks, None)
-                if task is None:
-                    exhausted = True
-                else:
-                    self.submit(task)
-                    in_flight += 1
+            more = more and send()
             yield result
 
     def release_consumed(self) -> None:
@@ -400,6 +399,10 @@ class ProcessPool:
             return
         for worker, keys in self.lent.take_released().items():
             self.control[worker].put((RELEASE, keys))
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def close(self) -> None:
         """Stop the workers: asked to when idle, terminated when busy (their results are not
