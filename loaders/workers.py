@@ -8,8 +8,9 @@ Starting processes: a forked child inherits every lock as it was at the fork, he
 too, and only the forking thread, so a lock another thread held (a DALI pipeline's, a
 logging handler's, a decoder's) never unlocks in the child. The default start method is
 therefore "fork" only when the training process provably runs a single OS thread, and
-otherwise "forkserver" (a clean single-threaded server forks the workers; it imports the
-modules workers need once, when it starts) or "spawn" where there is no forkserver.
+otherwise "forkserver" (a server started by fork and exec, so it inherits no lock, forks
+each worker from its only Python thread; it imports the modules workers need once, when it
+starts) or "spawn" where there is no forkserver.
 Everything a worker receives pickles (`BatchBuilder`: the plan, source, decoder specs, ops).
 
 Orphans: a worker exits within seconds when the training process dies, even by SIGKILL:
