@@ -305,6 +305,7 @@ class ProcessPool:
             for w in range(num_workers)
         ]
         self.lent = LentBuffers()
+        self.owner = owner  # a process forked from this one (a user's fork) never stops these workers
         self._sent = self._received = 0
         self._done: dict[int, Any] = {}
         self._closed = False
@@ -328,7 +329,8 @@ class ProcessPool:
     def healthy(self) -> bool:
         """Not closed, and every worker runs (asked of the kernel too: a worker the forkserver
         has not reaped yet is a zombie, dead already)."""
-        return not self._closed and all(p.is_alive() and process_alive(p.pid) for p in self.procs)
+        return (not self._closed and os.getpid() == self.owner
+                and all(p.is_alive() and process_alive(p.pid) for p in self.procs))
 
     def submit(self, task: Task) -> None:
         self.tasks.put((self._sent, task))
@@ -411,6 +413,8 @@ class ProcessPool:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self.owner:  # a copy of the pool in a forked child: the workers are not ours
+            return
         started = [p for p in self.procs if p.pid is not None]
         if self.outstanding == 0:
             for _ in started:

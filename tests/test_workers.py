@@ -326,3 +326,21 @@ def test_leaving_a_persistent_pass_early_then_resuming(image_folder):
     assert_same(collect(again), reference[2:])
     loader.close()
     again.close()
+
+
+def test_a_forked_copy_of_a_loader_leaves_its_workers_alone(image_folder):
+    """A process forked from the trainer (a user's fork, another library's worker) holds a
+    copy of the loader; closing or collecting that copy must not stop the trainer's workers."""
+    loader = make_pipeline(image_folder).loader(num_workers=2, persistent_workers=True)
+    first = collect(loader)
+    pids = loader._pool.pids
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only closes its copy and leaves
+        try:
+            loader.close()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert all(process_alive(p) for p in pids)
+    assert len(collect(loader)) == len(first) and loader._pool.pids == pids
+    loader.close()
