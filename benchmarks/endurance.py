@@ -126,7 +126,8 @@ def main() -> int:
                     elif pids != workers:
                         print(f"workers changed: {workers} -> {pids}", file=sys.stderr)
                         return 1
-                    row = (done, rss_mb(me), [rss_mb(p) for p in pids], shm_held_mb([me, *pids]), shm_names([me, *pids]))
+                    row = (done, rss_mb(me), [rss_mb(p) for p in pids], shm_held_mb([me, *pids]),
+                           shm_names([me, *pids]))
                     rows.append(row)
                     worker_mb = " ".join(f"{m:7.1f}" for m in row[2])
                     print(f"{done:>8} {loader.epoch:>6} {row[1]:>8.1f} {worker_mb:>24} {row[3]:>12.1f} "
