@@ -66,11 +66,17 @@ def test_two_gloo_ranks_step_together_and_read_disjoint_covering_samples(image_f
         procs.append(subprocess.Popen([sys.executable, str(script), str(image_folder), str(manifest)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err
-        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-        results.append(json.loads(line[len("RESULT "):]))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err
+            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+            results.append(json.loads(line[len("RESULT "):]))
+    finally:  # a rank that failed leaves the other waiting for it: stop it too
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     results.sort(key=lambda r: r["rank"])
     for name, count in (("pad", 24), ("default", 21)):
         a, b = results[0]["runs"][name], results[1]["runs"][name]
