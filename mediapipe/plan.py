@@ -29,6 +29,32 @@ class PlacedOp:
     stage: Stage
 
 
+def decode_order(decode: dict[str, DecoderSpec], deferred: set[str]) -> list[tuple[int, str]]:
+    """(index in ``decode``, field) in decoding order: a field read ``from_field`` another comes
+    after it, so the worker hands it that field's time spans. The index stays each field's RNG key."""
+    order: list[tuple[int, str]] = []
+    placed: set[str] = set()
+    pending = list(enumerate(decode))
+    while pending:
+        ready = [(i, n) for i, n in pending if decode[n].from_field is None or decode[n].from_field in placed]
+        if not ready:
+            name = pending[0][1]
+            source = decode[name].from_field
+            if source not in decode:
+                raise PipelineError(f"decode[{name!r}] reads from_field={source!r}, which is not a decoded field; "
+                                    f"fields: {sorted(decode)}")
+            raise PipelineError(f"decode[{name!r}]: from_field makes a cycle through {source!r}")
+        for i, name in ready:
+            source = decode[name].from_field
+            if source is not None and source in deferred:
+                raise PipelineError(f"decode[{name!r}] reads from_field={source!r}, which the device decodes: "
+                                    "its time spans are not known in the workers; decode it in the workers")
+            order.append((i, name))
+            placed.add(name)
+        pending = [p for p in pending if p not in ready]
+    return order
+
+
 class Plan:
     """A validated pipeline: decoders per field, ops in order with their stage, fusions, the
     fields decoded on the device, and the batch ops another one absorbs. Pickles (to workers)
@@ -58,6 +84,7 @@ class Plan:
         self.deferred, self.deferred_ops = self._deferrals()
         self.absorbed = self._absorptions()
         self.done_by_next = {before.index for before in self.absorbed.values()}
+        self.decode_order = decode_order(self.decode, self.deferred)
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
 

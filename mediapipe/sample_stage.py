@@ -36,8 +36,9 @@ class SampleStage:
         data.update(ref.fields)
         params_cache: dict[int, Params] = {}
         done: set[tuple[int, str]] = set()
-        for field_index, (name, decoder) in enumerate(self.plan.decoders().items()):
-            self.decode_field(ref, name, field_index, decoder, epoch, data, params_cache, done, stats)
+        decoders, spans = self.plan.decoders(), {}
+        for field_index, name in self.plan.decode_order:
+            self.decode_field(ref, name, field_index, decoders[name], epoch, data, params_cache, done, stats, spans)
         t0 = time.perf_counter()
         self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False)
         stats.seconds["sample_ops"] += time.perf_counter() - t0
@@ -64,13 +65,17 @@ class SampleStage:
                     data[dst] = p.op.apply_to(data[src], params, src)
 
     def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
-                     data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats) -> None:
+                     data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
+                     spans: dict[str, Any]) -> None:
         """Field ``name`` of one sample into ``data``: read its blob, probe the header when an op
         is fused into the decoder (drawing that op's parameters for the hint), decode, and
-        finish the fused op. A device-decoded field becomes a `Deferred` instead."""
+        finish the fused op. A device-decoded field becomes a `Deferred` instead. A field read
+        ``from_field`` another (a video's audio track) reads that field's blob and decodes the
+        time spans the other's decoder recorded in ``spans``."""
         plan = self.plan
         t0 = time.perf_counter()
-        blob = ref.blob(decoder.kind, name)
+        source = plan.decode[name].from_field
+        blob = ref.blob(plan.decode[source].kind, source) if source else ref.blob(decoder.kind, name)
         if getattr(decoder, "reads_whole", True) and blob.data is None:
             blob = replace(blob, data=blob.read())
         stats.bytes += blob.nbytes()
@@ -90,6 +95,8 @@ class SampleStage:
                 params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), meta)
                 params_cache[fused.index] = params
             hint = fused.op.decode_hint(params, meta) or NO_HINT
+        if source is not None:
+            hint = replace(hint, span=spans.get(source))
         if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
             data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
             return
@@ -97,6 +104,8 @@ class SampleStage:
         x = decoder.decode(blob, hint, rng, meta)
         if isinstance(x, Decoded):
             data.update({f"{name}_{side}": value for side, value in x.fields.items()})
+            if x.span is not None:
+                spans[name] = x.span
             stats.frames += x.frames
             x = x.value
         t2 = time.perf_counter()
