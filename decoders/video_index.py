@@ -25,8 +25,9 @@ from mediapipe.sample import Blob, SampleMeta
 
 # AVColorSpace / AVColorRange values (libavutil/pixfmt.h), as PyAV reports them.
 _BT709_SPACES = {1}  # AVCOL_SPC_BT709
+_BT2020_SPACES = {9, 10}  # AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL (read with the NCL matrix, as swscale)
 _FULL_RANGE = 2  # AVCOL_RANGE_JPEG
-MATRICES = ("bt601", "bt709")
+MATRICES = ("bt601", "bt709", "bt2020")
 RANGES = ("limited", "full")
 CACHE_SIZE = 4096
 
@@ -38,8 +39,10 @@ class VideoIndex:
     pts: presentation timestamps (stream time base) in presentation order, one per frame,
         or None when the index came from dataset metadata (then frame i is at i / fps).
     keyframes: frame numbers (presentation order) of the key frames, ascending; frame 0 first.
-    matrix / range: the stream's colour signalling ("bt601" or "bt709"; "limited" or
-        "full"); unspecified streams get FFmpeg's defaults: BT.601, limited range.
+    matrix / range: the stream's colour signalling ("bt601", "bt709" or "bt2020"; "limited"
+        or "full"); unspecified streams get FFmpeg's defaults: BT.601, limited range.
+    rotation: the display matrix's rotation, counter-clockwise degrees (0, 90, 180, 270), as
+        FFmpeg reads it; bit_depth: bits per sample of the decoded frames (8, 10, 12).
     references: AV1 only, bool per frame (presentation order): whether the frame still comes
         out of libdav1d opened with ``skip_frame="NONREF"`` (it is a reference frame, or shows
         one); None when unknown (other codecs, an index from metadata, an unparsed header).
@@ -60,6 +63,8 @@ class VideoIndex:
     range: str = "limited"
     has_audio: bool = False
     references: np.ndarray | None = None
+    rotation: int = 0
+    bit_depth: int = 8
 
     def all_references(self, frames: list[int]) -> bool:
         """Whether every frame of ``frames`` survives ``skip_frame="NONREF"`` (False when unknown)."""
@@ -96,12 +101,24 @@ class VideoIndex:
         i = bisect_right(self.keyframes, frame) - 1
         return self.keyframes[i] if i >= 0 else 0
 
-    def time_of(self, frame: float) -> float:
-        """Seconds from the stream start to frame number ``frame`` (fractional frames allowed)."""
-        return frame / self.fps
+    @cached_property
+    def times(self) -> np.ndarray:
+        """Seconds of each frame from the first frame (presentation order): from the timestamps
+        (variable frame rates as they are), or i / fps for an index from metadata."""
+        if self.pts is None:
+            return np.arange(self.frames, dtype=np.float64) / self.fps
+        return (self.pts - self.pts[0]).astype(np.float64) * float(self.time_base)
 
-    def as_meta(self) -> SampleMeta:
-        return {"height": self.height, "width": self.width, "frames": self.frames, "fps": self.fps,
+    @property
+    def start_seconds(self) -> float:
+        """The first frame's time on the file's timeline (its timestamp x time base)."""
+        return float(self.start_pts * self.time_base)
+
+    def as_meta(self, rotate: bool = True) -> SampleMeta:
+        """Header facts for the ops' parameters: the displayed size (turned by the display
+        matrix when ``rotate``), frames, rate, duration, key frames."""
+        height, width = (self.width, self.height) if rotate and self.rotation % 180 else (self.height, self.width)
+        return {"height": height, "width": width, "frames": self.frames, "fps": self.fps,
                 "duration": self.duration, "keyframes": list(self.keyframes)}
 
 
@@ -136,8 +153,10 @@ def clear_cache() -> None:
 
 
 def colour_of(colorspace: int | None, color_range: int | None, pix_fmt: str) -> tuple[str, str]:
-    """("bt601" | "bt709", "limited" | "full") from FFmpeg's enums; unspecified as FFmpeg's swscale."""
-    matrix = "bt709" if colorspace in _BT709_SPACES else "bt601"
+    """("bt601" | "bt709" | "bt2020", "limited" | "full") from FFmpeg's enums; unspecified as
+    FFmpeg's swscale (BT.601, limited range)."""
+    colorspace = int(colorspace) if colorspace is not None else None
+    matrix = "bt709" if colorspace in _BT709_SPACES else "bt2020" if colorspace in _BT2020_SPACES else "bt601"
     full = color_range == _FULL_RANGE or pix_fmt.startswith("yuvj")
     return matrix, "full" if full else "limited"
 
@@ -168,14 +187,36 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
     keyframes, else by demuxing every packet of the stream (no decoding). Leaves the container
     positioned at its start."""
     ctx = stream.codec_context
+    first = FirstFrame(stream)
     pix_fmt = ctx.pix_fmt or (ctx.format.name if ctx.format is not None else "") or "yuv420p"
-    matrix, colour_range = colour_of(getattr(ctx, "colorspace", None), getattr(ctx, "color_range", None), pix_fmt)
     time_base = stream.time_base or Fraction(1, 90_000)
     has_audio = bool(container.streams.audio)
-    common = dict(width=int(ctx.width), height=int(ctx.height), codec=ctx.codec.name, pix_fmt=pix_fmt,
-                  time_base=Fraction(time_base), matrix=matrix, range=colour_range, has_audio=has_audio)
     meta = meta or {}
+
+    def facts() -> dict[str, Any]:
+        """What the stream says, the first decoded frame's word first (rotation, depth, colour)."""
+        frame = first.frame
+        fmt = frame.format.name if frame is not None else pix_fmt
+        space = frame.colorspace if frame is not None else getattr(ctx, "colorspace", None)
+        crange = frame.color_range if frame is not None else getattr(ctx, "color_range", None)
+        matrix, colour_range = colour_of(space, crange, fmt)
+        rotation = int(round((frame.rotation or 0) / 90.0)) * 90 % 360 if frame is not None else 0
+        width = int(frame.width) if frame is not None else int(ctx.width)
+        height = int(frame.height) if frame is not None else int(ctx.height)
+        if width <= 0 or height <= 0:
+            raise DecodeError(path, decoder, f"video stream has no frame size ({width}x{height})")
+        return dict(width=width, height=height, codec=ctx.codec.name, pix_fmt=fmt, time_base=Fraction(time_base),
+                    matrix=matrix, range=colour_range, has_audio=has_audio, rotation=rotation,
+                    bit_depth=bit_depth_of(fmt))
+
     if all(k in meta for k in ("frames", "fps", "keyframes")) and int(meta["frames"]) > 0 and float(meta["fps"]) > 0:
+        try:
+            for packet in container.demux(stream):
+                if first.feed(packet):
+                    break
+        except Exception:  # noqa: BLE001 - the clip decode reports a damaged file with its reason
+            pass
+        common = facts()
         frames, fps = int(meta["frames"]), float(meta["fps"])
         keyframes = tuple(sorted({0, *(int(k) for k in meta["keyframes"] if 0 <= int(k) < frames)}))
         start = stream.start_time if stream.start_time is not None else 0
@@ -196,6 +237,7 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
             if pts is None:  # raw streams without timestamps: number the packets
                 pts = count
             pts_list.append(int(pts))
+            first.feed(packet)
             if packet.is_keyframe:
                 key_pts.append(int(pts))
             if survives is not None:
@@ -222,11 +264,55 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
     else:
         fps = float(rate) if rate else 25.0
     duration = len(pts) / fps
+    common = facts()
     references = None
     if survives is not None and len(survives) == len(pts):
         references = np.array([survives[int(p)] for p in pts], dtype=bool)
     return VideoIndex(frames=len(pts), fps=fps, duration=duration, start_pts=int(pts[0]),
                       keyframes=tuple(keyframes), pts=pts, references=references, **common)
+
+
+def bit_depth_of(pix_fmt: str) -> int:
+    """Bits per sample of an FFmpeg pixel format (8 when unknown)."""
+    try:
+        import av
+
+        return int(av.VideoFormat(pix_fmt).components[0].bits)
+    except Exception:  # noqa: BLE001 - an unknown or unusable format name
+        return 8
+
+
+class FirstFrame:
+    """Decodes the packets it is fed (one thread) until the stream's first frame comes out:
+    what only a decoded frame tells (the display matrix, the real pixel format and colour)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.frame: Any = None
+        self.ctx: Any = None
+        self.failed = False
+        try:
+            import av
+
+            self.ctx = av.CodecContext.create(stream.codec_context.codec.name, "r")
+            if stream.codec_context.extradata:
+                self.ctx.extradata = stream.codec_context.extradata
+            self.ctx.thread_count = 1
+        except Exception:  # noqa: BLE001 - then the stream's own parameters are all we have
+            self.failed = True
+
+    def feed(self, packet: Any) -> bool:
+        """Decode ``packet`` while no frame came out; True once one has."""
+        if self.frame is not None or self.failed:
+            return True
+        try:
+            frames = self.ctx.decode(packet)
+        except Exception:  # noqa: BLE001 - a damaged first packet: no facts from a frame
+            self.failed = True
+            return True
+        if frames:
+            self.frame = frames[0]
+            self.ctx = None  # let the decoder go
+        return self.frame is not None
 
 
 def _sequence_or_none(data: bytes) -> dict[str, Any] | None:

@@ -32,9 +32,10 @@ import torch
 
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
-from mediapipe.decoders.video import PackedPlanes, VideoDecoder, even_roi
+from mediapipe.decoders.video import PackedPlanes, VideoDecoder, chroma_region, clip_box, display_to_stored
 from mediapipe.decoders.video_index import (
     VideoIndex,
+    bit_depth_of,
     build_index,
     cached_index,
     check_limits,
@@ -53,9 +54,12 @@ except ImportError:  # pragma: no cover - av is a dependency
 
 log = logging.getLogger(__name__)
 
-# Planar pixel formats read straight from the frame's planes, with their chroma subsampling.
-_PLANAR = {"yuv420p": (2, 2), "yuvj420p": (2, 2), "yuv422p": (1, 2), "yuvj422p": (1, 2),
-           "yuv444p": (1, 1), "yuvj444p": (1, 1)}
+# Planar pixel formats read straight from the frame's planes: chroma subsampling (rows, columns)
+# and bits per sample (more than 8: little-endian 16-bit words).
+_PLANAR = {"yuv420p": (2, 2, 8), "yuvj420p": (2, 2, 8), "yuv422p": (1, 2, 8), "yuvj422p": (1, 2, 8),
+           "yuv444p": (1, 1, 8), "yuvj444p": (1, 1, 8)}
+_PLANAR.update({f"yuv{sub}p{bits}le": (sy, sx, bits) for sub, sy, sx in (("420", 2, 2), ("422", 1, 2), ("444", 1, 1))
+                for bits in (10, 12)})
 
 
 def open_container(blob: Blob, path: str, decoder: str) -> Any:
@@ -71,10 +75,11 @@ def open_container(blob: Blob, path: str, decoder: str) -> Any:
         raise DecodeError(path, decoder, f"cannot open: {err}") from err
 
 
-def plane_array(plane: Any) -> np.ndarray:
-    """A zero-copy (height, width) uint8 view of one plane of a decoded frame."""
-    rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
-    return rows[:, : plane.width]
+def plane_array(plane: Any, dtype: Any = np.uint8) -> np.ndarray:
+    """A zero-copy (height, width) view of one plane of a decoded frame (uint8, or uint16 samples)."""
+    size = np.dtype(dtype).itemsize
+    rows = np.frombuffer(plane, dtype, count=plane.height * plane.line_size // size)
+    return rows.reshape(plane.height, plane.line_size // size)[:, : plane.width]
 
 
 @register("video", "pyav")
@@ -104,28 +109,29 @@ class PyAVVideoDecoder(VideoDecoder):
         return index
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
-        return self.index(blob).as_meta()
+        return self.index(blob).as_meta(rotate=self.apply_rotation)
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
-        """The clips (``Decoded.value``) and the stream's colour code (side field ``colour``)."""
+        """The clips (``Decoded.value``), the stream's colour code (side field ``colour``) and
+        when the clips play (``Decoded.span``)."""
         index = self.index(blob, meta)
         plan = self.plan(index, rng, blob.name)
         wanted = plan.wanted
-        roi = self.region(hint, index, blob.name)
+        turns = self.turns(index)
+        roi = self.region(hint, index, blob.name, turns)
         planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
-        out = self.finish(planes, wanted, plan, hint, colour)
-        if hint.size is None and hint.roi is not None and tuple(hint.roi) != roi:
-            # a crop without a resize keeps its exact size: trim the 4:2:0-snapped region
-            top, left, height, width = hint.roi
-            out = out[..., top - roi[0] : top - roi[0] + height, left - roi[1] : left - roi[1] + width]
-        return self.result(out, colour, decoded)
+        out = self.finish(planes, wanted, plan, hint, colour, turns)
+        return self.result(out, colour, decoded, self.span(plan, index))
 
-    def region(self, hint: DecodeHint, index: VideoIndex, path: str) -> tuple[int, int, int, int]:
+    def region(self, hint: DecodeHint, index: VideoIndex, path: str, turns: int = 0) -> tuple[int, int, int, int]:
+        """The hint's region (displayed pixels) in stored pixels, clipped to the frame."""
+        height, width = (index.width, index.height) if turns % 2 else (index.height, index.width)
         try:
-            return even_roi(hint.roi, index.height, index.width, *_PLANAR.get(index.pix_fmt, (2, 2)))
+            box = clip_box(hint.roi, height, width)
         except ValueError as err:
             raise DecodeError(path, self.name, str(err)) from err
+        return display_to_stored(box, index.height, index.width, turns)
 
     def codec(self, stream: Any) -> Any:
         """The codec context that decodes ``stream``: FFmpeg's default decoder (libdav1d for AV1)
@@ -172,15 +178,20 @@ class PyAVVideoDecoder(VideoDecoder):
             if skip_nonref and ctx.codec.name == "libdav1d":
                 ctx.skip_frame = "NONREF"  # libdav1d reads it when it opens, at the first packet
             colour: tuple[str, str] | None = None
+            layout = None
             try:
                 for number, frame in self._frames(container, stream, ctx, index, wanted, path, tally):
                     if colour is None:
                         colour = colour_of(frame.colorspace, frame.color_range, frame.format.name)
-                    y, u, v = self._crop(frame, top, left, height, width)
-                    if planes is None or planes.chroma_shape != u.shape:
-                        if planes is not None:  # the chroma layout changed mid-stream (format change)
-                            raise DecodeError(path, self.name, f"frame {number} changes the chroma layout")
-                        planes = PackedPlanes(len(wanted), (height, width), u.shape)
+                    if frame.width < left + width or frame.height < top + height:
+                        raise DecodeError(path, self.name, f"frame {number} is {frame.width}x{frame.height}, "
+                                                           f"smaller than the {index.width}x{index.height} indexed")
+                    y, u, v, depth = self._crop(frame, top, left, height, width)
+                    if planes is None or layout != (y.dtype, depth):
+                        if planes is not None:  # the pixel format changed mid-stream
+                            raise DecodeError(path, self.name, f"frame {number} changes the pixel format "
+                                                               f"to {frame.format.name}")
+                        planes, layout = PackedPlanes(len(wanted), (height, width), y.dtype, depth), (y.dtype, depth)
                     planes.put(slot[number], y, u, v)
                     done[slot[number]] = 1
             except MediapipeError:
@@ -195,22 +206,26 @@ class PyAVVideoDecoder(VideoDecoder):
                                                "decoded (truncated or corrupt file?)")
         return planes, colour or (index.matrix, index.range)
 
-    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> list[np.ndarray]:
+    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> tuple[Any, Any, Any, int]:
+        """Y, U, V of the region at its luma size (chroma repeated onto the luma grid) and the
+        bits per sample. Y is a view into the frame's buffer: PackedPlanes.put copies it at once."""
         fmt = frame.format.name
         if fmt == "nv12":  # hardware decoders: Y, then U and V interleaved at half resolution
             y = plane_array(frame.planes[0])[top : top + height, left : left + width]
-            uv = np.frombuffer(frame.planes[1], np.uint8).reshape(frame.planes[1].height, -1)
-            uv = uv[top // 2 : (top + height + 1) // 2, left - left % 2 : left + width + width % 2]
-            return [y, uv[:, 0::2], uv[:, 1::2]]
-        if fmt not in _PLANAR:  # 10-bit, NV12 (hardware), GBR...: one conversion to 8-bit 4:2:0
-            frame = frame.reformat(format="yuv420p")
-            fmt = "yuv420p"
-        sy, sx = _PLANAR[fmt]
-        y = plane_array(frame.planes[0])[top : top + height, left : left + width]
-        ct, cl, ch, cw = top // sy, left // sx, -(-height // sy), -(-width // sx)
-        u = plane_array(frame.planes[1])[ct : ct + ch, cl : cl + cw]
-        v = plane_array(frame.planes[2])[ct : ct + ch, cl : cl + cw]
-        return [y, u, v]  # views into the frame's buffer: PackedPlanes.put copies them at once
+            uv = np.frombuffer(frame.planes[1], np.uint8).reshape(frame.planes[1].height, -1)[:, : 2 * -(-frame.width // 2)]
+            u = chroma_region(uv[:, 0::2], top, left, height, width, 2, 2)
+            v = chroma_region(uv[:, 1::2], top, left, height, width, 2, 2)
+            return y, u, v, 8
+        if fmt not in _PLANAR:  # P010 (hardware), GBR, gray...: one conversion to 4:2:0 at the same depth
+            deep = bit_depth_of(fmt) > 8
+            frame = frame.reformat(format="yuv420p10le" if deep else "yuv420p")
+            fmt = frame.format.name
+        sy, sx, bits = _PLANAR[fmt]
+        dtype = np.uint8 if bits == 8 else np.uint16
+        y = plane_array(frame.planes[0], dtype)[top : top + height, left : left + width]
+        u = chroma_region(plane_array(frame.planes[1], dtype), top, left, height, width, sy, sx)
+        v = chroma_region(plane_array(frame.planes[2], dtype), top, left, height, width, sy, sx)
+        return y, u, v, bits
 
     def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str,
                 tally: list[int]):

@@ -15,7 +15,7 @@ import mediapipe as mp
 from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
-from mediapipe.decoders.video import even_roi, plan_clips
+from mediapipe.decoders.video import plan_clips
 from mediapipe.decoders.video_index import cached_index, clear_cache
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
@@ -159,22 +159,20 @@ def test_plan_padding_fps_and_uniform():
 
 
 def test_fused_region_and_size(clips):
-    """A hint crops the planes (snapped to the 4:2:0 grid) and resizes them; it matches cropping
-    and resizing the full-size YUV output."""
+    """A hint crops the planes exactly as drawn (odd edges too, no snapping to the 4:2:0 grid)
+    and resizes them; the crop equals cropping the full-size YUV output."""
     path = clips["webm"]
     blob = Blob(str(path), path=str(path))
     dec = decoder(clip_len=3, sampling="uniform")
     full = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
-    roi = (10, 20, 50, 64)
-    assert even_roi(roi, H, W) == roi
-    part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {}).value
-    assert part.shape == (3, 3, 50, 64)
-    assert torch.equal(part, full[:, :, 10:60, 20:84])  # the region on the 4:2:0 grid: exact
-    small = dec.decode(blob, DecodeHint(roi=roi, size=(25, 32)), SampleRNG(0, 0, 0, 0), {}).value
+    for roi in ((10, 20, 50, 64), (11, 21, 49, 63), (0, 1, 95, 127)):
+        top, left, h, w = roi
+        part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {}).value
+        assert torch.equal(part, full[:, :, top : top + h, left : left + w]), roi
+    small = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63), size=(25, 32)), SampleRNG(0, 0, 0, 0), {}).value
     assert small.shape == (3, 3, 25, 32)
-    assert even_roi((11, 21, 49, 63), H, W) == (10, 20, 50, 64)
-    odd = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63)), SampleRNG(0, 0, 0, 0), {}).value
-    assert torch.equal(odd, full[:, :, 11:60, 21:84])  # a crop alone keeps its exact place and size
+    with pytest.raises(DecodeError, match="outside"):
+        dec.decode(blob, DecodeHint(roi=(200, 0, 10, 10)), SampleRNG(0, 0, 0, 0), {})
 
 
 def test_pipeline_clip_batches(clips, tmp_path):
@@ -203,16 +201,19 @@ def test_video_spec_validates_arguments():
     assert type(spec.from_config(spec.to_config())) is type(spec)
 
 
-def test_clip_window_is_left_for_time_aligned_audio(clips):
-    from mediapipe.decoders.video import last_window
-
+def test_decoded_span_says_when_the_clips_play(clips):
+    """`Decoded.span` (what a field decoded from_field this one gets): from each clip's first
+    frame's time to its last frame's end, on the file's timeline."""
     path = clips["mkv"]
-    dec = decoder(clip_len=4, stride=2)
     blob = Blob(str(path), path=str(path))
-    dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 5, 0), {})
-    clip = dec.plan(dec.index(blob), SampleRNG(0, 0, 5, 0), str(path)).clips[0]
-    start, end = last_window(str(path))
-    assert start == pytest.approx(clip[0] / 24) and end == pytest.approx((clip[-1] + 1) / 24)
+    for options in ({"clip_len": 4, "stride": 2}, {"clip_len": 3, "clips_per_video": 2, "sampling": "uniform"}):
+        dec = decoder(**options)
+        out = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 5, 0), {})
+        plan = dec.plan(dec.index(blob), SampleRNG(0, 0, 5, 0), str(path))
+        assert out.span.stacked == plan.stacked and len(out.span.spans) == len(plan.clips)
+        for (start, end), clip in zip(out.span.spans, plan.clips):
+            # Matroska timestamps are in milliseconds: the frames' own times, not i / 24
+            assert start == pytest.approx(clip[0] / 24, abs=1e-3) and end == pytest.approx((clip[-1] + 1) / 24, abs=1e-3)
 
 
 @pytest.mark.parametrize("interpolation, antialias", [("bicubic", True), ("bilinear", False), ("bicubic", False)])
@@ -293,8 +294,8 @@ def test_clip_of_reference_frames_skips_the_others_bit_exactly(clips, monkeypatc
     assert len(decoded) <= count < wanted[-1] + 1  # skipped frames are not counted
     ref = sequential_yuv(path)
     assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in wanted])))
-    assert torch.equal(planes.planes("chroma"), torch.from_numpy(np.stack([ref[f][1] for f in wanted]
-                                                                         + [ref[f][2] for f in wanted])))
+    chroma = expected_clip(ref, tuple(wanted))[:, 1:].transpose(0, 1).reshape(-1, H, W)  # U..., V...
+    assert torch.equal(planes.planes("chroma"), chroma)
     # a wrong table entry costs a second decode, never a wrong frame
     monkeypatch.setattr(type(index), "all_references", lambda self, frames: True)
     odd = [f for f in range(21, index.frames) if not index.references[f]][:2]

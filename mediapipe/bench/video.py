@@ -14,7 +14,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -75,19 +76,27 @@ def render_frames(height: int, width: int, count: int, seed: int, counter: bool 
         yield out
 
 
+AUDIO_CODECS = {".mp4": "aac", ".mkv": "flac", ".webm": "libopus"}  # what write_video puts beside the video
+
+
 def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, codec: str = "libsvtav1", gop: int = 48,
                 matrix: str = "bt601", range: str = "limited", pix_fmt: str = "yuv420p", crf: int = 35,
-                preset: int = 12, options: dict[str, str] | None = None) -> Path:
+                preset: int = 12, options: dict[str, str] | None = None, times: Sequence[float] | None = None,
+                audio: tuple[np.ndarray, int, float] | None = None) -> Path:
     """Encode RGB frames to ``path`` (container from the suffix; ``.ivf`` is AV1's raw format).
 
     ``matrix``/``range`` pick the RGB to YUV conversion and are written into the stream's
     colour signalling, so a decoder can undo them. ``gop``: frames between key frames;
     ``options`` override the encoder's (e.g. ``{"bf": "3"}`` for H.264 with B-frames).
+    ``times``: each frame's time in seconds (millisecond steps; a variable frame rate), else
+    i / fps. ``audio``: (float32 (C, N) samples, rate, start seconds on the file's timeline),
+    encoded as AAC (MP4), FLAC (Matroska) or Opus (WebM) beside the video.
     """
     import av
 
-    colorspace = {"bt601": 6, "bt709": 1}[matrix]  # AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT709
-    sws_space = {"bt601": "ITU601", "bt709": "ITU709"}[matrix]
+    colorspace = {"bt601": 6, "bt709": 1, "bt2020": 9}[matrix]  # AVCOL_SPC_SMPTE170M, _BT709, _BT2020_NCL
+    sws_space = {"bt601": "ITU601", "bt709": "ITU709", "bt2020": "BT2020"}[matrix]
+    primaries = {"bt601": 6, "bt709": 1, "bt2020": 9}[matrix]
     color_range = {"limited": 1, "full": 2}[range]
     fmt = "ivf" if path.suffix == ".ivf" else None
     old = {k: os.environ.get(k) for k in _SVT_QUIET}
@@ -95,14 +104,17 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
     try:
         with av.open(str(path), "w", format=fmt) as out:
             stream = None
-            for rgb in frames:
+            sound = None
+            for i, rgb in enumerate(frames):
                 if stream is None:
                     stream = out.add_stream(codec, rate=fps)
                     stream.height, stream.width = rgb.shape[:2]
                     stream.pix_fmt = pix_fmt
+                    if times is not None:
+                        stream.time_base = stream.codec_context.time_base = Fraction(1, 1000)
                     ctx = stream.codec_context
                     ctx.colorspace, ctx.color_range = colorspace, color_range
-                    ctx.color_primaries = ctx.color_trc = 1 if matrix == "bt709" else 6
+                    ctx.color_primaries = ctx.color_trc = primaries
                     if codec == "libsvtav1":
                         stream.options = {"preset": str(preset), "crf": str(crf),
                                           "svtav1-params": f"keyint={gop}:scd=0:lp=2"}
@@ -114,15 +126,21 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
                             stream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "35"}
                     if options:
                         stream.options = {**stream.options, **options}
+                    if audio is not None:  # every stream exists before the first packet is written
+                        sound = _audio_stream(out, path, audio[0].shape[0], audio[1])
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
                 frame = frame.reformat(format=pix_fmt, dst_colorspace=sws_space,
                                        dst_color_range="JPEG" if range == "full" else "MPEG")
+                if times is not None:
+                    frame.pts, frame.time_base = int(round(times[i] * 1000)), Fraction(1, 1000)
                 for packet in stream.encode(frame):
                     out.mux(packet)
             if stream is None:
                 raise ValueError(f"write_video({path}): no frames")
             for packet in stream.encode():
                 out.mux(packet)
+            if sound is not None:
+                _mux_audio(out, sound, *audio)
     finally:
         for k, v in old.items():
             if v is None:
@@ -130,6 +148,34 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
             else:
                 os.environ[k] = v
     return path
+
+
+def _audio_stream(out: Any, path: Path, channels: int, rate: int) -> Any:
+    codec = AUDIO_CODECS.get(path.suffix)
+    if codec is None:
+        raise ValueError(f"write_video({path}): no audio codec for {path.suffix} files")
+    return out.add_stream(codec, rate=rate, layout={1: "mono", 2: "stereo"}[channels])
+
+
+def _mux_audio(out: Any, stream: Any, samples: np.ndarray, rate: int, start: float) -> None:
+    """Encode ``samples`` (float32 (C, N)) into ``stream`` of ``out``, starting at ``start`` seconds."""
+    import av
+
+    layout = {1: "mono", 2: "stereo"}[samples.shape[0]]
+    codec = stream.codec_context.name
+    fmt = {"aac": "fltp", "flac": "s16", "libopus": "flt"}.get(codec, "fltp")
+    resampler = av.AudioResampler(format=fmt, layout=layout, rate=rate)
+    first = int(round(start * rate))
+    block = 960 if codec == "libopus" else 1024
+    for at in range(0, samples.shape[1], block):
+        piece = np.ascontiguousarray(samples[:, at : at + block], dtype=np.float32)
+        frame = av.AudioFrame.from_ndarray(piece, format="fltp", layout=layout)
+        frame.sample_rate, frame.pts, frame.time_base = rate, first + at, Fraction(1, rate)
+        for converted in resampler.resample(frame):
+            for packet in stream.encode(converted):
+                out.mux(packet)
+    for packet in stream.encode():
+        out.mux(packet)
 
 
 def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, seconds: float = 10.0,
