@@ -290,12 +290,8 @@ class FirstFrame:
         self.frame: Any = None
         self.ctx: Any = None
         self.failed = False
-        try:
-            import av
-
-            self.ctx = av.CodecContext.create(stream.codec_context.codec.name, "r")
-            if stream.codec_context.extradata:
-                self.ctx.extradata = stream.codec_context.extradata
+        try:  # the stream's own context: it carries the container's side data (the display matrix)
+            self.ctx = stream.codec_context
             self.ctx.thread_count = 1
         except Exception:  # noqa: BLE001 - then the stream's own parameters are all we have
             self.failed = True

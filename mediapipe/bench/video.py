@@ -97,6 +97,7 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
     colorspace = {"bt601": 6, "bt709": 1, "bt2020": 9}[matrix]  # AVCOL_SPC_SMPTE170M, _BT709, _BT2020_NCL
     sws_space = {"bt601": "ITU601", "bt709": "ITU709", "bt2020": "BT2020"}[matrix]
     primaries = {"bt601": 6, "bt709": 1, "bt2020": 9}[matrix]
+    transfer = {"bt601": 6, "bt709": 1, "bt2020": 14}[matrix]  # AVCOL_TRC_SMPTE170M, _BT709, _BT2020_10
     color_range = {"limited": 1, "full": 2}[range]
     fmt = "ivf" if path.suffix == ".ivf" else None
     old = {k: os.environ.get(k) for k in _SVT_QUIET}
@@ -114,7 +115,7 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
                         stream.time_base = stream.codec_context.time_base = Fraction(1, 1000)
                     ctx = stream.codec_context
                     ctx.colorspace, ctx.color_range = colorspace, color_range
-                    ctx.color_primaries = ctx.color_trc = primaries
+                    ctx.color_primaries, ctx.color_trc = primaries, transfer
                     if codec == "libsvtav1":
                         stream.options = {"preset": str(preset), "crf": str(crf),
                                           "svtav1-params": f"keyint={gop}:scd=0:lp=2"}
