@@ -304,17 +304,21 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
                 raise RuntimeError(f"run_mediapipe: an epoch of {len(rows)} clips gave no batch of {batch_size}")
 
 
-class _NaiveClips:
-    """The baseline dataset: open the file, decode from the start to the clip's last frame,
-    convert every decoded frame to RGB (``to_ndarray("rgb24")``), keep the clip's frames, resize
-    and centre-crop with torchvision. One thread per file, as in a typical training script.
-    An item is (clip, frames decoded for it)."""
+class _ClipDataset:
+    """A peer's map-style dataset of clips: item i is a clip of file i mod the file count."""
 
     def __init__(self, files: list[Path], clip_len: int, stride: int, size: int) -> None:
         self.files, self.clip_len, self.stride, self.size = files, clip_len, stride, size
 
     def __len__(self) -> int:
         return 1 << 30
+
+
+class _NaiveClips(_ClipDataset):
+    """The baseline dataset: open the file, decode from the start to the clip's last frame,
+    convert every decoded frame to RGB (``to_ndarray("rgb24")``), keep the clip's frames, resize
+    and centre-crop with torchvision. One thread per file, as in a typical training script.
+    An item is (clip, frames decoded for it)."""
 
     def __getitem__(self, i: int) -> Any:
         import av
@@ -387,16 +391,10 @@ def torchcodec_problem() -> str | None:
     return None
 
 
-class _TorchcodecClips:
+class _TorchcodecClips(_ClipDataset):
     """The torchcodec peer's dataset: one `VideoDecoder` per item (exact seeking, one FFmpeg
     thread, the resize done by FFmpeg during the conversion to RGB), a clip drawn by
     `clips_at_random_indices` with the same length and stride, then a centre crop."""
-
-    def __init__(self, files: list[Path], clip_len: int, stride: int, size: int) -> None:
-        self.files, self.clip_len, self.stride, self.size = files, clip_len, stride, size
-
-    def __len__(self) -> int:
-        return 1 << 30
 
     def __getitem__(self, i: int) -> Any:
         import torch
