@@ -136,14 +136,6 @@ class AudioDecoder(Decoder):
             raise DecodeError(path, self.name, f"truncated or corrupt: decoded {got / rate:.3f} s of the "
                                                f"{expected / rate:.3f} s the header declares")
 
-    def finish(self, x: np.ndarray, rate: int) -> torch.Tensor:
-        """float32 (C, N) as decoded to the output: down-mixed (``mono``), then resampled."""
-        if self.mono and x.shape[0] > 1:
-            x = x.mean(axis=0, keepdims=True, dtype=np.float32)
-        if self.sample_rate is not None and self.sample_rate != rate:
-            x = resample(x, rate, self.sample_rate)
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-
     def out_rate(self, rate: int) -> int:
         return self.sample_rate or rate
 
