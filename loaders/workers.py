@@ -337,7 +337,9 @@ class ProcessPool:
         self._sent += 1
 
     def next_result(self) -> Any:
-        """The result of the oldest task not taken yet (re-raising a worker's exception)."""
+        """The result of the oldest task not taken yet (re-raising a worker's exception). A dead
+        worker raises `WorkerError` at the next result, whether or not it held a task then."""
+        self._check_alive()
         while self._received not in self._done:
             tag, result = self._get()
             self._done[tag] = result

@@ -300,7 +300,10 @@ def test_a_killed_persistent_worker_is_replaced_by_the_next_pass(image_folder):
     loader.set_epoch(0)
     it = iter(loader)
     next(it)
-    os.kill(it.worker_pids[1], signal.SIGKILL)  # during a pass: an error, not a hang
+    dead = it.worker_pids[1]
+    os.kill(dead, signal.SIGKILL)  # during a pass: an error, not a hang
+    while process_alive(dead):
+        time.sleep(0.01)
     with pytest.raises(mp.WorkerError, match="exited unexpectedly"):
         for _ in it:
             pass
