@@ -25,7 +25,7 @@ from mediapipe.errors import PipelineError
 from mediapipe.host_batch import BatchTask, HostBatch
 from mediapipe.loaders.samplers import BatchSampler
 from mediapipe.loaders.sampling import build_sampler, distributed_rank_and_size, resolve_ranks
-from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads
+from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads, warm_start
 from mediapipe.plan import Plan
 from mediapipe.stats import StageStats
 
@@ -128,6 +128,8 @@ class Loader(SamplerDriven):
             pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
         self.builder = BatchBuilder(self.plan, finish=batch_ops_in_workers)
+        if num_workers and worker_type == "process":  # the forkserver imports while the caller sets up
+            warm_start(multiprocessing_context, self.builder.modules())
         self.stats = StageStats()
         self._pool: ProcessPool | None = None  # the persistent workers, while no iterator borrows them
         self._pool_lent = False

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -107,6 +108,29 @@ def _skip_main_for_lean_workers() -> None:
 
     get_preparation_data.skips_main_for_lean_workers = True  # type: ignore[attr-defined]
     spawn.get_preparation_data = get_preparation_data
+
+
+def warm_start(method: str | None, preload: Sequence[str] = ()) -> None:
+    """Start the forkserver (when ``method`` resolves to it) now, so that its imports overlap
+    the caller's own set-up instead of delaying the first batch."""
+    method, _ = start_context(method, preload)
+    if method == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Collect, then freeze the garbage collector's objects while forking: a forked child must
+    never free garbage it inherited (a dropped DALI pipeline's destructor waits for threads
+    that exist only in the parent), and collecting first leaves little to inherit."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def forkserver_pid() -> int | None:
@@ -310,8 +334,9 @@ class ProcessPool:
         self._done: dict[int, Any] = {}
         self._closed = False
         try:
-            for p in self.procs:
-                p.start()
+            with _frozen_heap() if forked else contextlib.nullcontext():
+                for p in self.procs:
+                    p.start()
         except BaseException:
             self.close()
             raise

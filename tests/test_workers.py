@@ -113,6 +113,52 @@ def test_workers_start_while_another_thread_holds_a_lock_they_need(image_folder)
     assert_same(got, collect(pipe.loader(num_workers=0)))
 
 
+class _Finalised:
+    """Garbage in a reference cycle whose finaliser records the process that ran it (as a
+    dropped DALI pipeline's destructor joins threads that exist only in its parent)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log, self.me = log, self
+
+    def __del__(self) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@dataclass(frozen=True)
+class _Collects(Op):
+    """Runs the garbage collector in the worker, as any worker does once it has allocated enough."""
+
+    stage: ClassVar[Stage] = Stage.SAMPLE
+
+    def apply(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        import gc
+
+        gc.collect()
+        return x
+
+
+@pytest.mark.timeout(120)
+def test_forked_workers_never_free_garbage_they_inherited(image_folder, tmp_path):
+    import gc
+
+    log = tmp_path / "finalised.txt"
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                       [A.Resize((16, 16)), _Collects()], batch_size=4, device="cpu")
+    gc.disable()  # the garbage stays uncollected in the trainer until the workers fork
+    try:
+        for _ in range(10):
+            _Finalised(log)
+        it = iter(pipe.loader(num_workers=2, multiprocessing_context="fork"))
+        pids = set(it.worker_pids)
+        assert pids
+    finally:
+        gc.enable()
+    assert len(list(it)) == 6
+    finalised_in = {int(line) for line in log.read_text().split()} if log.exists() else set()
+    assert not finalised_in & pids
+
+
 def test_fork_only_when_the_process_runs_one_thread():
     from mediapipe.loaders.workers import default_start_method, os_thread_count
 
