@@ -226,12 +226,16 @@ class ShardSource(Source):
         records = sf.read_samples(self.root, self.manifest["num_samples"])
         pairs = sf.match_records(records, indices, set(entries), where=str(self.root / sf.SAMPLES))
         self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
+        prefixes = {sid: f"{f.name}:" for sid, f in files.items()}
         for record, row in pairs:
-            prefix = f"{files[record['shard']].name}:"
-            # "jpg" -> blob "jpg"; "mask.png" (a manifest's named field) -> blob "mask"
-            media = tuple((m.extension.split(".", 1)[0], prefix + m.name, m.offset, m.size)
-                          for m in row if m.extension not in sf.META_EXTENSIONS)
-            self._rows.append((record, media, {k: record[k] for k in META_KEYS if k in record}))
+            prefix = prefixes[record["shard"]]
+            cut = len(record["key"]) + 1  # every name is "<key>.<extension>" (read_index, match_records)
+            media = []
+            for m in row:
+                ext = m.name[cut:]
+                if ext not in sf.META_EXTENSIONS:  # "jpg" -> blob "jpg"; "mask.png" (a named field) -> blob "mask"
+                    media.append((ext.partition(".")[0], prefix + m.name, m.offset, m.size))
+            self._rows.append((record, tuple(media), {k: record[k] for k in META_KEYS if k in record}))
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -459,6 +459,7 @@ def test_an_index_with_overlapping_or_unsorted_ranges_is_refused(original: Path,
     (lambda t: t.__setitem__(1, "+512"), "bad index entry"),
     (lambda t: t.__setitem__(2, str(1 << 40)), "runs past the end"),
     (lambda t: t.__setitem__(1, str(10**30)), "runs past the end"),
+    (lambda t: t.__setitem__(1, "5" * 5000), "bad index entry"),
     (lambda t: t.__setitem__(0, "png"), "extension"),
     (lambda t: t.__setitem__(slice(0, 4), ["cls", t[1], t[2], t[3].replace(".jpg", ".cls")]), "twice"),
 ])
