@@ -139,7 +139,7 @@ class _OpenShards:
 
 def _open_shard(path: str, expect: ShardFile | None) -> int:
     """A descriptor on a shard, refused when it is no longer the file the dataset was opened with."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))  # a real path
     if expect is None:
         return fd
     st = os.fstat(fd)
@@ -265,10 +265,10 @@ class ShardSource(Source):
             return
         for index in indices:
             record, media, _ = self._rows[index]
-            path = self._shards[record["shard"]].path
+            shard = self._shards[record["shard"]]
             for _, _, offset, size in media:
                 try:
-                    with _OPEN_SHARDS.open(path) as fd:
+                    with _OPEN_SHARDS.open(shard.path, shard) as fd:
                         os.posix_fadvise(fd, offset - sf.BLOCK, sf.BLOCK + size, os.POSIX_FADV_WILLNEED)
                 except OSError:
                     return  # only a hint: the read reports any real error, naming the sample

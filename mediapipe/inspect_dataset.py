@@ -35,7 +35,7 @@ def _bin(value: float, edges: tuple[float, ...], unit: str = "") -> str:
 def summarize(root: str | os.PathLike) -> dict[str, Any]:
     """Counts, bytes, classes, and histograms of resolution, duration, fps and codecs."""
     manifest = sf.read_manifest(root)
-    records = sf.read_samples(root) if manifest.get("complete") else []
+    records = sf.read_samples(root, manifest["num_samples"]) if manifest["complete"] else []
     kinds, codecs, sides, durations, fps, labels, gops = (Counter() for _ in range(7))
     for r in records:
         kinds[r.get("kind", "?")] += 1
@@ -50,7 +50,7 @@ def summarize(root: str | os.PathLike) -> dict[str, Any]:
             gops[f"{r['frames'] / len(r['keyframes']):.0f}"] += 1
         labels[r.get("label")] += 1
     classes = manifest.get("classes") or []
-    per_class = {(classes[k] if isinstance(k, int) and k < len(classes) else str(k)): v
+    per_class = {(classes[k] if isinstance(k, int) and 0 <= k < len(classes) else str(k)): v
                  for k, v in sorted(labels.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))}
     shards = manifest["shards"]
     return {
@@ -139,10 +139,11 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
     if not manifest["complete"]:
         problem(sf.MANIFEST, "the conversion did not finish (rerun convert --resume)")
     records = None
-    try:
-        records = sf.read_samples(root, manifest.get("num_samples"))
-    except SourceError as err:
-        refused(err)
+    if manifest["complete"]:  # (written when the conversion finishes)
+        try:
+            records = sf.read_samples(root, manifest["num_samples"])
+        except SourceError as err:
+            refused(err)
     errors: list[SourceError] = []
     files = sf.resolve_shards(root, manifest, errors)
     for err in errors:

@@ -437,9 +437,10 @@ def parse_json(text: str | bytes, where: str, line: int | None = None) -> Any:
 
 
 def open_regular(path: str | os.PathLike, what: str) -> tuple[int, os.stat_result]:
-    """A descriptor on ``path`` and its stat, refusing anything but a regular file (reading
-    a FIFO or a device would block or never end)."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    """A descriptor on ``path`` (a real path: a link in its place now is refused) and its
+    stat, refusing anything but a regular file (reading a FIFO or a device would block or
+    never end)."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags)
     except OSError as err:
@@ -452,8 +453,9 @@ def open_regular(path: str | os.PathLike, what: str) -> tuple[int, os.stat_resul
 
 
 def stat_regular(path: str | os.PathLike, what: str) -> os.stat_result:
+    """The stat of a regular file at a real path (a link in its place now is refused)."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError as err:
         raise SourceError(str(path), f"{what}: {err.strerror or err}") from err
     if not stat.S_ISREG(st.st_mode):
@@ -609,8 +611,8 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
     where = str(path)
     if not os.path.lexists(path):
         raise SourceError(where, "no manifest.json: not a converted dataset")
-    dataset_path(os.path.realpath(root), MANIFEST, where=where, field="manifest.json")
-    manifest = parse_json(read_bounded(path, MAX_MANIFEST_BYTES, "manifest"), where)
+    real = dataset_path(os.path.realpath(root), MANIFEST, where=where, field="manifest.json")
+    manifest = parse_json(read_bounded(real, MAX_MANIFEST_BYTES, "manifest"), where)
     check_fields(manifest, MANIFEST_SCHEMA, where=where, what="the manifest", field=str)
     if manifest["format"] != FORMAT_NAME:
         raise SourceError(where, f"format {_show.repr(manifest['format'])}, expected {FORMAT_NAME!r}")
@@ -698,10 +700,10 @@ def read_samples(root: str | os.PathLike, num_samples: int | None = None) -> lis
     where = str(path)
     if num_samples is None:
         num_samples = read_manifest(root).get("num_samples")
-    dataset_path(os.path.realpath(root), SAMPLES, where=where, field=SAMPLES)
+    real = dataset_path(os.path.realpath(root), SAMPLES, where=where, field=SAMPLES)
     limit = SAMPLES_FLOOR_BYTES + SAMPLES_BYTES_PER_RECORD * (num_samples or 0)
     expected = MAX_SIZE if num_samples is None else num_samples
-    fd, _ = open_regular(path, "sample records")
+    fd, _ = open_regular(real, "sample records")
     records: list[dict[str, Any]] = []
     inflated = 0
     try:

@@ -597,3 +597,57 @@ def test_a_shard_entry_claiming_more_samples_than_its_bytes_hold_is_refused(ds: 
     _write_manifest(ds, manifest)
     with pytest.raises(SourceError, match=r"shards\[0\]\.samples: 1000000000000 samples cannot fit in"):
         mp.loaders.shards(ds)
+
+
+def test_a_symlink_loop_in_place_of_a_shard_is_refused_cleanly(ds: Path, capsys) -> None:
+    tar = ds / "shard-000000.tar"
+    tar.unlink()
+    (ds / "loop").symlink_to("shard-000000.tar")
+    tar.symlink_to("loop")
+    with pytest.raises(SourceError, match=r"shard-000000\.tar|loop"):
+        mp.loaders.shards(ds)
+    code, out = _cli(capsys, "verify", "--no-decode", str(ds))
+    assert code == 1 and "Traceback" not in out
+
+
+def test_a_shard_swapped_for_a_link_after_open_is_not_followed(ds: Path, tmp_path: Path) -> None:
+    shards_module = importlib.import_module("mediapipe.loaders.shards")
+    shards_module._OPEN_SHARDS.forget()
+    source = mp.loaders.shards(ds)
+    tar = ds / "shard-000000.tar"
+    outside = tmp_path / "outside.tar"
+    shutil.copy2(tar, outside)  # same bytes, size and mtime: only the link gives it away
+    tar.unlink()
+    tar.symlink_to(outside)
+    index = next(i for i in range(len(source)) if source.shard_of(i) == 0)
+    with pytest.raises(SourceError, match=r"shard-000000\.tar"):
+        source.ref(index).blob("image").read()
+
+
+def test_a_tar_header_naming_another_member_is_refused_on_read(ds: Path, capsys) -> None:
+    """A hand-made header: valid checksum, the right size, but a USTAR prefix that makes
+    its full name another file's."""
+    member = sf.read_index(ds / "shard-000000.idx")[0][0]
+    tar = ds / "shard-000000.tar"
+    with open(tar, "r+b") as f:
+        f.seek(member.offset - sf.BLOCK)
+        block = bytearray(f.read(sf.BLOCK))
+        block[345:350] = b"evil\0"
+        block[148:156] = b" " * 8
+        block[148:156] = b"%06o\0 " % sum(block)
+        f.seek(member.offset - sf.BLOCK)
+        f.write(bytes(block))
+    source = mp.loaders.shards(ds)  # sizes are unchanged: only the header differs
+    index = next(i for i in range(len(source)) if source.ref(i).blob("image").offset == member.offset)
+    with pytest.raises(SourceError, match=rf"says 'evil/{member.name}'"):
+        source.ref(index).blob("image").read()
+    code, out = _cli(capsys, "verify", "--no-decode", str(ds))
+    assert code == 1 and "evil" in out
+
+
+def test_inspect_names_labels_outside_the_class_list_by_number(ds: Path, capsys) -> None:
+    records = _records(ds)
+    records[0]["label"] = -1
+    _write_records(ds, records)
+    code, out = _cli(capsys, "inspect", "--json", str(ds))
+    assert code == 0 and json.loads(out)["classes"]["-1"] == 1
