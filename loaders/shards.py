@@ -87,6 +87,15 @@ class _OpenShards:
 
     @contextmanager
     def open(self, path: str, expect: ShardFile | None = None) -> Iterator[int]:
+        fd = self.acquire(path, expect)
+        try:
+            yield fd
+        finally:
+            self.release(fd)
+
+    def acquire(self, path: str, expect: ShardFile | None = None) -> int:
+        """A descriptor on ``path``, kept open and marked busy until `release` (the read
+        path's form of `open`: no generator per read)."""
         if expect is not None and expect.sha256 is not None:
             self._check_digest(expect)
         with self._lock:
@@ -103,14 +112,14 @@ class _OpenShards:
             if len(self._fds) > self.limit:  # close the least recently used, never one being read
                 for old in [p for p, f in self._fds.items() if not self._busy.get(f)][: len(self._fds) - self.limit]:
                     self._drop(old, self._fds[old])
-        try:
-            yield fd
-        finally:
-            with self._lock:
-                self._busy[fd] -= 1
-                if not self._busy[fd] and fd in self._orphans:
-                    self._orphans.discard(fd)
-                    os.close(fd)
+        return fd
+
+    def release(self, fd: int) -> None:
+        with self._lock:
+            self._busy[fd] -= 1
+            if not self._busy[fd] and fd in self._orphans:
+                self._orphans.discard(fd)
+                os.close(fd)
 
     def _drop(self, path: str, fd: int) -> None:
         del self._fds[path]
@@ -166,8 +175,11 @@ class ShardBlob(Blob):
             return self.data
         member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
         try:
-            with _OPEN_SHARDS.open(self.path, self.shard) as fd:  # type: ignore[arg-type]
+            fd = _OPEN_SHARDS.acquire(self.path, self.shard)  # type: ignore[arg-type]
+            try:
                 raw = os.pread(fd, sf.BLOCK + member.size, self.offset - sf.BLOCK)  # header and data
+            finally:
+                _OPEN_SHARDS.release(fd)
         except SourceError:
             raise
         except OSError as err:

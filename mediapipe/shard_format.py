@@ -237,7 +237,8 @@ def read_index(path: str | os.PathLike, *, shard_size: int | None = None,
     line (one key, each extension once, the extension its name has), block-aligned
     offsets, members sorted and disjoint (headers included), data inside the shard when
     its size is given, and ``samples`` samples when the manifest gives a count. The file
-    itself is refused before it is read when it is larger than such an index can be."""
+    itself is refused before it is read when it is larger than such an index can be.
+    ``path`` is a real path (see `resolve_shards`): a link in its place is refused."""
     where = str(path)
     limit = INDEX_FLOOR_BYTES + (shard_size if shard_size is not None else MAX_MANIFEST_BYTES)
     try:
@@ -705,17 +706,9 @@ def read_samples(root: str | os.PathLike, num_samples: int | None = None) -> lis
     expected = MAX_SIZE if num_samples is None else num_samples
     fd, _ = open_regular(real, "sample records")
     records: list[dict[str, Any]] = []
-    inflated = 0
     try:
         with os.fdopen(fd, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
-            while line := f.readline(MAX_RECORD_BYTES + 1):
-                inflated += len(line)
-                lineno = len(records) + 1
-                if len(line) > MAX_RECORD_BYTES:
-                    raise SourceError(f"{where}:{lineno}", f"line longer than {MAX_RECORD_BYTES} bytes")
-                if inflated > limit:
-                    raise SourceError(f"{where}:{lineno}", f"records inflate to more than the {limit} bytes "
-                                      f"that {num_samples} samples may need")
+            for lineno, line in enumerate(_bounded_lines(f, where, limit, f"{num_samples} samples"), 1):
                 if lineno > expected:
                     raise SourceError(f"{where}:{lineno}", f"more records than the manifest's num_samples "
                                       f"({num_samples})")
@@ -730,6 +723,29 @@ def read_samples(root: str | os.PathLike, num_samples: int | None = None) -> lis
     if num_samples is not None and len(records) != num_samples:
         raise SourceError(where, f"{len(records)} sample records, the manifest's num_samples is {num_samples}")
     return records
+
+
+def _bounded_lines(f: io.BufferedIOBase, where: str, limit: int, needs: str) -> Iterator[bytes]:
+    """The lines of a stream (inflated 1 MiB at a time), refused at the first longer than
+    MAX_RECORD_BYTES or once the stream passes ``limit`` bytes (what ``needs`` may need):
+    memory stays bounded whatever the stream inflates to."""
+    pending, inflated, lineno = b"", 0, 0
+    while chunk := f.read(1 << 20):
+        inflated += len(chunk)
+        if inflated > limit:
+            raise SourceError(f"{where}:{lineno + 1}", f"records inflate to more than the {limit} bytes that "
+                              f"{needs} may need")
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            lineno += 1
+            if len(line) >= MAX_RECORD_BYTES:
+                raise SourceError(f"{where}:{lineno}", f"line longer than {MAX_RECORD_BYTES} bytes")
+            yield line
+        if len(pending) >= MAX_RECORD_BYTES:  # the next line, unfinished already
+            raise SourceError(f"{where}:{lineno + 1}", f"line longer than {MAX_RECORD_BYTES} bytes")
+    if pending:
+        yield pending
 
 
 def _quoted_field(name: str) -> str:
