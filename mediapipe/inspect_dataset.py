@@ -197,7 +197,8 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
             on_shard(entry["shard"], len(scanned))
     if records is not None:
         try:
-            sf.match_records(records, indices, set(files), where=str(root / sf.SAMPLES))
+            with_samples = {e["shard"] for e in manifest["shards"] if e["samples"]}
+            sf.match_records(records, indices, with_samples, where=str(root / sf.SAMPLES))
         except SourceError as err:
             refused(err)
     if len(set(keys)) != len(keys):
