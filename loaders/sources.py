@@ -122,8 +122,8 @@ class FolderSource(Source):
 
 class ManifestSource(Source):
     """A JSON-lines file: one object per sample with ``path`` (relative to the manifest's
-    folder, or absolute), optional integer ``label``, and other fields: numbers are passed
-    through to the batch; a string naming a media file (``"mask": "masks/0001.png"``) is
+    folder, or absolute), optional integer ``label``, and other fields: numbers and text
+    (transcripts, captions) are passed through to the batch (text as a list of ``str``); a string naming a media file (``"mask": "masks/0001.png"``) is
     another blob of the sample, read by the decoder of the field with that name; and
     ``width``/``height``/``duration``/``frames``/``fps``/``sample_rate``/``num_samples``
     also serve as metadata for samplers."""
@@ -168,7 +168,8 @@ class ManifestSource(Source):
         meta = {k: row[k] for k in self.META_KEYS if k in row}
         fields = {
             k: v for k, v in row.items()
-            if k not in ("path", "label", "key") and isinstance(v, (int, float)) and not isinstance(v, bool)
+            if k not in ("path", "label", "key") and ((isinstance(v, (int, float)) and not isinstance(v, bool))
+                                                      or (isinstance(v, str) and not _is_media_path(v)))
         }
         blobs = {ext: Blob(path, path=path)}
         blobs.update({k: Blob(v, path=v) for k, v in row.items()
@@ -194,5 +195,5 @@ def folder(root: str | os.PathLike, extensions: Iterable[str] | None = None) -> 
 
 
 def manifest(path: str | os.PathLike) -> ManifestSource:
-    """A JSON-lines manifest of media files with labels and numeric fields."""
+    """A JSON-lines manifest of media files with labels, numeric and text fields."""
     return ManifestSource(path)
