@@ -41,6 +41,8 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 if not isinstance(row, dict):
                     raise SourceError(f"{path}:{lineno}", "expected a JSON object")
                 yield lineno, row
+    except SourceError:
+        raise
     except UnicodeDecodeError as err:
         raise SourceError(str(path), f"not UTF-8 text (byte {err.start} of a line)") from None
     except (OSError, EOFError) as err:

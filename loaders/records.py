@@ -144,6 +144,8 @@ def read_int_table(path: Path, columns: int) -> np.ndarray:
                 except ValueError:
                     raise SourceError(f"{path}:{lineno}", f"expected {columns} integers, got {line.strip()[:80]!r}") \
                         from None
+    except SourceError:
+        raise
     except OSError as err:
         raise SourceError(str(path), err.strerror or str(err)) from err
     return np.asarray(rows, dtype=np.int64).reshape(-1, columns)

@@ -152,6 +152,8 @@ class ManifestSource(Source):
                             p = Path(value)
                             row[key] = str(p if p.is_absolute() else base / p)
                     self._rows.append(row)
+        except SourceError:
+            raise  # an OSError too: it already names the line
         except OSError as err:
             raise SourceError(str(path), err.strerror or str(err)) from err
         if not self._rows:
