@@ -66,7 +66,8 @@ def test_reads_what_the_tfrecord_writer_wrote_and_builds_its_index(records):
 
 def test_dali_reads_the_same_records_with_the_built_index(records):
     dali = pytest.importorskip("nvidia.dali")
-    from nvidia.dali import fn, tfrecord as tfrec
+    from nvidia.dali import fn
+    from nvidia.dali import tfrecord as tfrec
 
     path, rows = records
     source = mp.loaders.tfrecord(path)
