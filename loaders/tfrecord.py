@@ -137,13 +137,13 @@ def read_record(path: str, offset: int, size: int, number: int, verify: bool = T
 
 
 def input_files(paths: str | os.PathLike | Iterable[str | os.PathLike], patterns: tuple[str, ...]) -> list[str]:
-    """The files of ``paths``: each a file, a glob, or a folder (its files matching ``patterns``)."""
+    """The files of ``paths``: each a file, a glob, or a folder (its files matching ``patterns``, in sub-folders too)."""
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     out: list[str] = []
     for item in items:
         text = str(item)
         if Path(text).is_dir():
-            found = sorted({str(f) for pattern in patterns for f in Path(text).glob(pattern) if f.is_file()})
+            found = sorted({str(f) for pattern in patterns for f in Path(text).rglob(pattern) if f.is_file()})
         elif any(ch in text for ch in "*?["):
             found = sorted(f for f in glob.glob(text) if os.path.isfile(f))
         else:
