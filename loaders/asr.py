@@ -224,3 +224,31 @@ def lhotse(cuts: str | os.PathLike | None = None, *, recordings: str | os.PathLi
            supervisions: str | os.PathLike | None = None) -> LhotseSource:
     """A Lhotse cut manifest, or a recording manifest with its supervision manifest."""
     return LhotseSource(cuts, recordings, supervisions)
+
+
+def segment_flac(data: bytes, name: str, start: float, duration: float) -> bytes:
+    """The segment [start, start + duration) s of an audio file as FLAC at its own rate and
+    channels (what `mediapipe convert` stores for a manifest's utterance)."""
+    import io
+
+    import av
+
+    from mediapipe.decoders.base import NO_HINT
+    from mediapipe.decoders.registry import create
+    from mediapipe.rng import SampleRNG
+
+    decoder = create("audio", "auto", mono=False, offset=start, duration=duration)
+    x = decoder.decode(Blob(name, data=data), NO_HINT, SampleRNG(0, 0, 0, 0), {})
+    x = x.numpy() if hasattr(x, "numpy") else x
+    rate = int(decoder.probe(Blob(name, data=data))["sample_rate"])
+    pcm = (x.clip(-1.0, 1.0 - 2**-31) * 2**31).astype("<i4")  # 16- and 24-bit sources fit exactly
+    out = io.BytesIO()
+    with av.open(out, "w", format="flac") as container:
+        stream = container.add_stream("flac", rate=rate, layout="mono" if pcm.shape[0] == 1 else "stereo")
+        frame = av.AudioFrame.from_ndarray(pcm.T.reshape(1, -1).copy(), format="s32", layout=stream.layout.name)
+        frame.sample_rate = rate
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out.getvalue()

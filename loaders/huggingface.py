@@ -51,7 +51,7 @@ def _value_ranges(array: Any, base: int, total: int, where: str) -> tuple[np.nda
     offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32, count=n + 1 + array.offset,
                             )[array.offset:].astype(np.int64)
     valid = ~np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    if data_buf is None:
+    if data_buf is None or data_buf.size == 0:  # no bytes at all (every value empty or null)
         start = 0
     else:
         start = data_buf.address - base
