@@ -157,3 +157,14 @@ def test_tokenize_gives_padded_ids_with_lengths_next_to_the_text(speech, tmp_pat
             assert not batch["text_ids"][i, len(text):].any()
     with pytest.raises(SourceError, match="the tokenizer failed"):
         mp.loaders.tokenize(mp.loaders.nemo(tmp_path / "manifest.json"), lambda s: ["x"]).ref(0)
+
+
+def test_a_lhotse_recording_that_is_not_a_file_is_named(lhotse_manifests, tmp_path):
+    import gzip
+
+    out, _ = lhotse_manifests
+    cut = json.loads(gzip.open(out / "cuts.jsonl.gz", "rt").readline())
+    cut["recording"]["sources"][0] = {"type": "url", "channels": [0], "source": "http://example.invalid/a.flac"}
+    (tmp_path / "cuts.jsonl").write_text(json.dumps(cut) + "\n")
+    with pytest.raises(SourceError, match=r"cuts.jsonl:1.*source type 'url' is not supported"):
+        mp.loaders.lhotse(tmp_path / "cuts.jsonl")

@@ -199,3 +199,27 @@ def test_the_row_group_cache_reads_each_row_group_once_and_stays_bounded(hf_imag
         source.ref(i).blobs["image"].read()
     assert ROW_GROUPS.reads - before == 3
     assert len(ROW_GROUPS._chunks) == 1  # the bound: only the last row group is kept
+
+
+def test_a_state_json_naming_a_file_outside_its_folder_is_refused(hf_images, tmp_path):
+    import json
+    import shutil
+
+    root, _ = hf_images
+    shutil.copytree(root / "saved" / "train", tmp_path / "ds")
+    state = json.loads((tmp_path / "ds" / "state.json").read_text())
+    state["_data_files"] = [{"filename": "../../../etc/passwd"}]
+    (tmp_path / "ds" / "state.json").write_text(json.dumps(state))
+    with pytest.raises(SourceError, match="not a file of this folder"):
+        mp.loaders.huggingface(tmp_path / "ds")
+
+
+def test_non_utf8_text_in_a_saved_arrow_file_is_named(tmp_path):
+    raw = pa.array([b"fine", b"\xc3\x28 broken"], pa.binary())
+    text = pa.Array.from_buffers(pa.string(), 2, raw.buffers())
+    ds = datasets.Dataset(pa.table({"image": pa.array([b"x", b"y"], pa.binary()), "text": text}))
+    ds.save_to_disk(str(tmp_path / "ds"))
+    source = mp.loaders.huggingface(tmp_path / "ds")
+    assert source.ref(0).fields["text"] == "fine"
+    with pytest.raises(SourceError, match=r"row 1.*'text' is not UTF-8"):
+        source.ref(1)

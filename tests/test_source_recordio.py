@@ -134,3 +134,12 @@ def test_a_truncated_rec_names_its_last_record(rec):
     path.with_suffix(".idx").unlink()
     with pytest.raises(SourceError, match=rf"record {len(items) - 1}.*truncated"):
         mp.loaders.recordio(path)
+
+
+def test_a_label_count_past_the_record_is_refused(tmp_path):
+    path = tmp_path / "bad.rec"
+    payload = IR_HEADER.pack(2**31, 0.0, 1, 0) + b"\xff\xd8\xff" + b"\0" * 40  # flag says 2^31 labels
+    with open(path, "wb") as f:
+        dmlc_write_record(f, payload)
+    with pytest.raises(SourceError, match=r"record 0.*2147483648 labels"):
+        mp.loaders.recordio(path).ref(0)

@@ -192,3 +192,16 @@ def test_non_utf8_text_and_garbage_protobufs_are_named(tmp_path):
     Path(str(path) + ".idx").unlink()
     with pytest.raises(SourceError, match=r"record 0.*not a tf.train.Example.*remain"):
         mp.loaders.tfrecord(path).ref(0)
+
+
+def test_batches_are_the_same_whatever_the_workers_and_ranks_split_the_records(records):
+    path, rows = records
+    pipe = mp.Pipeline(source=mp.loaders.tfrecord(path), decode={"image": mp.decoders.image()},
+                       augment=[mp.augment.RandomResizedCrop(24), mp.augment.HorizontalFlip()], batch_size=2, seed=3)
+    inline = list(pipe.loader(shuffle=True))
+    in_workers = list(pipe.loader(shuffle=True, num_workers=2))
+    assert len(inline) == len(in_workers) == 3
+    for a, b in zip(inline, in_workers):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+    ranks = [[int(i) for b in pipe.loader(shuffle=True, rank=r, world_size=2) for i in b["index"]] for r in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(len(rows))) and not set(ranks[0]) & set(ranks[1])
