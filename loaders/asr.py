@@ -9,44 +9,16 @@ Paths are absolute or relative to the manifest's folder.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mediapipe.errors import SourceError
-from mediapipe.loaders.sources import Source
+from mediapipe.loaders.sources import Source, json_lines
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 TOLERANCE = 0.01  # seconds a segment may pass its recording's end (rounding of written durations)
-
-
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of a JSON-lines file, gzip-compressed or not."""
-    try:
-        with open(path, "rb") as raw:
-            gz = raw.read(2) == b"\x1f\x8b"
-        opener = gzip.open if gz else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from None
-                if not isinstance(row, dict):
-                    raise SourceError(f"{path}:{lineno}", "expected a JSON object")
-                yield lineno, row
-    except SourceError:
-        raise
-    except UnicodeDecodeError as err:
-        raise SourceError(str(path), f"not UTF-8 text (byte {err.start} of a line)") from None
-    except (OSError, EOFError) as err:
-        raise SourceError(str(path), getattr(err, "strerror", None) or str(err)) from None
 
 
 def _seconds(row: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
@@ -100,7 +72,7 @@ class NemoSource(_Segments):
         self.path = Path(path)
         base = self.path.parent
         self._rows: list[tuple[str, float, float, str, dict[str, Any], dict[str, Any]]] = []
-        for lineno, row in _lines(self.path):
+        for lineno, row in json_lines(self.path):
             where = f"{self.path}:{lineno}"
             audio = _resolve(row.get("audio_filepath"), base, where, "audio_filepath")
             duration = _seconds(row, "duration", where)
@@ -160,7 +132,7 @@ class LhotseSource(_Segments):
             raise SourceError(str(cuts or supervisions), "manifest lists no samples")
 
     def _read_cuts(self, path: Path) -> None:
-        for lineno, cut in _lines(path):
+        for lineno, cut in json_lines(path):
             where = f"{path}:{lineno}"
             if cut.get("type", "MonoCut") != "MonoCut":
                 raise SourceError(where, f"cut type {cut.get('type')!r} is not supported (only MonoCut)")
@@ -187,13 +159,13 @@ class LhotseSource(_Segments):
 
     def _read_pairs(self, recordings: Path, supervisions: Path) -> None:
         known: dict[str, tuple[str, float, dict[str, Any]]] = {}
-        for lineno, rec in _lines(recordings):
+        for lineno, rec in json_lines(recordings):
             where = f"{recordings}:{lineno}"
             known[str(rec.get("id"))] = (_recording_file(rec, recordings.parent, where),
                                          _seconds(rec, "duration", where),
                                          {"sample_rate": rec["sampling_rate"]}
                                          if isinstance(rec.get("sampling_rate"), int) else {})
-        for lineno, sup in _lines(supervisions):
+        for lineno, sup in json_lines(supervisions):
             where = f"{supervisions}:{lineno}"
             rec_id = str(sup.get("recording_id"))
             if rec_id not in known:

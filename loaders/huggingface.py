@@ -36,8 +36,7 @@ from mediapipe.loaders.parquet import (
     plan_columns,
     text_value,
 )
-from mediapipe.loaders.records import RangeBlob, advise, file_size, pread_exact
-from mediapipe.loaders.sources import Source
+from mediapipe.loaders.records import FileRecords, RangeBlob, advise, file_size, pread_exact
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 
@@ -64,7 +63,7 @@ def _value_ranges(array: Any, base: int, total: int, where: str) -> tuple[np.nda
     return start + offsets[:-1], sizes, valid
 
 
-class ArrowSource(Source):
+class ArrowSource(FileRecords):
     """The rows of a ``save_to_disk`` dataset's Arrow files: media and text as byte ranges.
 
     ``columns`` maps batch fields to columns (default: every readable column); ``media_root``
@@ -85,8 +84,8 @@ class ArrowSource(Source):
         self.columns: list[Column] = []
         media: dict[str, list] = {}
         numbers: dict[str, list] = {}
-        files = []
-        for n, path in enumerate(self.paths):
+        counts = []
+        for path in self.paths:
             total = file_size(path)
             try:
                 whole = pa.memory_map(path).read_buffer()
@@ -102,7 +101,7 @@ class ArrowSource(Source):
             elif cols != self.columns:
                 raise SourceError(path, f"its columns {cols} differ from the first file's {self.columns}")
             rows = sum(b.num_rows for b in batches)
-            files.append(np.full(rows, n, dtype=np.int32))
+            counts.append(rows)
             for c in cols:
                 if c.kind == "number":
                     values = [b.column(c.name) for b in batches]
@@ -127,27 +126,15 @@ class ArrowSource(Source):
                     elif side == "path":
                         entry[side].append((np.zeros(rows, np.int64), np.zeros(rows, np.int64),
                                             np.zeros(rows, bool)))
-        self._file = np.concatenate(files)
-        if len(self._file) == 0:
+        if sum(counts) == 0:
             raise SourceError(self.paths[0], "no rows")
-        self._first = np.cumsum([0] + [len(f) for f in files])
+        self._number_records(counts)
         self._ranges = {field: {side: tuple(np.concatenate(x) for x in zip(*entry[side])) for side in entry}
                         for field, entry in media.items()}
         self._numbers = {k: np.concatenate(v) for k, v in numbers.items()}
         self._kinds = {c.field: c for c in self.columns}
         label = self._kinds.get("label")
         self._classes = class_names(self.features, label.name) if label is not None else None
-
-    def __len__(self) -> int:
-        return len(self._file)
-
-    @property
-    def classes(self) -> list[str] | None:
-        return None if self._classes is None else list(self._classes)
-
-    def locate(self, index: int) -> tuple[str, int]:
-        n = int(self._file[index])
-        return self.paths[n], index - int(self._first[n])
 
     def _numbers_of(self, index: int) -> dict[str, Any]:
         out = {}

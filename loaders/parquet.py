@@ -23,7 +23,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -413,8 +412,3 @@ def parquet(paths: str | os.PathLike | Iterable[str | os.PathLike], columns: Map
             classes: list[str] | None = None) -> ParquetSource:
     """Parquet files as a source: media bytes columns, text, numbers (see `ParquetSource`)."""
     return ParquetSource(paths, columns, media_root, cache_bytes, classes)
-
-
-def is_parquet(path: str | os.PathLike) -> bool:
-    p = Path(path)
-    return p.suffix == ".parquet" or (p.is_dir() and any(p.rglob("*.parquet")))

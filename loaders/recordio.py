@@ -25,6 +25,7 @@ import torch
 
 from mediapipe.errors import SourceError
 from mediapipe.loaders.records import (
+    FileRecords,
     advise,
     file_size,
     load_or_build,
@@ -32,7 +33,6 @@ from mediapipe.loaders.records import (
     read_int_table,
     record_name,
 )
-from mediapipe.loaders.sources import Source
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 MAGIC = 0xCED7230A
@@ -115,7 +115,7 @@ def unpack_im2rec(payload: bytes, where: str) -> tuple[float | list[float], int,
     return label, ident, payload[start:]
 
 
-class RecordIOSource(Source):
+class RecordIOSource(FileRecords):
     """The images of MXNet RecordIO files in the ``im2rec`` layout, in ``.idx`` order.
 
     Each ``.rec`` needs its ``.idx`` (``<name>.idx`` beside it; built by a scan and cached when
@@ -134,7 +134,7 @@ class RecordIOSource(Source):
         if self.index_paths is not None and len(self.index_paths) != len(self.paths):
             raise ValueError(f"{len(self.index_paths)} index paths for {len(self.paths)} RecordIO files")
         self._classes = list(classes) if classes is not None else None
-        starts, ends, keys, files = [], [], [], []
+        starts, ends, keys = [], [], []
         for n, path in enumerate(self.paths):
             given = self.index_paths[n] if self.index_paths is not None else None
             if given is None and Path(path).with_suffix(".idx").exists():
@@ -153,22 +153,9 @@ class RecordIOSource(Source):
             starts.append(offsets)
             ends.append(nxt)
             keys.append(k)
-            files.append(np.full(len(offsets), n, dtype=np.int32))
         self._starts, self._ends = np.concatenate(starts), np.concatenate(ends)
-        self._keys, self._file = np.concatenate(keys), np.concatenate(files)
-        self._first = np.cumsum([0] + [len(s) for s in starts])
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    @property
-    def classes(self) -> list[str] | None:
-        return None if self._classes is None else list(self._classes)
-
-    def locate(self, index: int) -> tuple[str, int]:
-        """(file, record number in its index) of sample ``index``."""
-        n = int(self._file[index])
-        return self.paths[n], index - int(self._first[n])
+        self._keys = np.concatenate(keys)
+        self._number_records([len(s) for s in starts])
 
     def read_payload(self, index: int) -> bytes:
         path, number = self.locate(index)

@@ -19,6 +19,7 @@ import numpy as np
 
 from mediapipe.errors import SourceError
 from mediapipe.loaders.shards import _CAN_ADVISE, _OPEN_SHARDS
+from mediapipe.loaders.sources import Source
 from mediapipe.sample import Blob
 
 CACHE_ENV = "MEDIAPIPE_INDEX_CACHE"
@@ -64,6 +65,30 @@ class RangeBlob(Blob):
         if self.data is not None:
             return self.data
         return pread_exact(self.path, self.offset, self.size or 0, self.name)  # type: ignore[arg-type]
+
+
+class FileRecords(Source):
+    """A source over the records of several files, numbered across them in file order:
+    which file and which record of it a sample is, for reading and for error messages."""
+
+    paths: list[str]
+    _classes: list[str] | None = None
+
+    def _number_records(self, counts: list[int]) -> None:
+        self._file = np.concatenate([np.full(c, n, dtype=np.int32) for n, c in enumerate(counts)])
+        self._first = np.cumsum([0, *counts])  # the global index of each file's record 0
+
+    def __len__(self) -> int:
+        return len(self._file)
+
+    @property
+    def classes(self) -> list[str] | None:
+        return None if self._classes is None else list(self._classes)
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """(file, record number in it) of sample ``index``."""
+        n = int(self._file[index])
+        return self.paths[n], index - int(self._first[n])
 
 
 def file_size(path: str) -> int:

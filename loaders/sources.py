@@ -6,9 +6,10 @@ metadata known without decoding, so samplers shuffle, shard and bucket without I
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,26 +137,14 @@ class ManifestSource(Source):
         self.path = Path(path)
         base = self.path.parent
         self._rows: list[dict[str, Any]] = []
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from err
-                    if not isinstance(row, dict) or "path" not in row:
-                        raise SourceError(f"{path}:{lineno}", "each line must be an object with a 'path'")
-                    for key, value in row.items():
-                        if key == "path" or (isinstance(value, str) and _is_media_path(value)):
-                            p = Path(value)
-                            row[key] = str(p if p.is_absolute() else base / p)
-                    self._rows.append(row)
-        except SourceError:
-            raise  # an OSError too: it already names the line
-        except OSError as err:
-            raise SourceError(str(path), err.strerror or str(err)) from err
+        for lineno, row in json_lines(self.path):
+            if "path" not in row:
+                raise SourceError(f"{path}:{lineno}", "each line must be an object with a 'path'")
+            for key, value in row.items():
+                if key == "path" or (isinstance(value, str) and _is_media_path(value)):
+                    p = Path(value)
+                    row[key] = str(p if p.is_absolute() else base / p)
+            self._rows.append(row)
         if not self._rows:
             raise SourceError(str(path), "manifest lists no samples")
 
@@ -185,6 +174,31 @@ class ManifestSource(Source):
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.path)}
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSON-lines file, gzip-compressed or
+    not; a line that is not a JSON object, or text that is not UTF-8, is an error naming it."""
+    try:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open if gz else open)(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from None
+                if not isinstance(row, dict):
+                    raise SourceError(f"{path}:{lineno}", "each line must be a JSON object")
+                yield lineno, row
+    except SourceError:
+        raise  # an OSError too: it already names the line
+    except UnicodeDecodeError as err:
+        raise SourceError(str(path), f"not UTF-8 text (byte {err.start} of a line)") from None
+    except (OSError, EOFError) as err:
+        raise SourceError(str(path), getattr(err, "strerror", None) or str(err)) from None
 
 
 def _is_media_path(value: str) -> bool:

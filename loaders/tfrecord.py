@@ -25,6 +25,7 @@ import torch
 from mediapipe.errors import SourceError
 from mediapipe.loaders.protobuf import parse_example
 from mediapipe.loaders.records import (
+    FileRecords,
     advise,
     check_offsets,
     file_size,
@@ -33,7 +34,6 @@ from mediapipe.loaders.records import (
     read_int_table,
     record_name,
 )
-from mediapipe.loaders.sources import Source
 from mediapipe.sample import Blob, SampleMeta, SampleRef, kind_of_bytes
 
 IMAGENET_FEATURES: dict[str, str | tuple[str, ...]] = {"image": "image/encoded", "label": "image/class/label"}
@@ -204,7 +204,7 @@ def text_of(raw: bytes | memoryview, where: str, field: str) -> str:
             from None
 
 
-class TFRecordSource(Source):
+class TFRecordSource(FileRecords):
     """The ``tf.train.Example`` records of TFRecord files, in file order.
 
     ``features`` maps a batch field to a feature name (default: the ImageNet convention,
@@ -228,29 +228,15 @@ class TFRecordSource(Source):
             raise ValueError(f"{len(self.index_paths)} index paths for {len(self.paths)} TFRecord files")
         self._classes = list(classes) if classes is not None else None
         self.verify_crc = verify_crc
-        offsets, sizes, files = [], [], []
+        offsets, sizes = [], []
         for n, path in enumerate(self.paths):
             given = self.index_paths[n] if self.index_paths is not None else None
             o, s, index = load_or_build(path, given, ".idx", read_index, scan_records, write_index)
             check_offsets(o, s, file_size(path), index)
             offsets.append(o)
             sizes.append(s)
-            files.append(np.full(len(o), n, dtype=np.int32))
         self._offsets, self._sizes = np.concatenate(offsets), np.concatenate(sizes)
-        self._file = np.concatenate(files)
-        self._first = np.cumsum([0] + [len(o) for o in offsets])  # global index of each file's record 0
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    @property
-    def classes(self) -> list[str] | None:
-        return None if self._classes is None else list(self._classes)
-
-    def locate(self, index: int) -> tuple[str, int]:
-        """(file, record number in it) of sample ``index``."""
-        n = int(self._file[index])
-        return self.paths[n], index - int(self._first[n])
+        self._number_records([len(o) for o in offsets])
 
     def ref(self, index: int) -> SampleRef:
         path, number = self.locate(index)
