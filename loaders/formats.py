@@ -78,11 +78,6 @@ def _file_size(path: str | None) -> int:
         return 0  # a missing file is reported when converted
 
 
-def _plain(value: Any) -> Any:
-    """A field as JSON can hold it (a tensor becomes a list)."""
-    return value.tolist() if hasattr(value, "tolist") else value
-
-
 def describe_inputs(source: Source) -> Iterator[InputItem]:
     """Each sample of ``source`` as a conversion input (its key still to be made unique: the
     name is what the key is made from). A sample that cannot be read is listed anyway, with
@@ -109,7 +104,9 @@ def describe_inputs(source: Source) -> Iterator[InputItem]:
             yield InputItem(i, err.path, f"{source.kind}-{i}", "", None, "", 0, source=config, blob="")
             continue
         ext = "flac" if segment is not None else ""  # else the kind comes from the bytes
-        fields = tuple(sorted((k, _plain(v)) for k, v in ref.fields.items()))
+        # numbers and text are kept (the converted format's fields); tensors (boxes, label arrays) are not
+        fields = tuple(sorted((k, v) for k, v in ref.fields.items()
+                              if type(v) is str or (isinstance(v, (int, float)) and not isinstance(v, bool))))
         yield InputItem(i, blob.name, ref.key, "", ref.label, ext, size, (), fields, source=config, blob=field,
                         segment=None if segment is None else (float(segment[0]), float(segment[1])))
 

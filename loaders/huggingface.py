@@ -75,7 +75,7 @@ class ArrowSource(FileRecords):
     def __init__(self, paths: Iterable[str | os.PathLike], columns: Mapping[str, str] | None = None,
                  features: Mapping[str, Any] | None = None, media_root: str | os.PathLike | None = None) -> None:
         pa = _pyarrow()
-        self.paths = [str(p) for p in paths]
+        self.paths = [os.path.realpath(p) for p in paths]  # byte ranges are read O_NOFOLLOW
         if not self.paths:
             raise SourceError("huggingface", "no Arrow files")
         self.column_map = dict(columns) if columns is not None else None

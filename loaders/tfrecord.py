@@ -137,7 +137,8 @@ def read_record(path: str, offset: int, size: int, number: int, verify: bool = T
 
 
 def input_files(paths: str | os.PathLike | Iterable[str | os.PathLike], patterns: tuple[str, ...]) -> list[str]:
-    """The files of ``paths``: each a file, a glob, or a folder (its files matching ``patterns``, in sub-folders too)."""
+    """The files of ``paths``: each a file, a glob, or a folder (its files matching ``patterns``,
+    in sub-folders too), as real paths."""
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     out: list[str] = []
     for item in items:
@@ -153,7 +154,7 @@ def input_files(paths: str | os.PathLike | Iterable[str | os.PathLike], patterns
         out += found
     if not out:
         raise SourceError(str(paths), "no files given")
-    return out
+    return [os.path.realpath(p) for p in out]  # read through the real file (record files are opened O_NOFOLLOW)
 
 
 def example_fields(features: Mapping[str, Any], wanted: Mapping[str, str | tuple[str, ...]], where: str,

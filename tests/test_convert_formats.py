@@ -42,9 +42,12 @@ def test_tfrecord_recordio_and_hf_convert_to_the_same_shards(tmp_path):
 
     (tmp_path / "rec").mkdir()
     rec, items = make_rec(tmp_path / "rec")
-    convert(rec, tmp_path / "from_rec")
+    result = convert(rec, tmp_path / "from_rec")
+    # record 2's id (the magic number in both halves: above 2^63) does not fit the converted format: reported
+    assert [f["input"] for f in result.failures] == ["train.rec:2"] and "'id'" in result.failures[0]["reason"]
     source = mp.loaders.shards(tmp_path / "from_rec")
-    assert sorted(source.ref(i).blob("image").read() for i in range(len(source))) == sorted(x[2] for x in items)
+    assert sorted(source.ref(i).blob("image").read() for i in range(len(source))) == sorted(
+        x[2] for n, x in enumerate(items) if n != 2)
 
     ds = datasets.Dataset.from_dict(
         {"image": [{"bytes": r["image"], "path": None} for r in rows], "label": [r["label"] for r in rows],
