@@ -1,12 +1,13 @@
 """The DALI backend: ``pipe.loader(backend="dali")`` runs the same pipeline spec on NVIDIA DALI.
 
-The sample order is ours: `EpochBatchSampler` plans each epoch's batches (shuffle, rank
-shard, last-batch policy) exactly as the torch loader does, and the file bytes (files,
-manifest rows, or byte ranges of converted shards) are fed to DALI in that order through
-``fn.external_source``; DALI decodes (``mixed`` = nvJPEG on a GPU, ``cpu`` with
-``device_id=None``) and runs the lowered ops (see `dali_lowering`). Labels, indices and
-manifest fields never enter DALI: they are attached on the host from the planned batch, so
-they cannot drift from the images.
+The sample order is ours: the torch loader's sampler (`build_sampler`: shuffle, ranks, a
+source already split by rank, last-batch policy) plans each epoch's batches, and the bytes
+each decoded field reads (`Plan.blob`: files, a manifest's named columns, byte ranges of
+converted shards) are fed to DALI in that order through ``fn.external_source``; DALI decodes
+(``mixed`` = nvJPEG on a GPU, ``cpu`` with ``device_id=None``) and runs the lowered ops (see
+`dali_lowering`). A batch holds the fields the plan lists (`Plan.batch_fields`), as the torch
+backend's do; index, label and manifest fields (`sample_fields`) never enter DALI: they are
+attached on the host from the planned batch, so they cannot drift from the images.
 
 Random parameters: ops whose draws DALI has no operator for (ColorJitter, GaussianBlur,
 RandomErasing, RandomCrop...) take the torch backend's keyed draws, computed on the host and
@@ -31,12 +32,13 @@ import importlib.util
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from mediapipe.collate import collate
 from mediapipe.errors import PipelineError
 from mediapipe.graph import StageStats
 from mediapipe.loaders.dali_lowering import (
@@ -47,10 +49,12 @@ from mediapipe.loaders.dali_lowering import (
     lowering_table,
     unsupported,
 )
-from mediapipe.loaders.loader import SamplerDriven, distributed_rank_and_size
-from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
+from mediapipe.loaders.loader import SamplerDriven
+from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
+from mediapipe.loaders.sampling import build_sampler, may_pad, resolve_ranks
+from mediapipe.plan import BatchField, sample_fields
 from mediapipe.rng import SampleRNG
-from mediapipe.sample import SampleRef
+from mediapipe.sample import Blob, SampleRef
 
 if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
@@ -85,6 +89,9 @@ def check_lowerable(pipeline: Pipeline) -> None:
     for name, spec in pipeline.decode.items():
         if (why := decode_problem(spec.kind, spec.options)) is not None:
             problems.append(f"decode[{name!r}] {spec.kind}({why})")
+    sides = [f.name for f in pipeline.plan.batch_fields() if f.origin == "side"]
+    if sides:
+        problems.append(f"the decoders' side fields {sides} (DALI's decoders give none)")
     if pipeline.on_error != "raise":
         problems.append(f"on_error={pipeline.on_error!r} (DALI stops on a bad sample)")
     if problems:
@@ -100,12 +107,14 @@ def dali_seed(seed: int, rank: int, epoch: int) -> int:
 
 
 class HostSample:
-    """One sample as the feed sees it: its ref, its bytes per decoded field, header sizes, and
-    the keyed draws of ops whose parameters are drawn on the host."""
+    """One sample as the feed sees it: its ref, the blob of each decoded field with its bytes
+    read (``data``: the same bytes as arrays), header sizes, and the keyed draws of ops whose
+    parameters are drawn on the host."""
 
-    def __init__(self, ref: SampleRef, data: dict[str, np.ndarray], probe: dict[str, Any], seed: int,
+    def __init__(self, ref: SampleRef, blobs: dict[str, Blob], probe: dict[str, Any], seed: int,
                  epoch: int) -> None:
-        self.ref, self.data, self._probe, self._sizes = ref, data, probe, {}
+        self.ref, self.blobs, self._probe, self._sizes = ref, blobs, probe, {}
+        self.data = {name: np.frombuffer(blob.read(), dtype=np.uint8) for name, blob in blobs.items()}
         self.seed, self.epoch = seed, epoch
         self._params: dict[int, dict[str, Any]] = {}
 
@@ -161,11 +170,9 @@ class _Feed:
         refs = [source.ref(int(i)) for i in batch.indices]
         samples = []
         for ref in refs:
-            data = {}
-            for name, spec in plan.decode.items():
-                blob = ref.blob(spec.kind)
-                data[name] = np.frombuffer(blob.read(), dtype=np.uint8)
-            samples.append(HostSample(ref, data, self.loader._probes, self.loader.pipeline.seed, epoch))
+            blobs = {name: plan.blob(ref, name) for name in plan.decode}
+            blobs = {name: replace(blob, data=blob.read()) for name, blob in blobs.items()}
+            samples.append(HostSample(ref, blobs, self.loader._probes, self.loader.pipeline.seed, epoch))
         for name, compute in self.inputs.items():
             self.queues[name].append([compute(s) for s in samples])
         self.host.append((batch, refs))
@@ -231,26 +238,23 @@ class DaliLoader(SamplerDriven):
         check_lowerable(pipeline)
         self.rng = rng
         self._dali = import_dali()
-        if drop_last is not None:
-            last_batch = "drop" if drop_last else last_batch
-        if rank is None or world_size is None:
-            auto_rank, auto_size = distributed_rank_and_size()
-            rank = auto_rank if rank is None else rank
-            world_size = auto_size if world_size is None else world_size
         self.pipeline, self.plan, self.device = pipeline, pipeline.plan, pipeline.device
-        self.rank, self.num_threads, self.prefetch = rank, max(1, num_workers), prefetch
+        self.num_threads, self.prefetch = max(1, num_workers), prefetch
         if self.device.type == "cuda":
             self.device_id = self.device.index if self.device.index is not None else torch.cuda.current_device()
             self.device_id = self.device_id if device_id is None else device_id
         else:
             self.device_id = None
-        self.sampler: BatchSampler = sampler or EpochBatchSampler(
-            len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
-            rank=rank, world_size=world_size, last_batch=last_batch,
-        )
+        # the torch loader's sampler: a source already split by rank is not split again, and the
+        # true rank keys DALI's seed
+        self.ranks = resolve_ranks(pipeline.source, rank, world_size)
+        self.sampler: BatchSampler = build_sampler(
+            pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
+            rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
+        self.fields: list[BatchField] = self.plan.batch_fields()
         self.stats = StageStats()
         decoders = self.plan.decoders()
-        self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.ref.blob(d.kind), s.data[n].tobytes()))
+        self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.blobs[n]))
                         for name in self.plan.decode}
         self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
@@ -326,7 +330,7 @@ class DaliLoader(SamplerDriven):
     def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:
         DaliPipeline, fn, types = self._dali
         feed = _Feed(self)
-        seed = dali_seed(self.pipeline.seed, self.rank, epoch)
+        seed = dali_seed(self.pipeline.seed, self.ranks.rank, epoch)
         pipe = DaliPipeline(batch_size=self.pipeline.batch_size, num_threads=self.num_threads,
                             device_id=self.device_id, seed=seed, prefetch_queue_depth=self.prefetch,
                             enable_checkpointing=True, checkpoint=checkpoint)
@@ -358,8 +362,12 @@ class DaliLoader(SamplerDriven):
                     LOWERINGS[type(op).__name__].lower(op, ctx)
                 except NotImplementedError as err:
                     raise PipelineError(f"backend='dali': {err}; use backend='torch' for this pipeline") from err
+            tensors = [f.name for f in self.fields if f.origin in ("decoder", "op")]
+            if sorted(tensors) != sorted(ctx.fields):  # the lowering and the plan disagree: a bug, said plainly
+                raise PipelineError(f"backend='dali': the lowered graph gives fields {sorted(ctx.fields)}, "
+                                    f"the plan {sorted(tensors)}")
             outputs = []
-            for name in ctx.fields:
+            for name in tensors:
                 f = ctx.decoded(name)
                 ctx.flush_mirror(f)
                 if f.layout == "HWC":  # this library's layout: (C, H, W)
@@ -373,9 +381,12 @@ class DaliLoader(SamplerDriven):
                   refs: list[SampleRef]) -> dict[str, Any]:
         from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
 
-        out: dict[str, Any] = {}
+        # the plan's fields: the samples' own (collated as the torch backend collates them), the
+        # DALI outputs (a pad-collated field with its lengths), valid
+        out: dict[str, Any] = {k: v.to(self.device) for k, v in collate([sample_fields(r) for r in refs], {}).items()}
+        padded = {f.field for f in self.fields if f.origin == "lengths"}
         for (name, f), tl in zip(fields.items(), outputs):
-            if f.kind == "audio":
+            if name in padded:
                 out.update(padded_audio(name, f, tl, self.device))
                 continue
             shapes = {tuple(s) for s in tl.shape()}
@@ -390,8 +401,7 @@ class DaliLoader(SamplerDriven):
             stream = torch.cuda.current_stream(tensor.device) if is_gpu else None
             feed_ndarray(tl.as_tensor(), tensor, cuda_stream=stream)
             out[name] = tensor.to(self.device, non_blocking=True)
-        out.update({k: v.to(self.device) for k, v in host_fields(refs).items()})
-        if batch.valid < len(batch.indices) or getattr(self.sampler, "last_batch", None) == "pad":
+        if batch.valid < len(batch.indices) or may_pad(self.sampler):
             valid = torch.zeros(len(batch.indices), dtype=torch.bool)
             valid[: batch.valid] = True
             out["valid"] = valid.to(self.device)
@@ -410,17 +420,6 @@ def padded_audio(name: str, f: FieldNode, tl: Any, device: torch.device) -> dict
     for i, a in enumerate(arrays):
         out[i, 0, ..., : a.shape[-1]] = torch.from_numpy(a)
     return {name: out.to(device), f"{name}_lengths": lengths.to(device)}
-
-
-def host_fields(refs: list[SampleRef]) -> dict[str, torch.Tensor]:
-    """``index``, ``label`` and the manifest's numeric fields, collated as the torch backend does."""
-    out = {"index": torch.tensor([r.index for r in refs], dtype=torch.int64)}
-    if refs[0].label is not None:
-        out["label"] = torch.tensor([-1 if r.label is None else r.label for r in refs], dtype=torch.int64)
-    for name, first in refs[0].fields.items():
-        dtype = torch.int64 if isinstance(first, int) and not isinstance(first, bool) else torch.float32
-        out[name] = torch.tensor([r.fields.get(name, 0) for r in refs], dtype=dtype)
-    return out
 
 
 __all__ = ["DaliLoader", "check_lowerable", "dali_available", "import_dali", "lowering_table"]

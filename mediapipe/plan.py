@@ -18,8 +18,30 @@ from mediapipe.augment.base import Op, Stage
 from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
 from mediapipe.loaders.sources import Source
+from mediapipe.sample import Blob, SampleRef
 
 ON_ERROR = ("raise", "skip", "replace")
+
+
+@dataclass(frozen=True)
+class BatchField:
+    """A field every batch of a plan holds, and where it comes from: a decoder ("decoder"), a
+    decoder's side value ``<field>_<side>`` ("side"), the lengths of a pad-collated field
+    ``<field>_lengths`` ("lengths"), or an op that writes a new field ("op")."""
+
+    name: str
+    origin: str
+    field: str | None = None  # the decoded field a side or lengths field belongs to
+
+
+def sample_fields(ref: SampleRef) -> dict[str, Any]:
+    """What a sample takes from its source rather than its decoders: ``index``, ``label`` (when
+    the source labels it) and the source's numeric fields (a manifest's columns)."""
+    out: dict[str, Any] = {"index": ref.index}
+    if ref.label is not None:
+        out["label"] = ref.label
+    out.update(ref.fields)
+    return out
 
 
 @dataclass(frozen=True)
@@ -88,12 +110,40 @@ class Plan:
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
 
+    # -- the fields of a batch -----------------------------------------------------------
+    def batch_fields(self) -> list[BatchField]:
+        """The fields every batch holds besides `sample_fields` and ``valid`` (present when the
+        sampler may pad, a batch is padded, or under ``on_error="replace"``): each decoded
+        field with its side fields and lengths, then the new fields ops write. Every backend
+        delivers these."""
+        out = self._decoder_fields()
+        known = {f.name for f in out} | {"index", "label"}  # a field an op rewrites keeps its origin
+        for p in self.placed:
+            lengths = {f"{name}_lengths": name for name in p.op.outputs}  # an audio op's new field's lengths
+            for name in p.op.writes():
+                if name not in known:
+                    out.append(BatchField(name, "lengths", lengths[name]) if name in lengths else BatchField(name, "op"))
+                    known.add(name)
+        return out
+
+    def blob(self, ref: SampleRef, name: str) -> Blob:
+        """The blob decoded field ``name`` reads: its own (a manifest's ``"mask"`` column), or
+        that of the field it is read ``from_field``."""
+        source = self.decode[name].from_field
+        return ref.blob(self.decode[source].kind, source) if source else ref.blob(self.decode[name].kind, name)
+
+    def _decoder_fields(self) -> list[BatchField]:
+        out = []
+        for name, spec in self.decode.items():
+            out.append(BatchField(name, "decoder"))
+            out += [BatchField(f"{name}_{side}", "side", name) for side in spec.side_fields]
+            if spec.collate == "pad":
+                out.append(BatchField(f"{name}_lengths", "lengths", name))
+        return out
+
     # -- compile ------------------------------------------------------------------------
     def _base_fields(self) -> set[str]:
-        fields = set(self.decode) | {"label", "index"}
-        fields |= {f"{name}_lengths" for name, spec in self.decode.items() if spec.collate == "pad"}
-        fields |= {f"{name}_{side}" for name, spec in self.decode.items() for side in spec.side_fields}
-        return fields
+        return {f.name for f in self._decoder_fields()} | {"label", "index"}
 
     def _place(self) -> list[PlacedOp]:
         available = self._base_fields()

@@ -14,7 +14,7 @@ from typing import Any
 from mediapipe.augment.base import Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
 from mediapipe.host_batch import Deferred
-from mediapipe.plan import Plan
+from mediapipe.plan import Plan, sample_fields
 from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
 from mediapipe.sample import SampleRef
 from mediapipe.stats import StageStats
@@ -30,10 +30,7 @@ class SampleStage:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
         label, index and the source's extra fields. Raises on a bad sample."""
         ref = self.plan.source.ref(index)
-        data: dict[str, Any] = {"index": index}
-        if ref.label is not None:
-            data["label"] = ref.label
-        data.update(ref.fields)
+        data = sample_fields(ref)
         params_cache: dict[int, Params] = {}
         done: set[tuple[int, str]] = set()
         decoders, spans = self.plan.decoders(), {}
@@ -75,7 +72,7 @@ class SampleStage:
         plan = self.plan
         t0 = time.perf_counter()
         source = plan.decode[name].from_field
-        blob = ref.blob(plan.decode[source].kind, source) if source else ref.blob(decoder.kind, name)
+        blob = plan.blob(ref, name)
         if getattr(decoder, "reads_whole", True) and blob.data is None:
             blob = replace(blob, data=blob.read())
         stats.bytes += blob.nbytes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -367,3 +368,214 @@ def test_audio_settings_without_counterpart_are_listed(wav_manifest):
     for part in ("augment[0] SpecAugment", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
                  "decode['audio'] audio(mono=False"):
         assert part in message
+
+
+# -- the same behaviour as the torch backend: set-up, fields, masks, resampling, order ----------
+@pytest.fixture(scope="module")
+def png_folder(tmp_path_factory):
+    """16 lossless PNGs of several sizes (both decoders give the same pixels): resampling and
+    colour are compared exactly, without JPEG decoders' rounding in the way."""
+    from PIL import Image
+
+    from mediapipe.synthetic import photo_like
+
+    root = tmp_path_factory.mktemp("png") / "class0"
+    root.mkdir()
+    for i in range(16):
+        Image.fromarray(photo_like(50 + 7 * i, 120 - 5 * i, 900 + i)).save(root / f"img{i:02d}.png")
+    return root.parent
+
+
+@pytest.fixture(scope="module")
+def mask_manifest(tmp_path_factory):
+    """12 rows: a JPEG photo with a bright disc, ``"mask"``: a PNG of the disc (0/255), a label
+    and a numeric ``weight``; sizes differ from row to row."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from mediapipe.synthetic import photo_like
+
+    root = tmp_path_factory.mktemp("masks")
+    rows = []
+    for i in range(12):
+        h, w = 60 + 9 * i, 140 - 6 * i
+        yy, xx = np.mgrid[0:h, 0:w]
+        inside = (yy - h * 0.45) ** 2 + (xx - w * 0.55) ** 2 < (min(h, w) * 0.3) ** 2
+        photo = photo_like(h, w, 300 + i)
+        photo[inside] = np.clip(photo[inside].astype(int) + 60, 0, 255).astype(np.uint8)
+        Image.fromarray(photo).save(root / f"{i}.jpg", quality=92)
+        Image.fromarray((inside * 255).astype(np.uint8)).save(root / f"{i}_mask.png")
+        rows.append({"path": f"{i}.jpg", "mask": f"{i}_mask.png", "label": i % 3, "weight": 0.25 * i})
+    path = root / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def _mask_pipe(manifest, augment, batch_size=4, seed=3):
+    return mp.Pipeline(source=mp.loaders.manifest(manifest), device="cpu", batch_size=batch_size, seed=seed,
+                       decode={"image": mp.decoders.image(), "mask": mp.decoders.image(mode="L")}, augment=augment)
+
+
+BOTH = ("image", "mask")
+
+
+def test_a_source_split_by_rank_is_not_split_again(image_folder, tmp_path):
+    # main: DaliLoader built its own sampler and split the rank's shards again (half the batches)
+    from mediapipe.convert import convert
+
+    convert(image_folder, tmp_path / "shards", shard_size=6)
+    whole = mp.loaders.shards(tmp_path / "shards")
+    seen = []
+    for rank in range(2):
+        part = whole.for_rank(rank, 2)
+        pipe = _pipe(None, [A.Resize((32, 32))], batch_size=4, source=part)
+        dali_loader = pipe.loader(backend="dali", rank=rank, world_size=2, shuffle=False)
+        dali, torch_ = list(dali_loader), list(pipe.loader(backend="torch", rank=rank, world_size=2, shuffle=False))
+        assert len(dali_loader) == len(dali) == len(torch_) == 3
+        assert dali_loader.ranks.rank == rank  # the true rank keys DALI's seed; the sampler reads all of the part
+        for a, b in zip(dali, torch_):
+            assert torch.equal(a["index"], b["index"]) and torch.equal(a["label"], b["label"])
+        seen += [part.ref(int(i)).key for b in dali for i in b["index"]]
+    assert len(seen) == len(set(seen)) == 24
+
+
+def test_valid_is_on_every_batch_when_some_rank_may_pad(image_folder):
+    # 24 samples on 5 ranks: a rank with fewer samples pads, so every batch carries "valid"
+    # (main: DALI added it only to the padded batch, or under last_batch="pad")
+    pipe = _pipe(image_folder, [A.Resize((24, 24))], batch_size=2)
+    for last_batch, rank in itertools.product(("partial", "pad", "drop"), (0, 4)):
+        dali = list(pipe.loader(backend="dali", rank=rank, world_size=5, last_batch=last_batch))
+        torch_ = list(pipe.loader(backend="torch", rank=rank, world_size=5, last_batch=last_batch))
+        assert len(dali) == len(torch_) > 0
+        for a, b in zip(dali, torch_):
+            assert set(a) == set(b) and torch.equal(a["index"], b["index"])
+            assert ("valid" in a) == (last_batch != "drop")
+            if "valid" in b:
+                assert torch.equal(a["valid"], b["valid"])
+
+
+def test_a_manifests_mask_column_is_decoded_from_its_own_file(mask_manifest):
+    # main: the feed read ref.blob("image") for every image field: "mask" got the photo's bytes
+    pipe = _mask_pipe(mask_manifest, [A.CenterCrop(48, keys=BOTH)])
+    for a, b in zip(pipe.loader(backend="dali", shuffle=False), pipe.loader(backend="torch", shuffle=False),
+                    strict=True):
+        assert set(a) == set(b) == {"image", "mask", "label", "index", "weight"}
+        assert torch.equal(a["mask"], b["mask"])  # lossless PNG: the same pixels
+        assert set(torch.unique(a["mask"]).tolist()) == {0, 255}
+        assert torch.equal(a["weight"], b["weight"]) and torch.equal(a["label"], b["label"])
+
+
+@pytest.mark.parametrize("ops", [
+    [A.Resize((40, 52), keys=BOTH, mask_keys=("mask",))],
+    [A.RandomResizedCrop(44, scale=(0.3, 1.0), keys=BOTH, mask_keys=("mask",)), A.HorizontalFlip(keys=BOTH)],
+    [A.Resize((40, 52), keys=BOTH, mask_keys=("mask",)),
+     A.RandomRotation(25, interpolation="bilinear", fill=128, keys=BOTH, mask_keys=("mask",))],
+])
+def test_masks_are_resampled_with_nearest_as_the_torch_backend_does(mask_manifest, ops):
+    # main: mask_keys was accepted and the mask resized (and warped) bilinearly: blended values
+    pipe = _mask_pipe(mask_manifest, ops)
+    for a, b in zip(pipe.loader(backend="dali", rng="keyed"), pipe.loader(backend="torch"), strict=True):
+        assert torch.equal(a["index"], b["index"]) and a["mask"].shape == b["mask"].shape
+        assert set(torch.unique(a["mask"]).tolist()) <= {0, 255}  # nearest: never a blend
+        # the same windows and flips; a pixel differs only where the source index rounds the other way
+        assert (a["mask"] != b["mask"]).float().mean().item() <= 0.01
+        # the image: our decoder's DCT-scaled decode rounds differently (a wrong window: tens of levels)
+        assert (a["image"].float() - b["image"].float()).abs().mean().item() <= 4.0
+
+
+@pytest.mark.parametrize("interpolation", ["nearest-exact", "nearest"])
+def test_nearest_resizes_pick_the_torch_backends_pixels(png_folder, interpolation):
+    # main: "nearest-exact" raised a bare KeyError, and "nearest" took DALI's pixel-centre nearest
+    # (torch's "nearest-exact"): a different source pixel in about 40% of the rows and columns
+    for ops in ([A.Resize((37, 61), interpolation=interpolation)],
+                [A.Resize(45, max_size=80, interpolation=interpolation), A.CenterCrop((45, 45))],
+                [A.RandomResizedCrop((41, 39), interpolation=interpolation)]):
+        pipe = _pipe(png_folder, ops, batch_size=8, seed=5)
+        for a, b in zip(pipe.loader(backend="dali", rng="keyed"), pipe.loader(backend="torch"), strict=True):
+            assert a["image"].shape == b["image"].shape and torch.equal(a["index"], b["index"])
+            # a row or column differs only where torch's float32 index rounds down at a pixel edge
+            off = (a["image"] != b["image"]).any(dim=1).float().mean().item()
+            assert off <= 0.01, (ops, off)
+
+
+@pytest.mark.parametrize("jitter", [
+    dict(brightness=(0.4, 1.9), contrast=(0.2, 1.9), saturation=(0.0, 2.0)),
+    dict(brightness=(0.4, 1.9), contrast=(0.2, 1.9)),
+    dict(contrast=(0.2, 1.9), saturation=(0.0, 2.0)),
+])
+def test_color_jitter_follows_each_samples_drawn_order(png_folder, jitter):
+    # main ran brightness, contrast, saturation in a fixed order: up to 28 levels off where a
+    # sample drew another order and values clipped
+    pipe = _pipe(png_folder, [A.CenterCrop(48), A.ColorJitter(**jitter)], batch_size=16, seed=11)
+    a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+    diff = (a["image"].int() - b["image"].int()).abs()
+    # the same pixels but where float32 rounding of the grey or its mean moves a truncation by
+    # a level (which a later saturation of up to 2 can double)
+    assert diff.max().item() <= 2 and (diff > 1).float().mean().item() <= 0.001
+    assert (diff > 0).float().mean().item() <= 0.01
+
+
+def test_batch_fields_are_the_plans(mask_manifest, monkeypatch):
+    pipe = _mask_pipe(mask_manifest, [A.Resize((32, 32), keys=BOTH, mask_keys=("mask",)),
+                                      A.Normalize(out="normalized")])
+    fields = pipe.plan.batch_fields()
+    assert [(f.name, f.origin) for f in fields] == [("image", "decoder"), ("mask", "decoder"), ("normalized", "op")]
+    a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+    assert set(a) == set(b) == {f.name for f in fields} | {"index", "label", "weight"}
+    # a decoder's side field the DALI decoders cannot give is refused, named, at build time
+    from mediapipe.decoders.registry import decoder_class
+
+    monkeypatch.setattr(decoder_class("image", "auto"), "side_fields", ("exif",))
+    assert [f.name for f in pipe.plan.batch_fields() if f.origin == "side"] == ["image_exif", "mask_exif"]
+    with pytest.raises(PipelineError, match="image_exif"):
+        pipe.loader(backend="dali")
+
+
+def test_from_field_is_refused_at_build_time(image_folder):
+    pipe = mp.Pipeline(source=mp.loaders.folder(image_folder), device="cpu",
+                       decode={"image": mp.decoders.image(), "audio": mp.decoders.audio(from_field="image")})
+    with pytest.raises(PipelineError, match=r"decode\['audio'\] audio\(from_field='image'"):
+        pipe.loader(backend="dali")
+
+
+def test_nearest_exact_and_masks_are_lowered_or_named_at_build_time(image_folder):
+    # main: interpolation="nearest-exact" raised KeyError('nearest-exact') from the lowering
+    for op in (A.Resize(40, interpolation="nearest-exact"), A.RandomResizedCrop(32, interpolation="nearest-exact")):
+        loader = _pipe(image_folder, [op, A.CenterCrop(32)]).loader(backend="dali")
+        assert next(iter(loader))["image"].shape == (5, 3, 32, 32)
+
+
+def test_an_argument_the_lowering_does_not_consume_is_named_at_build_time(image_folder, monkeypatch):
+    from mediapipe.loaders import dali_lowering
+
+    entry = dali_lowering.LOWERINGS["Resize"]
+    monkeypatch.setitem(dali_lowering.LOWERINGS, "Resize",
+                        dali_lowering.Lowering(entry.lower, entry.consumes - {"max_size", "antialias"}, entry.dali_ops))
+    with pytest.raises(PipelineError) as info:
+        _pipe(image_folder, [A.CenterCrop(64), A.Resize(32, max_size=40, antialias=False)]).loader(backend="dali")
+    assert "augment[1] Resize(max_size=40, antialias=False: arguments the DALI lowering does not read)" in str(info.value)
+    _pipe(image_folder, [A.Resize(32)]).loader(backend="dali")  # defaults left alone: lowered
+
+
+def test_resume_mid_epoch_on_a_rank_of_split_shards(image_folder, tmp_path):
+    from mediapipe.convert import convert
+
+    convert(image_folder, tmp_path / "shards", shard_size=4)
+    part = mp.loaders.shards(tmp_path / "shards").for_rank(1, 2)
+    augment = [A.RandomResizedCrop(40), A.HorizontalFlip(), A.ColorJitter(0.3, 0.3, 0.3), A.Normalize()]
+
+    def loader():
+        return _pipe(None, augment, batch_size=4, seed=9, source=part).loader(backend="dali", rank=1, world_size=2)
+
+    full = list(loader())
+    assert len(full) == 3
+    interrupted = loader()
+    it = iter(interrupted)
+    next(it)
+    state = interrupted.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    for a, b in zip(resumed, full[1:], strict=True):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
