@@ -356,7 +356,8 @@ class DaliLoader(SamplerDriven):
             for name, spec in self.plan.decode.items():
                 encoded = ctx.host_input(f"{name}.bytes", lambda s, n=name: s.data[n])
                 ctx.fields[name] = FieldNode(encoded, spec.kind, decoded=False, options=dict(spec.options),
-                                             size_of=(lambda s, n=name: s.size(n)) if spec.kind == "image" else None)
+                                             size_of=(lambda s, n=name: s.size(n)) if spec.kind == "image" else None,
+                                             channels=1 if spec.options.get("mode") == "L" else 3)
             for ctx.op_index, op in enumerate(self.plan.ops):
                 try:
                     LOWERINGS[type(op).__name__].lower(op, ctx)

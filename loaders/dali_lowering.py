@@ -63,6 +63,7 @@ class FieldNode:
     options: dict[str, Any] = field(default_factory=dict)  # decoder options, while not decoded
     size_of: Callable[[Any], tuple[int, int]] | None = None  # host: a sample's (height, width) here
     mirror: Any = None  # a pending per-sample horizontal flip, fused into crop_mirror_normalize
+    channels: int = 3  # image: 1 for a grey decode (mode="L")
     pad_value: float = 0.0  # audio: what the host pads each sample's time axis with
     pad_to: int | None = None  # audio: the padded length at least this (PadTrim)
 
@@ -376,9 +377,12 @@ def lower_pad(op: Any, ctx: LoweringContext) -> None:
         _write(ctx, op, src, f)
 
 
-def _gray(ctx: LoweringContext, x: Any, layout: str) -> Any:
-    """torchvision's luma, 0.2989 R + 0.587 G + 0.114 B, (H, W) floats."""
-    r, g, b = (x[:, :, c] for c in range(3)) if layout == "HWC" else (x[c] for c in range(3))
+def _gray(ctx: LoweringContext, x: Any, f: FieldNode) -> Any:
+    """torchvision's luma, 0.2989 R + 0.587 G + 0.114 B, (H, W) floats; a grey field's own values."""
+    planes = [x[:, :, c] for c in range(f.channels)] if f.layout == "HWC" else [x[c] for c in range(f.channels)]
+    if f.channels == 1:
+        return planes[0]
+    r, g, b = planes
     return r * 0.2989 + g * 0.587 + b * 0.114
 
 
@@ -400,18 +404,19 @@ def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
     truncates after each step, as torchvision does."""
     from nvidia.dali import math as dmath
 
-    names = [name for name in JITTER_ORDER if name in op.ranges()]  # hue is refused (Lowering.check)
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
         params = ctx.params_of(op, f)
+        # hue is refused (Lowering.check); saturation leaves a grey field as it is, as torch's does
+        names = [name for name in JITTER_ORDER if name in op.ranges() and (name != "saturation" or f.channels == 3)]
 
-        def kth(sample: Any, step: int, params: Any = params) -> tuple[str, float]:
+        def kth(sample: Any, step: int, params: Any = params, names: list[str] = names) -> tuple[str, float]:
             """The adjustment the sample drew ``step``-th among the active ones, and its factor."""
             p = params(sample)
             name = [JITTER_ORDER[i] for i in p["order"] if JITTER_ORDER[i] in names][step]
             return name, p[name]
 
-        def weight(name: str, step: int) -> Any:
+        def weight(name: str, step: int, names: list[str] = names) -> Any:
             if len(names) == 1:
                 return None
             return ctx.operand(ctx.host_input(f"ColorJitter.{name}{step}",
@@ -423,10 +428,10 @@ def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
                                                 lambda s, step=step: np.float32(kth(s, step)[1])))
             others = []
             if "contrast" in names:
-                others.append(_weighted(ctx.fn.reductions.mean(_floor(ctx, _gray(ctx, x, f.layout), f)),
+                others.append(_weighted(ctx.fn.reductions.mean(_floor(ctx, _gray(ctx, x, f), f)),
                                         weight("contrast", step)))
             if "saturation" in names:
-                gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
+                gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f), f), f.layout)
                 others.append(_weighted(gray, weight("saturation", step)))
             y = x * factor
             if others:
@@ -443,9 +448,12 @@ def _weighted(x: Any, weight: Any) -> Any:
 def lower_random_grayscale(op: Any, ctx: LoweringContext) -> None:
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
+        if f.channels == 1:  # already grey: torch's leaves it as it is
+            _write(ctx, op, src, f)
+            continue
         on = ctx.operand(ctx.drawn(op, f, "gray", lambda p: float(p["gray"]), np.float32))
         x = ctx.fn.cast(f.node, dtype=ctx.types.FLOAT)
-        gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
+        gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f), f), f.layout)
         f.node = ctx.fn.cast(x + (gray - x) * on, dtype=getattr(ctx.types, DTYPES[f.dtype]))
         _write(ctx, op, src, f)
 
@@ -526,6 +534,13 @@ def lower_random_affine(op: Any, ctx: LoweringContext) -> None:
     _warp(op, ctx, matrix_of)
 
 
+def _cubic_check(op: Any) -> str | None:
+    if op.interpolation == "bicubic" and not op.antialias:
+        return ("interpolation='bicubic', antialias=False (torch's cubic kernel is then a=-0.75; DALI's is "
+                "a=-0.5, torch's with antialias=True: about a grey level on average, ten at edges)")
+    return None
+
+
 def _scalar_fill(op: Any) -> str | None:
     fill = getattr(op, "fill", None)
     return f"fill={fill!r} (one number per channel)" if isinstance(fill, tuple) and len(set(fill)) > 1 else None
@@ -598,6 +613,8 @@ def lower_mfcc(op: Any, ctx: LoweringContext) -> None:
     _mel(op, ctx, f)
     _decibels(ctx, f, 10.0, op.amin, 0.0)
     f.node = ctx.fn.mfcc(f.node, axis=0, dct_type=2, n_mfcc=op.n_mfcc, normalize=op.dct_norm == "ortho")
+    if op.dct_norm is None:  # torchaudio's unnormalised DCT-II is twice DALI's
+        f.node = f.node * 2.0
     _write_audio(ctx, op, f)
 
 
@@ -708,8 +725,10 @@ MEL_ARGS = f"{STFT_ARGS} sample_rate n_mels f_min f_max norm mel_scale"
 # DALI counterpart is written; until then they are reported by `unsupported`.
 LOWERINGS: dict[str, Lowering] = {
     "RandomResizedCrop": _entry(lower_random_resized_crop, "size scale ratio interpolation antialias mask_keys",
-                                "decoders.image_random_crop + resize (fused), else random_resized_crop"),
-    "Resize": _entry(lower_resize, "size max_size interpolation antialias mask_keys", "resize (per-sample size)"),
+                                "decoders.image_random_crop + resize (fused), else random_resized_crop",
+                                _cubic_check),
+    "Resize": _entry(lower_resize, "size max_size interpolation antialias mask_keys", "resize (per-sample size)",
+                     _cubic_check),
     "CenterCrop": _entry(lower_center_crop, "size", "slice (per-sample start, pad out of bounds)"),
     "HorizontalFlip": _entry(lower_horizontal_flip, "p", "random.coin_flip -> crop_mirror_normalize(mirror) or flip"),
     "VerticalFlip": _entry(lower_vertical_flip, "p", "random.coin_flip -> flip(vertical)"),

@@ -200,6 +200,9 @@ def test_unsupported_ops_are_listed_at_build_time(image_folder):
     assert "augment[1] Posterize" in message and "augment[3] Posterize" in message
     assert "augment[2] Normalize(dtype='bfloat16'" in message
     assert "augment[4] ColorJitter(hue" in message and "augment[5] MixUp" in message
+    # torch's cubic without antialias is another kernel than DALI's (main: lowered, ten levels off)
+    with pytest.raises(PipelineError, match=r"augment\[0\] Resize\(interpolation='bicubic', antialias=False"):
+        _pipe(image_folder, [A.Resize(32, interpolation="bicubic", antialias=False)]).loader(backend="dali")
     assert "backend='torch'" in message and "RandomResizedCrop" not in message.split("Lowered ops")[0]
     with pytest.raises(PipelineError, match="on_error='skip'"):
         mp.Pipeline(source=mp.loaders.folder(image_folder), decode={"image": mp.decoders.image()},
@@ -277,6 +280,7 @@ def test_keyed_ops_equal_torch_backend(image_folder, ops, max_levels):
     ([A.RandomRotation(30)], 0.5),
     ([A.RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=10)], 0.5),
     ([A.RandomRotation(30, interpolation="bilinear", fill=128)], 1.0),
+    ([A.RandomAffine(20, interpolation="bilinear", fill=(128, 128, 128))], 1.0),  # main: float() of a tuple
 ])
 def test_approximate_ops_stay_close(image_folder, ops, mean_levels):
     pipe = _pipe(image_folder, BLOCK + ops, batch_size=8, seed=2)
@@ -339,6 +343,8 @@ def _audio_pipe(manifest, augment, mono=True):
     ([A.NonSilentRegion(cutoff_db=-40, window=256), A.PadTrim(length=12000)], 0.0),
     ([A.Gain(), A.AudioNormalize(), A.LogMelSpectrogram(n_mels=40)], 1e-3),  # Gain: the keyed draws
     ([A.MFCC(n_mels=40, n_mfcc=13, top_db=None)], 1e-3),
+    # main: half torchaudio's values; these reach 5e3, so float32 rounding is 1e-3 here
+    ([A.MFCC(n_mels=40, n_mfcc=13, top_db=None, dct_norm=None)], 3e-3),
 ])
 def test_audio_features_equal_torch_backend(wav_manifest, augment, atol):
     dali, torch_ = _both(_audio_pipe(wav_manifest, augment), shuffle=False)
@@ -579,3 +585,23 @@ def test_resume_mid_epoch_on_a_rank_of_split_shards(image_folder, tmp_path):
     resumed.load_state_dict(state)
     for a, b in zip(resumed, full[1:], strict=True):
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+
+
+def test_colour_ops_on_a_grey_field_do_what_the_torch_backend_does(tmp_path):
+    # main: the luma read three channels of a one-channel decode and DALI failed at the first batch;
+    # torch's contrast blends with the field's own mean, saturation and grayscale leave it as it is
+    from PIL import Image
+
+    from mediapipe.synthetic import photo_like
+
+    (tmp_path / "c").mkdir()
+    for i in range(8):  # grey PNGs: both decoders give the same pixels
+        Image.fromarray(photo_like(50 + 5 * i, 60, 40 + i)).convert("L").save(tmp_path / "c" / f"{i}.png")
+    pipe = mp.Pipeline(source=mp.loaders.folder(tmp_path), device="cpu", batch_size=8, seed=4,
+                       decode={"image": mp.decoders.image(mode="L")},
+                       augment=[A.CenterCrop(48), A.RandomGrayscale(p=0.5),
+                                A.ColorJitter(brightness=(0.4, 1.9), contrast=(0.2, 1.9), saturation=(0.0, 2.0))])
+    a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+    assert a["image"].shape == b["image"].shape == (8, 1, 48, 48)
+    diff = (a["image"].int() - b["image"].int()).abs()
+    assert diff.max().item() <= 1 and (diff > 0).float().mean().item() <= 0.01
