@@ -41,6 +41,7 @@ import torch
 from mediapipe.collate import collate
 from mediapipe.errors import PipelineError
 from mediapipe.graph import StageStats
+from mediapipe.loaders.dali_buffers import RecycledBuffers
 from mediapipe.loaders.dali_lowering import (
     LOWERINGS,
     FieldNode,
@@ -253,6 +254,7 @@ class DaliLoader(SamplerDriven):
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
         self.fields: list[BatchField] = self.plan.batch_fields()
         self.stats = StageStats()
+        self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
         decoders = self.plan.decoders()
         self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.blobs[n]))
                         for name in self.plan.decode}
@@ -397,8 +399,10 @@ class DaliLoader(SamplerDriven):
                     "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)")
             shape = (len(tl), *next(iter(shapes)))
             is_gpu = type(tl).__name__.endswith("GPU")
-            tensor = torch.empty(shape, dtype=to_torch_type[tl.dtype],
-                                 device=torch.device("cuda", self.device_id) if is_gpu else "cpu")
+            if is_gpu:
+                tensor = torch.empty(shape, dtype=to_torch_type[tl.dtype], device=torch.device("cuda", self.device_id))
+            else:
+                tensor = self._buffers.empty(shape, to_torch_type[tl.dtype])
             stream = torch.cuda.current_stream(tensor.device) if is_gpu else None
             feed_ndarray(tl.as_tensor(), tensor, cuda_stream=stream)
             out[name] = tensor.to(self.device, non_blocking=True)
