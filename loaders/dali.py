@@ -138,9 +138,9 @@ class _Feed:
     """External-source callbacks, one per DALI input, fed in lockstep from planned batches.
 
     Each input pulls its own queue; when a queue is empty the next planned batch is read
-    and every queue gets its part, so the order in which DALI calls them does not matter.
-    The feed runs on into the next epochs' plans, so DALI prefetches across an epoch's end
-    as its own readers do (no bubble, no reset).
+    (bytes, header checks, keyed draws) and every queue gets its part, so the order in which
+    DALI calls them does not matter. The feed runs on into the next epochs' plans, so DALI
+    prefetches across an epoch's end as its own readers do (no bubble, no reset).
     """
 
     def __init__(self, loader: DaliLoader) -> None:
@@ -173,7 +173,10 @@ class _Feed:
         for ref in refs:
             blobs = {name: plan.blob(ref, name) for name in plan.decode}
             blobs = {name: replace(blob, data=blob.read()) for name, blob in blobs.items()}
-            samples.append(HostSample(ref, blobs, self.loader._probes, self.loader.pipeline.seed, epoch))
+            sample = HostSample(ref, blobs, self.loader._probes, self.loader.pipeline.seed, epoch)
+            for name in self.loader._checked:  # max_pixels on the header, before DALI spends memory
+                sample.size(name)
+            samples.append(sample)
         for name, compute in self.inputs.items():
             self.queues[name].append([compute(s) for s in samples])
         self.host.append((batch, refs))
@@ -258,6 +261,9 @@ class DaliLoader(SamplerDriven):
         decoders = self.plan.decoders()
         self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.blobs[n]))
                         for name in self.plan.decode}
+        # image fields whose header the feed probes (raising LimitError) before DALI decodes them
+        self._checked = [name for name, spec in self.plan.decode.items()
+                         if spec.kind == "image" and self.plan.limits.max_pixels is not None]
         self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
 
@@ -299,7 +305,11 @@ class DaliLoader(SamplerDriven):
         self._live, self._checkpoint = live, None
         for _ in range(len(planned) - start):
             t0 = time.perf_counter()
-            outputs = live.pipe.run()
+            try:
+                outputs = live.pipe.run()
+            except BaseException:  # a bad sample (raised by the feed or DALI): this pipeline's state is lost
+                self._live = None
+                raise
             t1 = time.perf_counter()
             batch, refs = live.feed.host.popleft()
             out = self._to_torch(outputs, live.feed.fields, batch, refs)
@@ -313,6 +323,14 @@ class DaliLoader(SamplerDriven):
         if sampler.epoch == epoch and sampler.position >= len(planned):
             sampler.set_epoch(epoch + 1)
             live.epoch, live.position = epoch + 1, 0  # the feed runs on into the next epoch
+
+    def close(self) -> None:
+        """Let the DALI pipeline (its threads and memory) go now; a later pass starts a fresh
+        one where this one stopped (from its checkpoint)."""
+        here = (self.sampler.epoch, self.sampler.position)
+        if (checkpoint := self._current_checkpoint()) is not None:
+            self._checkpoint = (checkpoint, *here)
+        self._live = None
 
     # -- DALI graph -------------------------------------------------------------------
     def _current_checkpoint(self) -> str | None:

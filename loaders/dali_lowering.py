@@ -3,8 +3,8 @@ mean the same, found through a table (`LOWERINGS`) keyed by op class name.
 
 A lowering ``lower(op, ctx)`` reads the op's dataclass fields (the arguments its table
 entry declares it consumes: any other argument set away from its default is refused, see
-`unsupported`) and rewrites ``ctx.fields`` with DALI data nodes (images stay HWC uint8 in DALI until ``crop_mirror_normalize`` or
-the final transpose to this library's (C, H, W)). Parameters that depend on a sample's
+`unsupported`) and rewrites ``ctx.fields`` with DALI data nodes (images stay HWC uint8 in
+DALI until ``crop_mirror_normalize`` or the final transpose to this library's (C, H, W)). Parameters that depend on a sample's
 size are computed on the host by the op's own code from the JPEG header and fed as
 per-sample argument inputs: Resize's output size (torchvision's rounding), CenterCrop's
 offset, and the keyed draws of random ops (`LoweringContext.drawn`), so the geometry and
@@ -180,9 +180,9 @@ def nearest_roi(interpolation: str, in_size: tuple[int, int], out_size: tuple[in
     """(roi_start, roi_end) that make DALI's nearest, which samples at pixel centres
     (floor((dst + 0.5) * in / out)), pick torch's source pixel: the same for "nearest-exact",
     floor(dst * in / out) for "nearest" (the region moved back by half an output pixel's span).
-    Both move on by a quarter of the finest step between source positions (1 / out): a
-    position exactly on a pixel edge lands past it, as torch's arithmetic puts it (DALI's
-    float rounding puts some before it)."""
+    Both move on by a quarter of 1 / out (source positions fall on multiples of 1 / (2 out),
+    so no other position crosses a pixel edge): a position exactly on an edge lands past it,
+    as torch's arithmetic puts it, where DALI's float rounding put some before it."""
     start = [0.25 / o - (i / o / 2 if interpolation == "nearest" else 0.0) for i, o in zip(in_size, out_size)]
     return np.array(start, np.float32), np.array([a + i for a, i in zip(start, in_size)], np.float32)
 

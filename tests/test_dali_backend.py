@@ -605,3 +605,66 @@ def test_colour_ops_on_a_grey_field_do_what_the_torch_backend_does(tmp_path):
     assert a["image"].shape == b["image"].shape == (8, 1, 48, 48)
     diff = (a["image"].int() - b["image"].int()).abs()
     assert diff.max().item() <= 1 and (diff > 0).float().mean().item() <= 0.01
+
+
+def test_max_pixels_is_checked_on_headers_before_dali_decodes(png_folder):
+    # main: DALI decoded every image whatever max_pixels said
+    from mediapipe.errors import LimitError
+
+    pipe = mp.Pipeline(source=mp.loaders.folder(png_folder), decode={"image": mp.decoders.image()},
+                       augment=[A.CenterCrop(48)], batch_size=8, device="cpu", max_pixels=5000)
+    loader = pipe.loader(backend="dali", shuffle=False)
+    for _ in range(2):  # and again: the loader starts a fresh pipeline after the error
+        with pytest.raises(LimitError, match=r"img\d\d\.png.*above max_pixels=5000"):
+            next(iter(loader))
+
+
+def test_a_torch_loader_with_workers_started_after_a_dali_loader_works(image_folder):
+    # DALI runs threads of its own (decoding the batches it prefetches): the torch loader's
+    # workers then start from a forkserver (a fork would inherit locks those threads hold)
+    pipe = _pipe(image_folder, [A.Resize((32, 32)), A.Normalize()], batch_size=4, seed=1)
+    dali_loader = pipe.loader(backend="dali", shuffle=False)
+    it = iter(dali_loader)
+    next(it)  # mid-epoch: DALI works on the next batches
+    reference = list(pipe.loader(backend="torch", num_workers=0))
+    workers = pipe.loader(backend="torch", num_workers=2)
+    passes = iter(workers)
+    assert passes._pool.start_method == "forkserver"
+    got = list(passes)
+    assert len(got) == len(reference) == 6
+    for a, b in zip(got, reference):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+    assert next(it)["index"].tolist() == [4, 5, 6, 7]  # the DALI pass goes on
+
+
+def test_close_lets_the_pipeline_go_and_the_next_pass_goes_on_where_it_stopped(image_folder):
+    augment = [A.RandomResizedCrop(40), A.HorizontalFlip(), A.Normalize()]
+    full = list(_pipe(image_folder, augment, seed=3).loader(backend="dali"))
+    loader = _pipe(image_folder, augment, seed=3).loader(backend="dali")
+    it = iter(loader)
+    next(it), next(it)
+    loader.close()
+    assert loader._live is None
+    for a, b in zip(loader, full[2:], strict=True):  # a fresh pipeline from the closed one's checkpoint
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+
+
+def test_a_file_gone_mid_epoch_is_named_when_its_batch_is_due(image_folder, tmp_path):
+    # a failed read in the feed (which DALI calls ahead of the training loop) surfaces in the
+    # training loop, naming the file, after the batches before it
+    import shutil
+
+    from mediapipe.errors import SourceError
+
+    root = tmp_path / "imgs"
+    shutil.copytree(image_folder, root)
+    source = mp.loaders.folder(root)
+    pipe = _pipe(root, [A.Resize((32, 32)), A.Normalize()], batch_size=4, source=source)
+    victim = source.ref(21).blobs["jpg"].path  # in the sixth of six batches (no shuffle)
+    got = []
+    with pytest.raises(SourceError, match=victim.rsplit("/", 1)[-1]):
+        for batch in pipe.loader(backend="dali", shuffle=False, prefetch=1):
+            if not got:
+                (root / victim).unlink()  # gone after the first batch was read
+            got.append(batch["index"].tolist())
+    assert got[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
