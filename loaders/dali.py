@@ -256,6 +256,7 @@ class DaliLoader(SamplerDriven):
             pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
         self.fields: list[BatchField] = self.plan.batch_fields()
+        self._policies = self.plan.collate_policies()  # the sample fields' (token ids: padded)
         self.stats = StageStats()
         self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
         decoders = self.plan.decoders()
@@ -404,7 +405,8 @@ class DaliLoader(SamplerDriven):
 
         # the plan's fields: the samples' own (collated as the torch backend collates them), the
         # DALI outputs (a pad-collated field with its lengths), valid
-        out: dict[str, Any] = {k: v.to(self.device) for k, v in collate([sample_fields(r) for r in refs], {}).items()}
+        out: dict[str, Any] = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v
+                               for k, v in collate([sample_fields(r) for r in refs], self._policies).items()}
         padded = {f.field for f in self.fields if f.origin == "lengths"}
         for (name, f), tl in zip(fields.items(), outputs):
             if name in padded:

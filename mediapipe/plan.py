@@ -126,6 +126,11 @@ class Plan:
                     known.add(name)
         return out
 
+    def collate_policies(self) -> dict[str, str]:
+        """How each field is collated where it is not stacked: "pad" (with ``<field>_lengths``),
+        as the source declares for its own fields (token ids) and each decoder for its field."""
+        return {**getattr(self.source, "collate", {}), **{name: spec.collate for name, spec in self.decode.items()}}
+
     def blob(self, ref: SampleRef, name: str) -> Blob:
         """The blob decoded field ``name`` reads: its own (a manifest's ``"mask"`` column), or
         that of the field it is read ``from_field``."""

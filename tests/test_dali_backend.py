@@ -668,3 +668,29 @@ def test_a_file_gone_mid_epoch_is_named_when_its_batch_is_due(image_folder, tmp_
                 (root / victim).unlink()  # gone after the first batch was read
             got.append(batch["index"].tolist())
     assert got[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+def _char_ids(text: str) -> list[int]:
+    return [ord(c) % 97 for c in text]
+
+
+def test_text_fields_and_token_ids_are_collated_as_the_torch_backend_does(mask_manifest, tmp_path):
+    # a manifest's text column passes through as a list, and tokenize()'s ids are padded with
+    # their lengths: the same sample fields, collated with the same policies (main: ids stacked)
+    import json
+
+    rows = [json.loads(line) for line in mask_manifest.read_text().splitlines()]
+    for i, row in enumerate(rows):
+        row["path"] = str(mask_manifest.parent / row["path"])
+        row["mask"] = str(mask_manifest.parent / row["mask"])
+        row["caption"] = "a disc" + " on a photo" * (i % 3)
+    path = tmp_path / "captions.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    source = mp.loaders.tokenize(mp.loaders.manifest(path), _char_ids, field="caption", out="ids")
+    pipe = mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=[A.Resize((32, 32))],
+                       batch_size=4, device="cpu")
+    for a, b in zip(pipe.loader(backend="dali", shuffle=False), pipe.loader(backend="torch", shuffle=False),
+                    strict=True):
+        assert set(a) == set(b) and {"caption", "ids", "ids_lengths", "weight"} <= set(a)
+        assert a["caption"] == b["caption"] and isinstance(a["caption"], list)
+        assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["ids_lengths"], b["ids_lengths"])
