@@ -546,7 +546,7 @@ def test_from_field_is_refused_at_build_time(image_folder):
         pipe.loader(backend="dali")
 
 
-def test_nearest_exact_and_masks_are_lowered_or_named_at_build_time(image_folder):
+def test_nearest_exact_lowers_on_the_resize_and_crop_paths(image_folder):
     # main: interpolation="nearest-exact" raised KeyError('nearest-exact') from the lowering
     for op in (A.Resize(40, interpolation="nearest-exact"), A.RandomResizedCrop(32, interpolation="nearest-exact")):
         loader = _pipe(image_folder, [op, A.CenterCrop(32)]).loader(backend="dali")
@@ -608,11 +608,12 @@ def test_colour_ops_on_a_grey_field_do_what_the_torch_backend_does(tmp_path):
 
 
 def test_max_pixels_is_checked_on_headers_before_dali_decodes(png_folder):
-    # main: DALI decoded every image whatever max_pixels said
+    # main: DALI decoded every image whatever max_pixels said, unless an op read its header
+    # (DALI draws this crop itself: nothing of the sample is needed on the host but its bytes)
     from mediapipe.errors import LimitError
 
     pipe = mp.Pipeline(source=mp.loaders.folder(png_folder), decode={"image": mp.decoders.image()},
-                       augment=[A.CenterCrop(48)], batch_size=8, device="cpu", max_pixels=5000)
+                       augment=[A.RandomResizedCrop(32)], batch_size=8, device="cpu", max_pixels=5000)
     loader = pipe.loader(backend="dali", shuffle=False)
     for _ in range(2):  # and again: the loader starts a fresh pipeline after the error
         with pytest.raises(LimitError, match=r"img\d\d\.png.*above max_pixels=5000"):
