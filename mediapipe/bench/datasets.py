@@ -15,6 +15,7 @@ when complete, so an interrupted generation never leaves a half dataset behind.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import multiprocessing
@@ -376,7 +377,8 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
 
         files = [Path(p) for p, _ in manifest_rows(path)]
     elif (path / "manifest.json").is_file():
-        return _describe_converted(path, kind, info)
+        info = _describe_converted(path, kind, info)
+        return {**info, **fused_quality(path)} if kind == "image" else info
     else:
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
                        and kind_of_extension(p.suffix) == kind)
@@ -399,4 +401,18 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
             except OSError:
                 continue
         info["mean_megapixels"] = float(np.mean(pixels)) / 1e6 if pixels else None
+    if kind == "image":
+        info.update(fused_quality(path))
     return info
+
+
+@functools.lru_cache(maxsize=16)
+def fused_quality(path: Path) -> dict[str, Any]:
+    """``fused_psnr``: per image scenario, the fused decode's PSNR against the unfused path
+    (`mediapipe.bench.images.fused_psnr`), for the report's PSNR column; made once per dataset."""
+    from mediapipe.bench.images import EVAL, TRAIN, fused_psnr
+
+    try:
+        return {"fused_psnr": {scenario: fused_psnr(scenario, Path(path)) for scenario in (TRAIN, EVAL)}}
+    except Exception as err:  # noqa: BLE001 - the speed rows do not depend on it
+        return {"fused_psnr_error": f"{type(err).__name__}: {err}"}
