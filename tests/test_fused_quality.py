@@ -23,7 +23,7 @@ TF = pytest.importorskip("torchvision.transforms.v2.functional")
 
 BACKENDS = [name for name, cls in backends("image").items() if cls.available(None)]
 SIZES = (224, 112, 64)
-CROPS_PER_IMAGE = 4
+CROPS_PER_IMAGE = 3
 # the issue's bound: what two correct full-resolution resamplers give against each other
 MEDIAN_DB, P10_DB, MIN_DB = 38.0, 32.0, 28.0
 
@@ -52,6 +52,15 @@ VARIANTS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Small images, one at a time, as in a loader worker: torch's threads would only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def photos() -> list[bytes]:
     out = []
@@ -76,7 +85,7 @@ def test_the_photos_cover_every_layout(photos):
 
 def _psnr(got: torch.Tensor, expected: torch.Tensor) -> float:
     """Peak signal-to-noise ratio in dB; equal images count as 100 dB."""
-    mse = (got.double() - expected.double()).pow(2).mean().item()
+    mse = float(np.mean((got.numpy().astype(np.float64) - expected.numpy()) ** 2))
     return 100.0 if mse == 0 else min(100.0, 10 * math.log10(255**2 / mse))
 
 
@@ -124,7 +133,7 @@ def test_random_resized_crop_meets_the_quality_bound(backend, size, photos, refe
                 reduced.append(scores[-1])
     _bound(scores, f"{backend} {size}px, every crop")
     # the crops decoded at a reduced DCT scale keep the bound on their own
-    assert len(reduced) >= {224: 1, 112: 6, 64: len(scores) // 2}[size]
+    assert len(reduced) >= {224: 1, 112: 4, 64: len(scores) // 2}[size]
     _bound(reduced, f"{backend} {size}px, crops decoded reduced")
 
 
