@@ -91,12 +91,12 @@ class NvImageCodecImageDecoder(ImageDecoder):
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         return self._fallback.probe(blob, data)
 
-    def _roi_decodes(self, data: bytes, hint: DecodeHint, name: str) -> bool:
+    def _roi_decodes(self, data: bytes, hint: DecodeHint, name: str, meta: SampleMeta) -> bool:
         """Whether nvImageCodec decodes the sample; else the turbo/Pillow path (see the module's
         docstring for which samples that is)."""
         if not data.startswith(_JPEG_MAGIC) or self.exif_transpose:
             return False
-        header = self._fallback._header(data, name)
+        header = meta.get("jpeg_header") or self._fallback._header(data, name)  # the probe's, if it ran
         if header is None:
             return False
         height, width, _ = header
@@ -116,7 +116,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         check_hint(hint)
         data = blob.read()
-        if hint.roi is None or not self._roi_decodes(data, hint, blob.name):
+        if hint.roi is None or not self._roi_decodes(data, hint, blob.name, meta):
             return self._fallback.decode(blob, hint, rng, meta)
         decoder = self._lazy_decoder()
         try:
@@ -143,7 +143,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
         for i, (blob, hint) in enumerate(zip(blobs, hints)):
             try:
                 data = blob.read()
-                if self._roi_decodes(data, hint, blob.name):
+                if self._roi_decodes(data, hint, blob.name, metas[i]):
                     batch.append(self._stream(data, hint))
                     where.append(i)
                 else:
