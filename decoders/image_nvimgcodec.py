@@ -2,10 +2,11 @@
 
 nvImageCodec (installed with the ``dali`` extra) decodes only the rows and columns of
 the hinted region: rows below it are never entropy-decoded, and the IDCT and colour
-conversion run for the region alone (DALI's ROI decode). On the CPU it runs per sample
-in our workers, for the crops of baseline JPEGs at full scale; progressive JPEGs (whose
-every scan is entropy-decoded whole, region or not), whole images and crops that
-`plan_decode` lets decode at a reduced DCT scale go to the turbo backend. On a CUDA
+conversion run for the region alone (DALI's ROI decode). On the CPU (chosen by name:
+"auto" picks it on CUDA devices) it runs per sample in our workers, for the crops of
+baseline JPEGs at full scale; progressive JPEGs (whose every scan is entropy-decoded
+whole, region or not), whole images and crops that `plan_decode` lets decode at a
+reduced DCT scale go to the turbo backend. On a CUDA
 device it runs as a device decoder: the workers read the bytes and draw the crop, and the
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
 hardware JPEG decoder where the GPU has one). Non-JPEG formats and anything it cannot
@@ -57,7 +58,9 @@ class NvImageCodecImageDecoder(ImageDecoder):
 
     @classmethod
     def preferred(cls, device: torch.device | None) -> bool:
-        return True  # on the CPU it region-decodes only where that beats the turbo path
+        # On the CPU "auto" keeps turbo: with the region decode as the default, forked loader
+        # workers hung in full test-suite runs (cause not found; issue 11's fork safety).
+        return device is not None and device.type == "cuda"
 
     @classmethod
     def placement(cls, device: torch.device | None, options: dict) -> str:
