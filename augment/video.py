@@ -32,9 +32,9 @@ class YUVToRGB(Op):
     Output ``out`` (default ``key``): uint8 RGB, rounded and saturated (``dtype="uint8"``), or
     float in [0, 1] (``dtype="float32"``, ``"float16"``, ``"bfloat16"``); same shape. Stage: batch.
     Args:
-        matrix: "auto" (each sample's own stream signalling, per sample), "bt709" (HD) or
-            "bt601" (SD, and FFmpeg's choice for unsignalled streams). An explicit value
-            overrides the stream's for every sample.
+        matrix: "auto" (each sample's own stream signalling, per sample), "bt709" (HD),
+            "bt2020" (UHD/HDR) or "bt601" (SD, and FFmpeg's choice for unsignalled streams). An
+            explicit value overrides the stream's for every sample.
         range: "auto", "limited" (Y in [16, 235], the video norm) or "full" (JPEG range,
             "yuvj" formats); an explicit value overrides the stream's.
         dtype: output dtype.

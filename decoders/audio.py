@@ -3,12 +3,14 @@ the length check, and the resampler."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
 
@@ -18,6 +20,8 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching in the tes
     _soxr = None
 
 SHORTFALL_TOLERANCE = (0.05, 0.01)  # seconds, fraction: decoding may end this much early
+RESAMPLE_MARGIN = 0.02  # seconds decoded either side of a resampled window, for the filter to settle
+ABSENT_CHANNELS = 2  # channels of the empty result for a video without audio (1 with mono=True)
 
 
 def audio(
@@ -27,6 +31,7 @@ def audio(
     duration: float | None = None,
     random_crop: float | None = None,
     max_duration: float | None = None,
+    from_field: str | None = None,
     backend: str = "auto",
 ) -> DecoderSpec:
     """An audio decoder: WAV, FLAC, Ogg Vorbis, Opus, MP3, AAC/M4A, or a video file's audio track.
@@ -42,6 +47,12 @@ def audio(
             its keyed generator (files shorter than that are returned whole).
         max_duration: seconds; files whose header declares more are rejected with
             `LimitError` before anything is decoded. The pipeline's ``max_duration`` applies too.
+        from_field: the name of a video field of the same pipeline: decode that field's file's
+            audio track over the time each of its clips plays (first frame's time to the last
+            frame's end), ``round(duration * rate)`` samples per clip, zeros where the track starts
+            later; a track that ends early gives fewer (``<field>_lengths``), a file without audio
+            none (``(2, 0)``, ``(1, 0)`` with ``mono``), and ``<field>_present`` (bool) says which
+            had audio. Several clips per video give (N, C, n), shorter clips zero-padded.
         backend: "auto", "soundfile" (libsndfile for FLAC and WAV, the pyav backend for the
             rest; what "auto" picks where the soundfile package is installed) or "pyav".
     """
@@ -55,10 +66,25 @@ def audio(
         raise ValueError(f"audio(random_crop={random_crop}): expected positive seconds, and no duration=")
     if max_duration is not None and max_duration <= 0:
         raise ValueError(f"audio(max_duration={max_duration}): expected positive seconds or None")
-    return DecoderSpec("audio", backend, {
-        "sample_rate": sample_rate, "mono": mono, "offset": offset, "duration": duration,
-        "random_crop": random_crop, "max_duration": max_duration,
-    })
+    if from_field is not None and (not isinstance(from_field, str) or offset or duration is not None
+                                   or random_crop is not None):
+        raise ValueError(f"audio(from_field={from_field!r}): expected a field name, and no offset, duration "
+                         "or random_crop (the window is the field's clips)")
+    options = {"sample_rate": sample_rate, "mono": mono, "offset": offset, "duration": duration,
+               "random_crop": random_crop, "max_duration": max_duration}
+    if from_field is not None:
+        options["from_field"] = from_field
+    return DecoderSpec("audio", backend, options)
+
+
+@dataclass(frozen=True)
+class GridWindow:
+    """Output samples [first, first + count) on the output rate's grid, sample 0 being the
+    track's first sample: a window of a resampled decode is the same slice of the whole
+    file's resampled decode. ``first < 0`` lies before the track (zeros); ``count`` None: to the end."""
+
+    first: int
+    count: int | None
 
 
 class AudioDecoder(Decoder):
@@ -79,12 +105,18 @@ class AudioDecoder(Decoder):
         duration: float | None = None,
         random_crop: float | None = None,
         max_duration: float | None = None,
+        from_field: str | None = None,
     ) -> None:
         super().__init__(device=device, limits=limits)
         self.sample_rate, self.mono = sample_rate, mono
         self.offset, self.duration, self.random_crop = offset, duration, random_crop
+        self.from_field = from_field
         caps = [d for d in (max_duration, limits.max_duration) if d is not None]
         self.max_duration = min(caps) if caps else None
+
+    @classmethod
+    def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
+        return ("present",) if options.get("from_field") else ()
 
     def check_duration(self, seconds: float | None, path: str) -> None:
         if seconds is not None and self.max_duration is not None and seconds > self.max_duration:
@@ -104,13 +136,80 @@ class AudioDecoder(Decoder):
             raise DecodeError(path, self.name, f"truncated or corrupt: decoded {got / rate:.3f} s of the "
                                                f"{expected / rate:.3f} s the header declares")
 
-    def finish(self, x: np.ndarray, rate: int) -> torch.Tensor:
-        """float32 (C, N) as decoded to the output: down-mixed (``mono``), then resampled."""
+    def out_rate(self, rate: int) -> int:
+        return self.sample_rate or rate
+
+    def grid_windows(self, hint: DecodeHint, rng: SampleRNG, total: float | None, rate: int,
+                     track_start: float = 0.0) -> tuple[list[GridWindow], bool]:
+        """The windows to decode on the output grid, and whether they stack along a leading dim.
+
+        The time spans of a ``from_field`` video (``hint.span``, on the file's timeline; the
+        track starts at ``track_start`` seconds on it) give one window per clip; else one from
+        `window`. A window starts on the output rate's own grid, ``round(start * out_rate)``.
+        """
+        out = self.out_rate(rate)
+        if self.from_field is not None:
+            if hint.span is None:
+                raise ValueError(f"audio(from_field={self.from_field!r}) got no time span from that field")
+            windows = [GridWindow(round((s - track_start) * out), max(0, round((e - s) * out)))
+                       for s, e in hint.span.spans]
+            return windows, hint.span.stacked
+        start, length = self.window(hint, rng, total)
+        return [GridWindow(round(start * out), None if length is None else round(length * out))], False
+
+    def native_range(self, window: GridWindow, rate: int) -> tuple[int, int | None]:
+        """The native samples [lo, hi) that give ``window`` (hi None: to the end): the same ones
+        without resampling; else from a sample where both rates' grids meet (a multiple of
+        rate / gcd), with `RESAMPLE_MARGIN` either side for the filter, so that the resampled
+        slice equals the whole file's resampled decode there."""
+        out = self.out_rate(rate)
+        if out == rate:
+            lo = max(0, window.first)
+            return lo, None if window.count is None else max(lo, window.first + window.count)
+        step = rate // math.gcd(rate, out)
+        margin = math.ceil(RESAMPLE_MARGIN * rate)
+        lo = max(0, (window.first * rate // out - margin) // step * step)
+        if window.count is None:
+            return lo, None
+        return lo, max(lo, -(-(window.first + window.count) * rate // out) + margin)
+
+    def to_window(self, x: np.ndarray, lo: int, rate: int, window: GridWindow) -> np.ndarray:
+        """Native samples ``x`` (C, n) decoded from native sample ``lo`` (`native_range`) to the
+        window's output samples: down-mixed, resampled, cut on the output grid, zeros before the
+        track. Fewer than ``count`` where the track ends early."""
         if self.mono and x.shape[0] > 1:
             x = x.mean(axis=0, keepdims=True, dtype=np.float32)
-        if self.sample_rate is not None and self.sample_rate != rate:
-            x = resample(x, rate, self.sample_rate)
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        out = self.out_rate(rate)
+        origin = lo
+        if out != rate:
+            x = resample(x, rate, out)
+            origin = lo * out // rate  # exact: lo is on both grids
+        begin = window.first - origin
+        end = None if window.count is None else begin + window.count
+        lead = max(0, -begin)
+        x = x[:, max(0, begin) : None if end is None else max(0, end)]
+        if lead:
+            x = np.concatenate([np.zeros((x.shape[0], min(lead, window.count or lead)), np.float32), x], axis=1)
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    def result(self, pieces: list[np.ndarray], stacked: bool, present: bool = True) -> Any:
+        """The output: (C, n), or (N, C, n) for stacked windows (shorter ones zero-padded);
+        a `Decoded` with ``present`` for a ``from_field`` decoder."""
+        if stacked:
+            longest = max(p.shape[1] for p in pieces)
+            value = torch.from_numpy(np.stack([np.pad(p, ((0, 0), (0, longest - p.shape[1]))) for p in pieces]))
+        else:
+            value = torch.from_numpy(pieces[0])
+        if self.from_field is None:
+            return value
+        return Decoded(value, {"present": present})
+
+    def absent(self, hint: DecodeHint) -> Decoded:
+        """What a ``from_field`` decoder gives for a file without an audio track: no samples."""
+        channels = 1 if self.mono else ABSENT_CHANNELS
+        count = len(hint.span.spans) if hint.span is not None else 1
+        empty = [np.zeros((channels, 0), np.float32)] * count
+        return self.result(empty, hint.span is not None and hint.span.stacked, present=False)
 
     def window(self, hint: DecodeHint, rng: SampleRNG, total: float | None) -> tuple[float, float | None]:
         """(start, length) in seconds to decode; length None means to the end.

@@ -12,7 +12,6 @@ from typing import Any
 
 import av
 import numpy as np
-import torch
 
 from mediapipe.decoders.audio import AudioDecoder, audio, resample  # noqa: F401  (re-exported)
 from mediapipe.decoders.base import DecodeHint
@@ -36,7 +35,8 @@ class PyAVAudioDecoder(AudioDecoder):
 
     priority = 100
 
-    def _open(self, blob: Blob) -> Any:
+    def _open(self, blob: Blob, absent_ok: bool = False) -> Any:
+        """The open container; None when it has no audio track and ``absent_ok``."""
         if blob.nbytes() == 0:
             raise DecodeError(blob.name, self.name, "empty file (0 bytes)")
         if blob.path is not None and blob.data is None and blob.offset == 0 and blob.size is None:
@@ -50,8 +50,11 @@ class PyAVAudioDecoder(AudioDecoder):
         except (OSError, ValueError) as err:
             raise DecodeError(blob.name, self.name, f"cannot open: {err}") from err
         if not container.streams.audio:
+            kinds = ", ".join(sorted({st.type for st in container.streams})) or "none"
             container.close()
-            raise DecodeError(blob.name, self.name, "no audio stream")
+            if absent_ok:
+                return None
+            raise DecodeError(blob.name, self.name, f"no audio stream (streams: {kinds})")
         return container
 
     @staticmethod
@@ -82,40 +85,58 @@ class PyAVAudioDecoder(AudioDecoder):
         finally:
             container.close()
 
-    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
-        container = self._open(blob)
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
+        """float32 (C, N) of the window (see `AudioDecoder.grid_windows`); with ``from_field``, a
+        `Decoded` of the clips' audio and side field ``present``."""
+        container = self._open(blob, absent_ok=self.from_field is not None)
+        if container is None:
+            return self.absent(hint)
         try:
             header = self._header(container)
             self.check_duration(header.get("duration"), blob.name)
-            start, length = self.window(hint, rng, header.get("duration"))
-            x, rate = self._decode_window(container, blob.name, header, start, length)
+            rate = header["sample_rate"]
+            if rate <= 0:
+                raise DecodeError(blob.name, self.name, f"the header gives no sample rate ({rate})")
+            stream = container.streams.audio[0]
+            track_start = 0.0
+            if stream.start_time is not None and stream.time_base is not None:
+                track_start = float(stream.start_time * stream.time_base)
+            try:
+                windows, stacked = self.grid_windows(hint, rng, header.get("duration"), rate, track_start)
+            except ValueError as err:
+                raise DecodeError(blob.name, self.name, str(err)) from err
+            ranges = [self.native_range(w, rate) for w in windows]
+            lo = min(r[0] for r in ranges)
+            hi = None if any(r[1] is None for r in ranges) else max(r[1] for r in ranges)
+            x = self._decode_window(container, blob.name, header, lo, hi)
         except (DecodeError, LimitError):
             raise
         except av.FFmpegError as err:  # FFmpeg refused a packet: a damaged stream
             raise DecodeError(blob.name, self.name, f"truncated or corrupt: {err}") from err
         finally:
             container.close()
-        if x.shape[1] == 0:
-            raise DecodeError(blob.name, self.name, f"no audio samples (window starts at {start:.3f} s)")
-        return self.finish(x, rate)
+        if x.shape[1] == 0 and self.from_field is None:
+            raise DecodeError(blob.name, self.name, f"no audio samples (window starts at {lo / rate:.3f} s)")
+        pieces = [self.to_window(x[:, r0 - lo : None if r1 is None else r1 - lo], r0, rate, w)
+                  for w, (r0, r1) in zip(windows, ranges)]
+        return self.result(pieces, stacked)
 
-    def _decode_window(self, container: Any, path: str, header: SampleMeta, start: float,
-                       length: float | None) -> tuple[np.ndarray, int]:
+    def _decode_window(self, container: Any, path: str, header: SampleMeta, first: int,
+                       last: int | None) -> np.ndarray:
+        """Native samples [first, last) of the track (last None: to the end), as float32 (C, n)."""
         stream = container.streams.audio[0]
         rate = header["sample_rate"]
         tb_num, tb_den = (stream.time_base.numerator, stream.time_base.denominator) if stream.time_base else (1, 1)
         origin = stream.start_time or 0
-        first = round(start * rate) if rate else 0
-        last = None if length is None or not rate else first + round(length * rate)
         limit = None if self.max_duration is None or not rate else math.ceil(self.max_duration * rate)
         if first > 0:
-            seek_to = max(0.0, start - _PREROLL_SECONDS.get(stream.codec_context.name, 0.0))
+            seek_to = max(0.0, first / rate - _PREROLL_SECONDS.get(stream.codec_context.name, 0.0))
             if seek_to > 0:
                 container.seek(origin + int(seek_to * tb_den / tb_num), stream=stream, backward=True)
         if first == 0 and last is None:
             x = self._decode_all(container, stream, path, header, limit)
             self._check_shortfall(container, path, header, 0, None, x.shape[1])
-            return x, rate
+            return x
         pieces: list[np.ndarray] = []
         position = None  # sample index of the next decoded sample, in the full decode's numbering
         total, fmt = 0, None
@@ -149,8 +170,9 @@ class PyAVAudioDecoder(AudioDecoder):
             x = np.zeros((channels, 0), np.float32)
         else:  # one concatenation of the raw samples, then one conversion to float
             x = _to_float(np.concatenate(pieces, axis=1) if len(pieces) > 1 else pieces[0], fmt[0])
-        self._check_shortfall(container, path, header, first, last, x.shape[1])
-        return x, rate
+        if self.from_field is None:  # a video's track may end before the clip: that is padded, not an error
+            self._check_shortfall(container, path, header, first, last, x.shape[1])
+        return x
 
     def _decode_all(self, container: Any, stream: Any, path: str, header: SampleMeta, limit: int | None
                     ) -> np.ndarray:

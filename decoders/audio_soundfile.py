@@ -101,7 +101,7 @@ class SoundfileAudioDecoder(AudioDecoder):
         with f:
             return self._header(f)
 
-    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
         f = self._open(blob)
         if f is None:
             return self.fallback.decode(blob, hint, rng, meta)
@@ -109,22 +109,32 @@ class SoundfileAudioDecoder(AudioDecoder):
             header = self._header(f)
             rate, frames = header["sample_rate"], header["num_samples"]
             self.check_duration(header["duration"], blob.name)
-            start, length = self.window(hint, rng, header["duration"])
-            first = min(round(start * rate), frames)
-            last = None if length is None else first + round(length * rate)
-            count = frames - first if last is None else min(last, frames) - first
+            if rate <= 0:
+                raise DecodeError(blob.name, self.name, f"the header gives no sample rate ({rate})")
+            try:
+                windows, stacked = self.grid_windows(hint, rng, header["duration"], rate)
+            except ValueError as err:
+                raise DecodeError(blob.name, self.name, str(err)) from err
+            ranges = [self.native_range(w, rate) for w in windows]
+            first = min(min(r[0] for r in ranges), frames)
+            last = None if any(r[1] is None for r in ranges) else max(r[1] for r in ranges)
+            count = frames - first if last is None else max(0, min(last, frames) - first)
             try:
                 if first:
                     f.seek(first)
                 x = _read(f, count)
             except (_sf.LibsndfileError, RuntimeError) as err:
                 raise DecodeError(blob.name, self.name, f"truncated or corrupt: {err}") from err
-        self.check_shortfall(blob.name, frames, rate, first, last, x.shape[0])
-        if x.shape[0] == 0:
-            raise DecodeError(blob.name, self.name, f"no audio samples (window starts at {start:.3f} s)")
+        if self.from_field is None:
+            self.check_shortfall(blob.name, frames, rate, first, last, x.shape[0])
+            if x.shape[0] == 0:
+                raise DecodeError(blob.name, self.name, f"no audio samples (window starts at {first / rate:.3f} s)")
         if self.mono and x.shape[1] > 1:
             x = x.mean(axis=1, dtype=np.float32)[:, None]
-        return self.finish(x.T, rate)  # (N, C) as read to (C, N); finish makes it contiguous
+        x = x.T  # (N, C) as read to (C, N)
+        pieces = [self.to_window(x[:, r0 - first : None if r1 is None else r1 - first], r0, rate, w)
+                  for w, (r0, r1) in zip(windows, ranges)]
+        return self.result(pieces, stacked)
 
 
 def _read(f: Any, count: int) -> np.ndarray:

@@ -17,6 +17,17 @@ from mediapipe.sample import Blob, SampleMeta
 
 
 @dataclass(frozen=True)
+class TimeSpans:
+    """Where in time another field of the same file lies: (start, end) seconds on the file's
+    presentation timeline (timestamps x time base), one per clip, ``stacked`` when the clips
+    are along a leading dim. A video decoder returns it (`Decoded.span`); the pipeline hands it
+    to the decoder of a field that reads the same file ``from_field`` it (`DecodeHint.span`)."""
+
+    spans: tuple[tuple[float, float], ...]
+    stacked: bool = False
+
+
+@dataclass(frozen=True)
 class DecodeHint:
     """What the op after a decoder needs, so the decoder can skip work it would throw away.
 
@@ -28,6 +39,8 @@ class DecodeHint:
     window: (start, duration) in seconds to decode (audio).
     interpolation: how a decoder that resizes to ``size`` itself must resample
         ("bilinear", "bicubic"); antialias: whether it low-pass filters when shrinking.
+    span: the time spans of the field this one is decoded ``from_field`` (the clips of a
+        video, for its audio track): decode what plays during them.
     """
 
     roi: tuple[int, int, int, int] | None = None
@@ -36,6 +49,7 @@ class DecodeHint:
     window: tuple[float, float] | None = None
     interpolation: str = "bilinear"
     antialias: bool = True
+    span: TimeSpans | None = None
 
 
 NO_HINT = DecodeHint()
@@ -49,6 +63,7 @@ class Decoded:
     value: Any
     fields: dict[str, Any]
     frames: int = 0  # video: frames the decoder produced for this sample (lead-in included), for StageStats
+    span: TimeSpans | None = None  # video: when its clips play, for a field decoded from_field this one
 _NO_RNG = SampleRNG(0, 0, 0, 0)  # device backends draw nothing: randomness is drawn in the workers
 
 
@@ -69,6 +84,11 @@ class Decoder:
     priority: ClassVar[int] = 100  # lower wins "auto"
     collate: ClassVar[str] = "stack"  # "stack": equal shapes; "pad": pad the last dim, add <field>_lengths
     side_fields: ClassVar[tuple[str, ...]] = ()  # names a `Decoded` result adds, as <field>_<name>
+
+    @classmethod
+    def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
+        """The side fields a decoder with ``options`` adds (`side_fields` unless options change them)."""
+        return cls.side_fields
 
     def __init__(self, *, device: torch.device | None = None, limits: Limits = Limits(), **options: Any):
         self.device = device
@@ -143,7 +163,12 @@ class DecoderSpec:
     def side_fields(self) -> tuple[str, ...]:
         from mediapipe.decoders.registry import decoder_class
 
-        return decoder_class(self.kind, self.backend).side_fields
+        return decoder_class(self.kind, self.backend).side_fields_for(self.options)
+
+    @property
+    def from_field(self) -> str | None:
+        """The field whose file and time spans this one decodes (audio of a video), or None."""
+        return self.options.get("from_field")
 
     def placement(self, device: torch.device | None) -> str:
         """Where this spec's backend decodes for ``device``: "worker" or "device"."""

@@ -21,7 +21,9 @@ def image(
     """An image decoder: JPEG fast path, and PNG, WebP, BMP, GIF, TIFF through Pillow.
 
     Output: uint8 (C, H, W) with C = 3 for ``mode="RGB"`` (grayscale, CMYK and palette
-    images are converted) or 1 for ``mode="L"``. ``exif_transpose=True`` applies the
+    images are converted) or 1 for ``mode="L"``. 16-bit PNG and TIFF (Pillow modes
+    ``I;16``, ``I;16B``, ``I``) keep each value's high byte (v >> 8, as torchvision's
+    ``to_dtype(..., scale=True)``), so a 0-65535 ramp spans 0-255. ``exif_transpose=True`` applies the
     EXIF orientation. ``backend``: "auto" (the fastest installed for the device),
     "turbo" (libjpeg-turbo through simplejpeg), "pillow", or "nvimgcodec" (nvJPEG on an
     NVIDIA GPU; libjpeg-turbo with region-of-interest decoding on the CPU).

@@ -1,4 +1,5 @@
-"""Pillow image backend: every format Pillow reads; DCT-reduced JPEG decode via `draft`.
+"""Pillow image backend: every format Pillow reads; DCT-reduced JPEG decode via `draft`;
+16-bit grayscale scaled to 8 bits by keeping the high byte (`to_8_bits`).
 
 A JPEG in ``mode="L"`` is decoded to its own luma plane (libjpeg's grayscale output, as the
 turbo backend, torchvision's ``decode_jpeg(mode=GRAY)`` and DALI give it), not converted from
@@ -31,6 +32,18 @@ from mediapipe.sample import Blob, SampleMeta
 Image.MAX_IMAGE_PIXELS = None  # our own limit (Limits.max_pixels) is checked on the header instead
 
 _EXIF_ORIENTATION = 0x0112
+SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})  # "I" is read as 16-bit data
+
+
+def to_8_bits(im: Image.Image) -> Image.Image:
+    """A 16-bit grayscale image (PNG, TIFF) as 8-bit "L", keeping each value's high byte
+    (v >> 8: 0-255 -> 0, 65280-65535 -> 255), as torchvision's ``to_dtype(..., scale=True)``,
+    libpng's 16-to-8 strip and Pillow's own reading of 16-bit RGB do. Pillow's ``convert``
+    would saturate every value above 255 instead. Mode "I" is clipped to 0-65535 first."""
+    values = np.asarray(im)
+    if im.mode == "I":
+        values = np.clip(values, 0, 65535)
+    return Image.fromarray((values >> 8).astype(np.uint8))
 
 
 @register("image", "pillow")
@@ -86,8 +99,10 @@ class PillowImageDecoder(ImageDecoder):
         elif im.format == "JPEG":
             plan = self._draft(im, plan_decode(hint, full), full)
         im.load()
+        if im.mode in SIXTEEN_BIT_MODES:
+            im = to_8_bits(im)
         if im.mode != self.mode:
-            if im.mode in ("P", "PA", "RGBA", "LA", "I;16", "I") and self.mode == "RGB":
+            if im.mode in ("P", "PA", "RGBA", "LA") and self.mode == "RGB":
                 im = im.convert("RGBA").convert("RGB") if im.mode in ("P", "PA") else im.convert("RGB")
             else:
                 im = im.convert(self.mode)

@@ -11,13 +11,19 @@ Output of ``mp.decoders.video(...)``, per sample:
 the luma size after the crop and resize), for `mediapipe.augment.YUVToRGB` on the device.
 Side field ``<field>_colour``: the stream's colour code (matrix x range, `colour_code`),
 an int64 (B,) in a batch, which ``YUVToRGB(matrix="auto", range="auto")`` reads.
+
+Geometry: a fused crop (``DecodeHint.roi``, in the displayed picture's pixels) is resampled
+exactly as drawn: chroma is replicated onto the luma grid (as FFmpeg's conversion does)
+for the region, so a box with odd edges in 4:2:0 is neither snapped nor shifted. Phone
+video's display matrix (a rotation by a multiple of 90 degrees) is applied unless
+``apply_rotation=False``; the time spans of the clips go to a field decoded ``from_field``
+this one (`Decoded.span`), e.g. the file's audio track.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.video import colour_code, yuv_to_rgb
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits, TimeSpans
 from mediapipe.decoders.video_index import VideoIndex
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
@@ -34,6 +40,7 @@ from mediapipe.rng import SampleRNG
 SAMPLINGS = ("random", "uniform", "all")
 PADS = ("repeat_last", "loop", "error")
 OUTPUTS = ("rgb", "yuv")
+BIT_DEPTHS = (8, 16)
 RESAMPLINGS = ("bilinear", "bicubic")  # what the fused plane resize honours from the hint
 
 
@@ -47,14 +54,17 @@ def video(
     output: str = "rgb",
     backend: str = "auto",
     threads: int | None = None,
+    apply_rotation: bool = True,
+    bit_depth: int = 8,
 ) -> DecoderSpec:
     """A video decoder: clips of ``clip_len`` frames, ``stride`` frames apart, as uint8 tensors.
 
     Args:
         clip_len: frames per clip (T).
         stride: step between a clip's frames, in source frames (or in frames at ``fps``).
-        fps: resample the time axis to this rate first (frame i of the clip is the source
-            frame shown at time start + i * stride / fps); None keeps the source's frames.
+        fps: resample the time axis to this rate first, by timestamp (variable frame rate
+            included), as FFmpeg's ``fps`` filter: output frame n is the last source frame
+            shown before (n + 0.5) / fps; None keeps the source's frames.
         clips_per_video: clips per video (N); more than one adds a leading clip dim.
         sampling: "random" (starts drawn from the sample's keyed RNG), "uniform" (N starts
             evenly spread, the middle one for N = 1; deterministic), or "all" (consecutive,
@@ -62,11 +72,15 @@ def video(
             `Pipeline.dataset`).
         pad: for a video shorter than a clip: "repeat_last" (hold the last frame), "loop"
             (start again from frame 0) or "error" (a `DecodeError`, handled by ``on_error``).
-        output: "rgb" (converted in the worker after the crop and resize, BT.601/BT.709 and
-            range from the stream) or "yuv" (Y, U, V planes for YUVToRGB on the device).
+        output: "rgb" (converted in the worker after the crop and resize, BT.601/BT.709/BT.2020
+            and range from the stream) or "yuv" (Y, U, V planes for YUVToRGB on the device).
         backend: "auto" (NVDEC where a GPU decodes AV1, else PyAV), "pyav" or "nvdec".
         threads: decoder threads per file (libdav1d frame and tile threads); None uses
             ``torch.get_num_threads()`` (1 in loader workers, all cores in the main process).
+        apply_rotation: turn frames as the stream's display matrix says (phone video shot
+            upright is stored sideways), as players and FFmpeg do; False keeps the stored frames.
+        bit_depth: 8 (uint8; 10- and 12-bit streams are converted from their full precision)
+            or 16 (uint16 RGB, 0-65535, for HDR work; ``output="rgb"`` only).
     """
     if clip_len < 1:
         raise ValueError(f"video(clip_len={clip_len}): expected >= 1")
@@ -84,50 +98,32 @@ def video(
         raise ValueError(f"video(output={output!r}): expected one of {OUTPUTS}")
     if threads is not None and threads < 0:
         raise ValueError(f"video(threads={threads}): expected >= 0 or None")
-    return DecoderSpec("video", backend, {
-        "clip_len": clip_len, "stride": stride, "fps": fps, "clips_per_video": clips_per_video,
-        "sampling": sampling, "pad": pad, "output": output, "threads": threads,
-    })
+    if bit_depth not in BIT_DEPTHS:
+        raise ValueError(f"video(bit_depth={bit_depth}): expected one of {BIT_DEPTHS}")
+    if bit_depth == 16 and output != "rgb":
+        raise ValueError("video(bit_depth=16): only with output='rgb' (YUVToRGB reads 8-bit planes)")
+    options = {"clip_len": clip_len, "stride": stride, "fps": fps, "clips_per_video": clips_per_video,
+               "sampling": sampling, "pad": pad, "output": output, "threads": threads}
+    if not apply_rotation:
+        options["apply_rotation"] = False
+    if bit_depth != 8:
+        options["bit_depth"] = bit_depth
+    return DecoderSpec("video", backend, options)
 
 
 @dataclass(frozen=True)
 class ClipPlan:
-    """The frames to decode for one sample: ``clips[n][t]`` is a frame number of the file."""
+    """The frames to decode for one sample: ``clips[n][t]`` is a frame number of the file;
+    ``spans[n]``: (start, end) seconds from the first frame's time when clip n plays."""
 
     clips: tuple[tuple[int, ...], ...]
     stacked: bool  # True: output (N, T, C, H, W); False: (T, C, H, W)
+    spans: tuple[tuple[float, float], ...] = ()
 
     @property
     def wanted(self) -> list[int]:
         """The distinct frame numbers, ascending: what the decoder must produce."""
         return sorted({f for clip in self.clips for f in clip})
-
-    def window(self, index: VideoIndex) -> tuple[float, float]:
-        """(start, end) seconds covered by the clips: where the time-aligned audio lies."""
-        first = min(min(c) for c in self.clips)
-        last = max(max(c) for c in self.clips)
-        return index.time_of(first), index.time_of(last + 1)
-
-
-_WINDOWS: OrderedDict[str, tuple[float, float]] = OrderedDict()  # blob name -> last clip window
-
-
-def last_window(name: str) -> tuple[float, float] | None:
-    """(start, end) seconds of the clips this process last decoded from the file ``name``.
-
-    The hook for time-aligned audio: with ``decode={"video": video(...), "audio": audio(...)}``
-    the graph decodes the fields in order, in one worker, so an audio decoder reading the
-    same file finds here the window of the clip just sampled for this sample. (A core
-    change that passes it as ``DecodeHint.window`` would make the coupling explicit.)
-    """
-    return _WINDOWS.get(name)
-
-
-def remember_window(name: str, window: tuple[float, float]) -> None:
-    _WINDOWS[name] = window
-    _WINDOWS.move_to_end(name)
-    while len(_WINDOWS) > 256:
-        _WINDOWS.popitem(last=False)
 
 
 class VideoDecoder(Decoder):
@@ -150,171 +146,242 @@ class VideoDecoder(Decoder):
         pad: str = "repeat_last",
         output: str = "rgb",
         threads: int | None = None,
+        apply_rotation: bool = True,
+        bit_depth: int = 8,
     ) -> None:
         super().__init__(device=device, limits=limits)
-        video(clip_len, stride, fps, clips_per_video, sampling, pad, output, threads=threads)  # validates
+        video(clip_len, stride, fps, clips_per_video, sampling, pad, output, threads=threads,
+              apply_rotation=apply_rotation, bit_depth=bit_depth)  # validates
         self.clip_len, self.stride, self.fps = clip_len, stride, fps
         self.clips_per_video, self.sampling, self.pad, self.output = clips_per_video, sampling, pad, output
-        self.threads = threads
+        self.threads, self.apply_rotation, self.bit_depth = threads, apply_rotation, bit_depth
 
     def thread_count(self) -> int:
         if self.threads is not None:
             return self.threads
         return max(1, min(torch.get_num_threads(), os.cpu_count() or 1))
 
+    def turns(self, index: VideoIndex) -> int:
+        """Counter-clockwise quarter turns from the stored frames to the output (0 to 3)."""
+        return (index.rotation // 90) % 4 if self.apply_rotation else 0
+
     # -- clips ----------------------------------------------------------------------------
     def plan(self, index: VideoIndex, rng: SampleRNG, path: str) -> ClipPlan:
         """Choose the clips' frames (a pure function of the index, the options and ``rng``)."""
-        plan = plan_clips(index.frames, index.fps, clip_len=self.clip_len, stride=self.stride, fps=self.fps,
+        return plan_clips(index.frames, index.fps, clip_len=self.clip_len, stride=self.stride, fps=self.fps,
                           clips_per_video=self.clips_per_video, sampling=self.sampling, pad=self.pad,
-                          rng=rng, path=path, decoder=self.name)
-        remember_window(path, plan.window(index))
-        return plan
+                          rng=rng, path=path, decoder=self.name, times=index.times)
+
+    def span(self, plan: ClipPlan, index: VideoIndex) -> TimeSpans:
+        """When the clips play, on the file's timeline: for a field decoded ``from_field`` this one."""
+        origin = index.start_seconds
+        return TimeSpans(tuple((origin + a, origin + b) for a, b in plan.spans), plan.stacked)
 
     # -- planes to the output ---------------------------------------------------------------
     def finish(self, planes: PackedPlanes, frames: list[int], plan: ClipPlan, hint: DecodeHint,
-               colour: tuple[str, str]) -> torch.Tensor:
-        """The decoded frames' cropped Y/U/V planes (``planes``, one slot per entry of ``frames``,
-        ascending frame numbers) to the output tensor. The resize follows ``hint.interpolation``
-        and ``hint.antialias`` (the fused op's); all luma planes of the clip go through one
-        interpolate call, all chroma planes through another, and the colour conversion is one
-        batched product over every frame.
-        """
+               colour: tuple[str, str], turns: int = 0) -> torch.Tensor:
+        """The decoded frames' Y/U/V planes of the region (``planes``, one slot per entry of
+        ``frames``, ascending frame numbers) to the output tensor:
+        resized as ``hint.interpolation`` and ``hint.antialias`` say (one interpolate call for
+        every plane of the clip), converted to RGB in one batched product, then turned
+        ``turns`` quarter turns counter-clockwise (the display matrix)."""
         count = planes.count
-        shape = planes.luma_shape
-        out_size = tuple(hint.size if hint.size is not None else shape)
+        size = tuple(hint.size) if hint.size is not None else None
+        if size is not None and turns % 2:
+            size = size[::-1]  # resized in the stored orientation, then turned
         mode = hint.interpolation if hint.interpolation in RESAMPLINGS else "bilinear"
-        luma = planes.resized(planes.luma, count, out_size, mode, hint.antialias)  # (F, H, W)
-        if out_size == (2 * planes.chroma_shape[0], 2 * planes.chroma_shape[1]):
-            # no resize: replicate each chroma sample 2x2, as FFmpeg's own yuv420p -> rgb24 does
-            chroma = planes.resized(planes.chroma, 2 * count, planes.chroma_shape, mode, hint.antialias)
-            chroma = chroma.repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
-        else:  # one filtered resize from the chroma grid straight to the output size
-            chroma = planes.resized(planes.chroma, 2 * count, out_size, mode, hint.antialias)
-        yuv = torch.stack([luma, chroma[:count], chroma[count:]], dim=1)  # (F, 3, H, W)
-        if self.output == "rgb":
-            yuv = yuv_to_rgb(yuv, colour_code(*colour))
+        flat = planes.resized(size or planes.shape, mode, hint.antialias)  # (3F, H, W): Y..., U..., V...
+        yuv = flat.view(3, count, *flat.shape[-2:]).transpose(0, 1)  # (F, 3, H, W)
+        yuv = self.convert(yuv, colour, planes.depth)
+        if turns:
+            yuv = torch.rot90(yuv, turns, dims=(-2, -1))
         row = {f: i for i, f in enumerate(frames)}
         order = [row[f] for clip in plan.clips for f in clip]
         if order == list(range(len(frames))):  # the usual case: each frame once, in order
             clips = yuv.reshape(len(plan.clips), -1, *yuv.shape[1:])
         else:
             clips = yuv[torch.tensor(order, dtype=torch.int64)].reshape(len(plan.clips), -1, *yuv.shape[1:])
-        return clips if plan.stacked else clips[0]
+        return clips.contiguous() if plan.stacked else clips[0].contiguous()
 
-    def result(self, clips: torch.Tensor, colour: tuple[str, str], decoded: int = 0) -> Decoded:
-        """The decoder's output: the clips, with the stream's colour code as side field ``colour``
-        and the number of frames the decoder produced for them (``Decoded.frames``)."""
-        return Decoded(clips, {"colour": colour_code(*colour)}, frames=decoded)
+    def convert(self, yuv: torch.Tensor, colour: tuple[str, str], depth: int) -> torch.Tensor:
+        """(F, 3, H, W) Y/U/V of ``depth`` bits (uint8, or float after a high-depth resize) to the
+        output: RGB or YUV, uint8 or (``bit_depth=16``) uint16."""
+        code = colour_code(*colour)
+        if depth == 8 and yuv.dtype == torch.uint8 and self.bit_depth == 8:
+            return yuv_to_rgb(yuv, code) if self.output == "rgb" else yuv.contiguous()
+        eight = yuv.float() / float(1 << (depth - 8)) if depth != 8 else yuv.float()  # 8-bit code values
+        if self.output == "yuv":
+            return eight.round_().clamp_(0, 255).to(torch.uint8)
+        if self.bit_depth == 8:
+            return yuv_to_rgb(eight / 255.0, code, dtype=torch.uint8)
+        rgb = yuv_to_rgb(eight / 255.0, code, dtype=torch.float32)
+        return rgb.mul_(65535.0).round_().to(torch.int32).to(torch.uint16)
+
+    def result(self, clips: torch.Tensor, colour: tuple[str, str], decoded: int = 0,
+               span: TimeSpans | None = None) -> Decoded:
+        """The decoder's output: the clips, with the stream's colour code as side field ``colour``,
+        the number of frames the decoder produced for them (``Decoded.frames``) and when they play."""
+        return Decoded(clips, {"colour": colour_code(*colour)}, frames=decoded, span=span)
 
 
 class PackedPlanes:
-    """A clip's cropped planes, copied in as each frame is decoded (while it is in cache, and
-    so that the decoder's frame buffers are released at once), planar, in groups of four.
+    """A clip's Y, U and V planes of the region, copied in as each frame is decoded (while it is
+    in cache, and so that the decoder's frame buffers are released at once), planar, in groups
+    of four. Chroma is replicated onto the luma grid for the region (`chroma_region`), so all
+    planes have the region's luma size and are resized alike.
 
     torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from Pillow-SIMD)
     are vectorised for 4-channel images and about 9x slower on single planes, so planes
-    4g..4g+3 of a kind are resized as the channels of image g. The values are the same as
-    resizing each plane alone. The planes are stored planar ((G, 4, h, w) memory, padded to
-    a multiple of four): a frame's copy is row copies, and the kernel interleaves the
-    channels itself, faster than a strided copy into a channels-last array (and its output
-    is planar, with no copy back). Luma: Y of frame i is plane i; chroma: U of frame i is
-    plane i, V of frame i is plane count + i.
+    4g..4g+3 are resized as the channels of image g. The values are the same as resizing each
+    plane alone. Plane i is Y of frame slot i, plane count + i its U, plane 2 count + i its V.
     """
 
-    def __init__(self, count: int, luma_shape: tuple[int, int], chroma_shape: tuple[int, int]) -> None:
-        self.count, self.luma_shape, self.chroma_shape = count, tuple(luma_shape), tuple(chroma_shape)
-        self.luma = np.empty((4 * -(-count // 4), *self.luma_shape), np.uint8)
-        self.chroma = np.empty((4 * -(-2 * count // 4), *self.chroma_shape), np.uint8)
+    def __init__(self, count: int, shape: tuple[int, int], dtype: Any = np.uint8, depth: int = 8) -> None:
+        self.count, self.shape, self.depth = count, (int(shape[0]), int(shape[1])), depth  # depth: bits per sample
+        self.data = np.empty((4 * -(-3 * count // 4), *self.shape), dtype)
 
     def put(self, i: int, y: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
         """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer)."""
-        self.luma[i] = y
-        self.chroma[i] = u
-        self.chroma[self.count + i] = v
+        self.data[i] = y
+        self.data[self.count + i] = u
+        self.data[2 * self.count + i] = v
 
     def planes(self, kind: str = "luma") -> torch.Tensor:
-        """(P, h, w) uint8: the planes of ``kind`` ("luma": P = count; "chroma": U then V)."""
-        packed = self.luma if kind == "luma" else self.chroma
-        count = self.count if kind == "luma" else 2 * self.count
-        return self.resized(packed, count, packed.shape[1:])
+        """(P, h, w): the planes of ``kind`` ("luma": P = count; "chroma": U then V, P = 2 count)."""
+        lo, hi = (0, self.count) if kind == "luma" else (self.count, 3 * self.count)
+        return torch.from_numpy(self.data[lo:hi])
 
-    @staticmethod
-    def resized(packed: np.ndarray, count: int, size: tuple[int, int], interpolation: str = "bilinear",
-                antialias: bool = True) -> torch.Tensor:
-        """The first ``count`` planes of ``packed`` ((4G, h, w)) resized to ``size``: (count, H, W) uint8."""
+    def resized(self, size: tuple[int, int], interpolation: str = "bilinear", antialias: bool = True) -> torch.Tensor:
+        """Every plane resized to ``size``: (3 count, H, W); uint8 stays uint8, deeper samples
+        come back as float32."""
         if interpolation not in RESAMPLINGS:
             raise ValueError(f"interpolation={interpolation!r}: expected one of {RESAMPLINGS}")
-        x = torch.from_numpy(packed)
-        if tuple(packed.shape[1:]) != tuple(size):
-            x = x.view(-1, 4, *packed.shape[1:])  # (G, 4, h, w): four planes as the channels of an image
+        x = torch.from_numpy(self.data)
+        if tuple(size) != self.shape:
+            if x.dtype != torch.uint8:
+                x = x.to(torch.float32)
+            x = x.view(-1, 4, *self.shape)  # (G, 4, h, w): four planes as the channels of an image
             x = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
             x = x.view(-1, *size)  # planar out: no copy
-        return x[:count]
+        return x[: 3 * self.count]
 
 
 def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation: str = "bilinear",
                   antialias: bool = True) -> torch.Tensor:
     """Resize equal-sized uint8 planes to ``size``: (P, H, W) (see `PackedPlanes`)."""
-    packed = PackedPlanes(len(planes), planes[0].shape, (1, 1))
+    packed = PackedPlanes(-(-len(planes) // 3), planes[0].shape)
     for i, plane in enumerate(planes):
-        packed.luma[i] = plane
-    return packed.resized(packed.luma, len(planes), size, interpolation, antialias)
+        packed.data[i] = plane
+    return packed.resized(size, interpolation, antialias)[: len(planes)]
 
 
-def even_roi(roi: tuple[int, int, int, int] | None, height: int, width: int,
-             sub_y: int = 2, sub_x: int = 2) -> tuple[int, int, int, int]:
-    """The region snapped outward to the chroma grid (even offsets and sizes for 4:2:0),
-    so the luma and chroma crops cover the same picture area; at most one pixel larger."""
+def chroma_region(plane: np.ndarray, top: int, left: int, height: int, width: int, sub_y: int,
+                  sub_x: int) -> np.ndarray:
+    """The luma region (top, left, height, width) of a subsampled chroma plane, each chroma
+    sample repeated ``sub_y`` x ``sub_x`` times (FFmpeg's conversion does so): (height, width).
+    Exact for any region, odd edges included."""
+    c0, c1 = top // sub_y, -(-(top + height) // sub_y)
+    d0, d1 = left // sub_x, -(-(left + width) // sub_x)
+    cover = plane[c0:c1, d0:d1]
+    if sub_x == 2 and cover.dtype == np.uint8:  # each byte twice: as uint16, b * 257 is the byte pair
+        cover = (cover.astype(np.uint16) * np.uint16(257)).view(np.uint8)
+    elif sub_x > 1:
+        cover = np.repeat(cover, sub_x, axis=1)
+    if sub_y > 1:
+        cover = np.repeat(cover, sub_y, axis=0)
+    dy, dx = top - c0 * sub_y, left - d0 * sub_x
+    return cover[dy : dy + height, dx : dx + width]
+
+
+def display_to_stored(box: tuple[int, int, int, int], height: int, width: int,
+                      turns: int) -> tuple[int, int, int, int]:
+    """A (top, left, height, width) box of the displayed picture (the stored ``height`` x
+    ``width`` frame turned ``turns`` quarter turns counter-clockwise) in stored pixels."""
+    top, left, h, w = box
+    turns %= 4
+    if turns == 1:
+        return left, width - top - h, w, h
+    if turns == 2:
+        return height - top - h, width - left - w, h, w
+    if turns == 3:
+        return height - left - w, top, w, h
+    return box
+
+
+def clip_box(roi: tuple[int, int, int, int] | None, height: int, width: int) -> tuple[int, int, int, int]:
+    """The region (top, left, height, width) clipped to a ``height`` x ``width`` frame (all of it
+    for None); ValueError when nothing of it lies inside."""
     if roi is None:
         return 0, 0, height, width
-    top, left, h, w = roi
-    top, left = max(0, top), max(0, left)
+    top, left, h, w = (int(v) for v in roi)
     bottom, right = min(height, top + h), min(width, left + w)
-    top, left = top - top % sub_y, left - left % sub_x
-    bottom = min(height, bottom + (-bottom) % sub_y)
-    right = min(width, right + (-right) % sub_x)
+    top, left = max(0, top), max(0, left)
     if bottom <= top or right <= left:
-        raise ValueError(f"region {roi} lies outside the {height}x{width} frame")
+        raise ValueError(f"region {tuple(roi)} lies outside the {height}x{width} frame")
     return top, left, bottom - top, right - left
 
 
 def plan_clips(
     frames: int, source_fps: float, *, clip_len: int, stride: int, fps: float | None, clips_per_video: int,
     sampling: str, pad: str, rng: SampleRNG | None, path: str = "", decoder: str = "video",
+    times: np.ndarray | None = None,
 ) -> ClipPlan:
-    """Frame numbers of each clip. A clip spans ``(clip_len - 1) * step + 1`` source frames,
-    ``step = stride * source_fps / fps`` (``stride`` without ``fps``); a video shorter than
-    that is padded by ``pad``."""
+    """Frame numbers of each clip, and when each clip plays.
+
+    Without ``fps`` a clip is ``clip_len`` frames ``stride`` apart. With ``fps`` the time axis
+    is first resampled by timestamp (``times``: seconds of each frame from the first; frame i
+    at i / source_fps when None), as FFmpeg's fps filter does: output frame n shows the last
+    source frame before (n + 0.5) / fps; the clip is ``clip_len`` output frames ``stride``
+    apart. A video shorter than a clip is padded by ``pad``.
+    """
     if frames <= 0:
         raise DecodeError(path, decoder, "video has no frames")
-    step = stride * (source_fps / fps if fps else 1.0)
-    offsets = [int(math.floor(k * step + 1e-9)) for k in range(clip_len)]
+    if times is None or len(times) != frames:
+        times = np.arange(frames, dtype=np.float64) / source_fps
+    if fps:
+        total = int(math.floor(float(times[-1]) * fps + 0.5)) + 1  # output frames up to the last source frame
+        total = max(1, total)
+
+        def frame_of(n: int) -> int:
+            return max(0, int(np.searchsorted(times, (n + 0.5) / fps, side="left")) - 1)
+
+        def seconds(n: int) -> tuple[float, float]:
+            return n / fps, (n + 1) / fps
+    else:
+        total = frames
+        last_end = float(times[-1]) + 1.0 / source_fps
+
+        def frame_of(n: int) -> int:
+            return n
+
+        def seconds(n: int) -> tuple[float, float]:
+            return float(times[n]), float(times[n + 1]) if n + 1 < frames else last_end
+    offsets = [k * stride for k in range(clip_len)]
     span = offsets[-1] + 1
-    if span > frames:
+    stacked = sampling == "all" or clips_per_video > 1
+    if span > total:
         if pad == "error":
-            raise DecodeError(path, decoder, f"clip needs {span} frames (clip_len={clip_len}, step={step:g}), "
-                                             f"video has {frames}; pad='error'")
-        if pad == "repeat_last":
-            clip = tuple(min(o, frames - 1) for o in offsets)
-        else:  # loop
-            clip = tuple(o % frames for o in offsets)
-        count = 1 if sampling == "all" else clips_per_video
-        return ClipPlan((clip,) * count, stacked=sampling == "all" or clips_per_video > 1)
-    room = frames - span  # the last possible start
-    if sampling == "random":
-        if rng is None:
-            raise ValueError("sampling='random' needs an rng")
-        starts = [rng.integers(0, room + 1) for _ in range(clips_per_video)]
-    elif sampling == "uniform":
-        if clips_per_video == 1:
-            starts = [room // 2]
-        else:
-            starts = [int(round(i * room / (clips_per_video - 1))) for i in range(clips_per_video)]
-    else:  # all: consecutive, non-overlapping clips from frame 0
-        starts = list(range(0, room + 1, span))
-    clips = tuple(tuple(s + o for o in offsets) for s in starts)
-    return ClipPlan(clips, stacked=sampling == "all" or clips_per_video > 1)
+            raise DecodeError(path, decoder, f"clip needs {span} frames (clip_len={clip_len}, stride={stride}"
+                                             f"{f', fps={fps:g}' if fps else ''}), video has {total}; pad='error'")
+        positions = [min(o, total - 1) for o in offsets] if pad == "repeat_last" else [o % total for o in offsets]
+        starts_positions = [positions] * (1 if sampling == "all" else clips_per_video)
+    else:
+        room = total - span  # the last possible start
+        if sampling == "random":
+            if rng is None:
+                raise ValueError("sampling='random' needs an rng")
+            starts = [rng.integers(0, room + 1) for _ in range(clips_per_video)]
+        elif sampling == "uniform":
+            if clips_per_video == 1:
+                starts = [room // 2]
+            else:
+                starts = [int(round(i * room / (clips_per_video - 1))) for i in range(clips_per_video)]
+        else:  # all: consecutive, non-overlapping clips from frame 0
+            starts = list(range(0, room + 1, span))
+        starts_positions = [[s + o for o in offsets] for s in starts]
+    clips = tuple(tuple(frame_of(n) for n in positions) for positions in starts_positions)
+    spans = tuple((seconds(min(p))[0], seconds(max(p))[1]) for p in starts_positions)
+    return ClipPlan(clips, stacked=stacked, spans=spans)
 
 
 def describe_options(options: dict[str, Any]) -> str:

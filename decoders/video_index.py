@@ -25,8 +25,9 @@ from mediapipe.sample import Blob, SampleMeta
 
 # AVColorSpace / AVColorRange values (libavutil/pixfmt.h), as PyAV reports them.
 _BT709_SPACES = {1}  # AVCOL_SPC_BT709
+_BT2020_SPACES = {9, 10}  # AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL (read with the NCL matrix, as swscale)
 _FULL_RANGE = 2  # AVCOL_RANGE_JPEG
-MATRICES = ("bt601", "bt709")
+MATRICES = ("bt601", "bt709", "bt2020")
 RANGES = ("limited", "full")
 CACHE_SIZE = 4096
 
@@ -38,8 +39,10 @@ class VideoIndex:
     pts: presentation timestamps (stream time base) in presentation order, one per frame,
         or None when the index came from dataset metadata (then frame i is at i / fps).
     keyframes: frame numbers (presentation order) of the key frames, ascending; frame 0 first.
-    matrix / range: the stream's colour signalling ("bt601" or "bt709"; "limited" or
-        "full"); unspecified streams get FFmpeg's defaults: BT.601, limited range.
+    matrix / range: the stream's colour signalling ("bt601", "bt709" or "bt2020"; "limited"
+        or "full"); unspecified streams get FFmpeg's defaults: BT.601, limited range.
+    rotation: the display matrix's rotation, counter-clockwise degrees (0, 90, 180, 270), as
+        FFmpeg reads it; bit_depth: bits per sample of the decoded frames (8, 10, 12).
     references: AV1 only, bool per frame (presentation order): whether the frame still comes
         out of libdav1d opened with ``skip_frame="NONREF"`` (it is a reference frame, or shows
         one); None when unknown (other codecs, an index from metadata, an unparsed header).
@@ -60,6 +63,14 @@ class VideoIndex:
     range: str = "limited"
     has_audio: bool = False
     references: np.ndarray | None = None
+    rotation: int = 0
+    bit_depth: int = 8
+    deps: tuple[tuple[int, ...], ...] | None = None
+
+    def needed(self, frames: list[int]) -> list[int] | None:
+        """The frames to decode for ``frames`` (ascending): they and what they reference,
+        transitively (`ReferenceGraph`); None when the stream's graph is unknown."""
+        return None if self.deps is None else closure(self.deps, list(frames))
 
     def all_references(self, frames: list[int]) -> bool:
         """Whether every frame of ``frames`` survives ``skip_frame="NONREF"`` (False when unknown)."""
@@ -96,12 +107,24 @@ class VideoIndex:
         i = bisect_right(self.keyframes, frame) - 1
         return self.keyframes[i] if i >= 0 else 0
 
-    def time_of(self, frame: float) -> float:
-        """Seconds from the stream start to frame number ``frame`` (fractional frames allowed)."""
-        return frame / self.fps
+    @cached_property
+    def times(self) -> np.ndarray:
+        """Seconds of each frame from the first frame (presentation order): from the timestamps
+        (variable frame rates as they are), or i / fps for an index from metadata."""
+        if self.pts is None:
+            return np.arange(self.frames, dtype=np.float64) / self.fps
+        return (self.pts - self.pts[0]).astype(np.float64) * float(self.time_base)
 
-    def as_meta(self) -> SampleMeta:
-        return {"height": self.height, "width": self.width, "frames": self.frames, "fps": self.fps,
+    @property
+    def start_seconds(self) -> float:
+        """The first frame's time on the file's timeline (its timestamp x time base)."""
+        return float(self.start_pts * self.time_base)
+
+    def as_meta(self, rotate: bool = True) -> SampleMeta:
+        """Header facts for the ops' parameters: the displayed size (turned by the display
+        matrix when ``rotate``), frames, rate, duration, key frames."""
+        height, width = (self.width, self.height) if rotate and self.rotation % 180 else (self.height, self.width)
+        return {"height": height, "width": width, "frames": self.frames, "fps": self.fps,
                 "duration": self.duration, "keyframes": list(self.keyframes)}
 
 
@@ -136,8 +159,10 @@ def clear_cache() -> None:
 
 
 def colour_of(colorspace: int | None, color_range: int | None, pix_fmt: str) -> tuple[str, str]:
-    """("bt601" | "bt709", "limited" | "full") from FFmpeg's enums; unspecified as FFmpeg's swscale."""
-    matrix = "bt709" if colorspace in _BT709_SPACES else "bt601"
+    """("bt601" | "bt709" | "bt2020", "limited" | "full") from FFmpeg's enums; unspecified as
+    FFmpeg's swscale (BT.601, limited range)."""
+    colorspace = int(colorspace) if colorspace is not None else None
+    matrix = "bt709" if colorspace in _BT709_SPACES else "bt2020" if colorspace in _BT2020_SPACES else "bt601"
     full = color_range == _FULL_RANGE or pix_fmt.startswith("yuvj")
     return matrix, "full" if full else "limited"
 
@@ -163,19 +188,45 @@ def video_stream(container: Any, path: str, decoder: str) -> Any:
     return stream
 
 
-def build_index(container: Any, stream: Any, path: str, decoder: str, meta: SampleMeta | None = None) -> VideoIndex:
+def build_index(container: Any, stream: Any, path: str, decoder: str, meta: SampleMeta | None = None,
+                keep: Demuxed | None = None) -> VideoIndex:
     """Index ``stream`` of an open container: from dataset metadata when it has frames, fps and
-    keyframes, else by demuxing every packet of the stream (no decoding). Leaves the container
-    positioned at its start."""
+    keyframes, else by demuxing every packet of the stream (decoding only the first frame, for
+    what only a frame tells). ``keep`` receives the packets and the first frame, for a clip
+    decode that follows without opening and demuxing the file again."""
     ctx = stream.codec_context
+    first = FirstFrame(stream)
+    if keep is not None:
+        keep.first = first
     pix_fmt = ctx.pix_fmt or (ctx.format.name if ctx.format is not None else "") or "yuv420p"
-    matrix, colour_range = colour_of(getattr(ctx, "colorspace", None), getattr(ctx, "color_range", None), pix_fmt)
     time_base = stream.time_base or Fraction(1, 90_000)
     has_audio = bool(container.streams.audio)
-    common = dict(width=int(ctx.width), height=int(ctx.height), codec=ctx.codec.name, pix_fmt=pix_fmt,
-                  time_base=Fraction(time_base), matrix=matrix, range=colour_range, has_audio=has_audio)
     meta = meta or {}
+
+    def facts() -> dict[str, Any]:
+        """What the stream says, the first decoded frame's word first (rotation, depth, colour)."""
+        frame = first.frame
+        fmt = frame.format.name if frame is not None else pix_fmt
+        space = frame.colorspace if frame is not None else getattr(ctx, "colorspace", None)
+        crange = frame.color_range if frame is not None else getattr(ctx, "color_range", None)
+        matrix, colour_range = colour_of(space, crange, fmt)
+        rotation = int(round((frame.rotation or 0) / 90.0)) * 90 % 360 if frame is not None else 0
+        width = int(frame.width) if frame is not None else int(ctx.width)
+        height = int(frame.height) if frame is not None else int(ctx.height)
+        if width <= 0 or height <= 0:
+            raise DecodeError(path, decoder, f"video stream has no frame size ({width}x{height})")
+        return dict(width=width, height=height, codec=ctx.codec.name, pix_fmt=fmt, time_base=Fraction(time_base),
+                    matrix=matrix, range=colour_range, has_audio=has_audio, rotation=rotation,
+                    bit_depth=bit_depth_of(fmt))
+
     if all(k in meta for k in ("frames", "fps", "keyframes")) and int(meta["frames"]) > 0 and float(meta["fps"]) > 0:
+        try:
+            for packet in container.demux(stream):
+                if first.feed(packet):
+                    break
+        except Exception:  # noqa: BLE001 - the clip decode reports a damaged file with its reason
+            pass
+        common = facts()
         frames, fps = int(meta["frames"]), float(meta["fps"])
         keyframes = tuple(sorted({0, *(int(k) for k in meta["keyframes"] if 0 <= int(k) < frames)}))
         start = stream.start_time if stream.start_time is not None else 0
@@ -183,10 +234,12 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
                           keyframes=keyframes, **common)
     pts_list: list[int] = []
     key_pts: list[int] = []
-    survives: dict[int, bool] | None = {} if ctx.codec.name == "libdav1d" else None
+    av1 = ctx.codec.name == "libdav1d"
     seq = None
-    if survives is not None and ctx.extradata and len(ctx.extradata) > 4:
+    if av1 and ctx.extradata and len(ctx.extradata) > 4:
         seq = _sequence_or_none(bytes(ctx.extradata)[4:])  # av1C: 4 bytes, then the config OBUs
+    graph = ReferenceGraph(seq) if av1 else None
+    unit_pts: list[int] = []
     count = 0
     try:
         for packet in container.demux(stream):
@@ -196,15 +249,14 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
             if pts is None:  # raw streams without timestamps: number the packets
                 pts = count
             pts_list.append(int(pts))
+            first.feed(packet)
+            if keep is not None:
+                keep.add(packet)
             if packet.is_keyframe:
                 key_pts.append(int(pts))
-            if survives is not None:
-                try:
-                    data = bytes(packet)
-                    seq = seq or av1_sequence(data)
-                    survives[int(pts)] = seq is not None and av1_survives_nonref(data, seq)
-                except (ValueError, IndexError):
-                    survives = None  # a header we cannot read: decode every frame, as before
+            if graph is not None and graph.ok:
+                graph.add(bytes(packet))
+                unit_pts.append(int(pts))
             count += 1
     except Exception as err:  # av.error.FFmpegError and friends: keep what was read when it is usable
         if not pts_list:
@@ -222,11 +274,82 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
     else:
         fps = float(rate) if rate else 25.0
     duration = len(pts) / fps
-    references = None
-    if survives is not None and len(survives) == len(pts):
-        references = np.array([survives[int(p)] for p in pts], dtype=bool)
+    common = facts()
+    references = deps = None
+    if graph is not None and graph.ok and len(unit_pts) == len(pts):
+        unit_of = {p: u for u, p in enumerate(unit_pts)}
+        units = np.array([unit_of[int(p)] for p in pts])
+        deps = graph.result(units)
+        references = np.asarray(graph.survives, dtype=bool)[units]
     return VideoIndex(frames=len(pts), fps=fps, duration=duration, start_pts=int(pts[0]),
-                      keyframes=tuple(keyframes), pts=pts, references=references, **common)
+                      keyframes=tuple(keyframes), pts=pts, references=references, deps=deps, **common)
+
+
+class Demuxed:
+    """What an index pass leaves for the clip decode that follows it: the stream's packets in
+    order (up to ``max_bytes``; more and it keeps none) and the first frame, already decoded by
+    the stream's own decoder with one thread (`FirstFrame`)."""
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self.packets: list[Any] | None = []
+        self.first: FirstFrame | None = None
+        self.left = max_bytes
+
+    def add(self, packet: Any) -> None:
+        if self.packets is None:
+            return
+        self.left -= packet.size
+        if self.left < 0:
+            self.packets = None  # too large to hold: the clip decode demuxes the file again
+        else:
+            self.packets.append(packet)
+
+
+def bit_depth_of(pix_fmt: str) -> int:
+    """Bits per sample of an FFmpeg pixel format (8 when unknown)."""
+    try:
+        import av
+
+        return int(av.VideoFormat(pix_fmt).components[0].bits)
+    except Exception:  # noqa: BLE001 - an unknown or unusable format name
+        return 8
+
+
+class FirstFrame:
+    """Decodes the packets it is fed (one thread) until the stream's first frame comes out:
+    what only a decoded frame tells (the display matrix, the real pixel format and colour)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.frame: Any = None
+        self.pts: int | None = None
+        self.ctx: Any = None
+        self.failed = False
+        self.fed = 0
+        try:  # the stream's own context: it carries the container's side data (the display matrix)
+            self.ctx = stream.codec_context
+            self.ctx.thread_count = 1
+        except Exception:  # noqa: BLE001 - then the stream's own parameters are all we have
+            self.failed = True
+
+    def feed(self, packet: Any) -> bool:
+        """Decode ``packet`` while no frame came out; True once one has."""
+        if self.frame is not None or self.failed:
+            return True
+        try:
+            frames = self.ctx.decode(packet)
+        except Exception:  # noqa: BLE001 - a damaged first packet: no facts from a frame
+            self.failed = True
+            return True
+        self.fed += 1
+        if frames:
+            self.frame, self.pts = frames[0], packet.pts
+        return self.frame is not None
+
+    @property
+    def reusable(self) -> bool:
+        """Whether the decoder holds exactly the state after the first packet, with its frame out:
+        a clip decode may go on from the second packet with the same decoder."""
+        return self.frame is not None and self.fed == 1 and not self.failed
 
 
 def _sequence_or_none(data: bytes) -> dict[str, Any] | None:
@@ -350,40 +473,150 @@ def av1_sequence(data: bytes) -> dict[str, Any] | None:
     return None
 
 
-def av1_survives_nonref(data: bytes, seq: dict[str, Any]) -> bool:
-    """Whether the temporal unit ``data`` still shows a frame when dav1d skips non-reference
-    frames (``skip_frame="NONREF"``): it shows an existing frame, or the frame it shows
-    refreshes a reference slot (AV1 spec 5.9.2, read up to ``refresh_frame_flags``).
-    Raises ValueError on what it cannot parse."""
+@dataclass(frozen=True)
+class Av1Frame:
+    """One frame header of a temporal unit, as far as the reference graph needs it: the slots
+    it reads (``ref_frame_idx``, or the slot a shown existing frame comes from), the slots it
+    refreshes (a bit mask), its type, and ``unsafe`` when its decoding may depend on more than
+    the slots it names (error-resilient order hints, short ref signalling, frame ids)."""
+
+    reads: tuple[int, ...]
+    writes: int
+    frame_type: int
+    shown: bool
+    unsafe: bool = False
+    existing: bool = False
+
+
+def av1_frames(data: bytes, seq: dict[str, Any], slot_types: list[int]) -> list[Av1Frame]:
+    """The frame headers of the temporal unit ``data`` (AV1 spec 5.9.2, read up to
+    ``ref_frame_idx``). ``slot_types``: each reference slot's frame type so far (for a shown
+    existing key frame, which refreshes every slot). Raises ValueError on what it cannot parse."""
+    out: list[Av1Frame] = []
+    all_slots = 0xFF
     for kind, temporal, spatial, payload in _obus(data):
-        if kind not in (3, 6):  # OBU_FRAME_HEADER, OBU_FRAME
+        if kind not in (3, 6):  # OBU_FRAME_HEADER, OBU_FRAME (a redundant header repeats one: skipped below)
             continue
         if seq["reduced"]:
-            return True  # still pictures: key frames only
-        b = _Bits(payload[:64])
+            out.append(Av1Frame((), all_slots, _KEY, True))
+            continue
+        b = _Bits(payload[:96])
         if b.f(1):  # show_existing_frame
-            return True
+            slot = b.f(3)
+            key = slot_types[slot] == _KEY
+            out.append(Av1Frame((slot,), all_slots if key else 0, slot_types[slot], True, existing=True))
+            continue
         frame_type, show_frame = b.f(2), b.f(1)
-        if not show_frame:
-            continue  # a hidden frame (an alt-ref): the unit's shown frame follows
-        if seq["decoder_model"] and not seq["equal_interval"]:
+        if show_frame and seq["decoder_model"] and not seq["equal_interval"]:
             b.f(seq["presentation_bits"])  # temporal_point_info
-        if frame_type in (_SWITCH, _KEY):
-            return True  # refresh_frame_flags = 0xFF
-        error_resilient = b.f(1)
+        if not show_frame:
+            b.f(1)  # showable_frame
+        intra = frame_type in (_KEY, _INTRA_ONLY)
+        error_resilient = 1 if frame_type == _SWITCH or (frame_type == _KEY and show_frame) else b.f(1)
         b.f(1)  # disable_cdf_update
         screen = b.f(1) if seq["screen"] == _SELECT else seq["screen"]
         if screen and seq["integer_mv"] == _SELECT:
             b.f(1)  # force_integer_mv
         if seq["frame_ids"]:
             b.f(seq["id_bits"])  # current_frame_id
-        b.f(1)  # frame_size_override_flag
+        if frame_type != _SWITCH:
+            b.f(1)  # frame_size_override_flag
         b.f(seq["order_bits"])  # order_hint
-        if frame_type != _INTRA_ONLY and not error_resilient:
+        if not intra and not error_resilient:
             b.f(3)  # primary_ref_frame
         if seq["decoder_model"] and b.f(1):  # buffer_removal_time_present_flag
             for idc, present in seq["ops"]:
                 if present and (idc == 0 or ((idc >> temporal) & 1 and (idc >> (spatial + 8)) & 1)):
                     b.f(seq["removal_bits"])
-        return b.f(8) != 0  # refresh_frame_flags
-    raise ValueError("no shown frame in the temporal unit")
+        if frame_type == _SWITCH or (frame_type == _KEY and show_frame):
+            writes = all_slots
+        else:
+            writes = b.f(8)
+        if intra:
+            out.append(Av1Frame((), writes, frame_type, bool(show_frame)))
+            continue
+        unsafe = bool(seq["frame_ids"]) or bool(error_resilient and seq["order_bits"])
+        if error_resilient and seq["order_bits"]:
+            for _ in range(8):
+                b.f(seq["order_bits"])  # ref_order_hint[i]
+        short = b.f(1) if seq["order_bits"] else 0  # frame_refs_short_signaling
+        if short:
+            out.append(Av1Frame(tuple(range(8)), writes, frame_type, bool(show_frame), unsafe=True))
+            continue
+        reads = tuple(sorted({b.f(3) for _ in range(7)}))  # ref_frame_idx[0..6]
+        out.append(Av1Frame(reads, writes, frame_type, bool(show_frame), unsafe=unsafe))
+    if not any(f.shown for f in out):
+        raise ValueError("no shown frame in the temporal unit")
+    return out
+
+
+class ReferenceGraph:
+    """Which earlier temporal units each unit of an AV1 stream needs decoded first, built from
+    the frame headers as the index demuxes them (one unit per packet, in decoding order,
+    which for AV1 is presentation order): a unit reading a slot needs the unit that last
+    refreshed it. Decoding only the closure of a clip's frames gives the same frames bit for bit
+    (the other units change no slot those frames read): the lead-in shrinks to the frames the
+    clip depends on, and frames between strided picks that nothing references are never decoded."""
+
+    def __init__(self, seq: dict[str, Any] | None) -> None:
+        self.seq = seq
+        self.writer = [-1] * 8  # slot -> unit that last refreshed it
+        self.slot_types = [_KEY] * 8
+        self.deps: list[tuple[int, ...]] = []
+        self.survives: list[bool] = []  # per unit: whether libdav1d with skip_frame="NONREF" still shows it
+        self.ok = True  # every header parsed
+        self.exact = True  # and the closure of a frame is all its decoding depends on
+
+    def add(self, data: bytes) -> None:
+        """The next packet's temporal unit; a header it cannot read turns the graph off."""
+        if not self.ok:
+            return
+        try:
+            self.seq = self.seq or av1_sequence(data)
+            if self.seq is None:
+                raise ValueError("no sequence header")
+            frames = av1_frames(data, self.seq, self.slot_types)
+        except (ValueError, IndexError):
+            self.ok = False
+            return
+        unit = len(self.deps)
+        needs: set[int] = set()
+        for frame in frames:
+            if frame.unsafe:
+                self.exact = False
+            for slot in frame.reads:
+                if self.writer[slot] < 0:
+                    self.exact = False  # a slot nothing refreshed: not a stream we can reason about
+                elif self.writer[slot] != unit:
+                    needs.add(self.writer[slot])
+            for slot in range(8):
+                if frame.writes >> slot & 1:
+                    self.writer[slot] = unit
+                    if not frame.existing:
+                        self.slot_types[slot] = frame.frame_type
+        self.deps.append(tuple(sorted(needs)))
+        shown = next(f for f in frames if f.shown)
+        self.survives.append(shown.existing or shown.writes != 0)
+
+    def result(self, order: np.ndarray) -> tuple[tuple[int, ...], ...] | None:
+        """Per frame (presentation order, ``order[i]`` = its unit) the frames it needs; None
+        when the graph is off or units and frames do not match one to one."""
+        if not (self.ok and self.exact) or len(self.deps) != len(order):
+            return None
+        frame_of = {int(u): i for i, u in enumerate(order)}
+        try:
+            return tuple(tuple(frame_of[d] for d in self.deps[int(u)]) for u in order)
+        except KeyError:
+            return None
+
+
+def closure(deps: tuple[tuple[int, ...], ...], wanted: list[int]) -> list[int]:
+    """``wanted`` and every frame they need, transitively (ascending)."""
+    seen = set(wanted)
+    todo = list(wanted)
+    while todo:
+        for d in deps[todo.pop()]:
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return sorted(seen)

@@ -116,6 +116,9 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
             return False
         return _cuda_listed() and torch.cuda.is_available()
 
+    def reuses_index_pass(self) -> bool:
+        return not getattr(self._local, "hw", False)  # the index pass's decoder is libdav1d on the CPU
+
     def codec(self, stream: Any) -> Any:
         if not getattr(self._local, "hw", False):
             return super().codec(stream)

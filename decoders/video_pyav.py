@@ -24,6 +24,7 @@ references are never decoded, and the frames it keeps are bit-identical.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter, deque
 from typing import Any, ClassVar
 
@@ -32,9 +33,11 @@ import torch
 
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
-from mediapipe.decoders.video import PackedPlanes, VideoDecoder, even_roi
+from mediapipe.decoders.video import PackedPlanes, VideoDecoder, chroma_region, clip_box, display_to_stored
 from mediapipe.decoders.video_index import (
+    Demuxed,
     VideoIndex,
+    bit_depth_of,
     build_index,
     cached_index,
     check_limits,
@@ -53,9 +56,12 @@ except ImportError:  # pragma: no cover - av is a dependency
 
 log = logging.getLogger(__name__)
 
-# Planar pixel formats read straight from the frame's planes, with their chroma subsampling.
-_PLANAR = {"yuv420p": (2, 2), "yuvj420p": (2, 2), "yuv422p": (1, 2), "yuvj422p": (1, 2),
-           "yuv444p": (1, 1), "yuvj444p": (1, 1)}
+# Planar pixel formats read straight from the frame's planes: chroma subsampling (rows, columns)
+# and bits per sample (more than 8: little-endian 16-bit words).
+_PLANAR = {"yuv420p": (2, 2, 8), "yuvj420p": (2, 2, 8), "yuv422p": (1, 2, 8), "yuvj422p": (1, 2, 8),
+           "yuv444p": (1, 1, 8), "yuvj444p": (1, 1, 8)}
+_PLANAR.update({f"yuv{sub}p{bits}le": (sy, sx, bits) for sub, sy, sx in (("420", 2, 2), ("422", 1, 2), ("444", 1, 1))
+                for bits in (10, 12)})
 
 
 def open_container(blob: Blob, path: str, decoder: str) -> Any:
@@ -71,10 +77,11 @@ def open_container(blob: Blob, path: str, decoder: str) -> Any:
         raise DecodeError(path, decoder, f"cannot open: {err}") from err
 
 
-def plane_array(plane: Any) -> np.ndarray:
-    """A zero-copy (height, width) uint8 view of one plane of a decoded frame."""
-    rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
-    return rows[:, : plane.width]
+def plane_array(plane: Any, dtype: Any = np.uint8) -> np.ndarray:
+    """A zero-copy (height, width) view of one plane of a decoded frame (uint8, or uint16 samples)."""
+    size = np.dtype(dtype).itemsize
+    rows = np.frombuffer(plane, dtype, count=plane.height * plane.line_size // size)
+    return rows.reshape(plane.height, plane.line_size // size)[:, : plane.width]
 
 
 @register("video", "pyav")
@@ -82,7 +89,7 @@ class PyAVVideoDecoder(VideoDecoder):
     """FFmpeg through PyAV on the CPU; libdav1d for AV1 with ``threads`` threads."""
 
     priority = 100
-    paths: ClassVar[Counter] = Counter()  # "all" / "nonref" / "nonref_retry": clips decoded each way (per process)
+    paths: ClassVar[Counter] = Counter()  # "closure", "nonref", "all" (and "..._retry"): clips decoded each way, per process
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
@@ -90,42 +97,81 @@ class PyAVVideoDecoder(VideoDecoder):
 
     # -- index --------------------------------------------------------------------------
     def index(self, blob: Blob, meta: SampleMeta | None = None) -> VideoIndex:
-        """The file's frame index: cached per process; built from ``meta`` or by demuxing."""
+        """The file's frame index: cached per process; built from ``meta`` or by demuxing. A fresh
+        index pass leaves its open file, packets and first frame for this thread's next clip
+        decode of the same file (`PacketSource`): one open, one demux and no second decode of
+        the first frame, where the probe and the decode of a sample meet."""
         index = cached_index(blob)
         if index is None:
+            self._release()
             container = open_container(blob, blob.name, self.name)
+            keep = Demuxed() if self.thread_count() == 1 else None  # the first frame's decoder has one thread
             try:
                 stream = video_stream(container, blob.name, self.name)
-                index = build_index(container, stream, blob.name, self.name, meta)
-            finally:
+                index = build_index(container, stream, blob.name, self.name, meta, keep)
+            except BaseException:
+                container.close()
+                raise
+            if keep is not None and keep.packets and keep.first is not None and not keep.first.failed:
+                self._primed_state.primed = (blob, PacketSource(container, stream, keep))
+            else:
                 container.close()
             remember(blob, index)
         check_limits(index, self.limits, blob.name, self.name)
         return index
 
+    @property
+    def _primed_state(self) -> threading.local:
+        local = self.__dict__.get("_primed_local")
+        if local is None:
+            local = self.__dict__.setdefault("_primed_local", threading.local())
+        return local
+
+    def _release(self) -> None:
+        """Close what an index pass left and no decode took."""
+        primed = getattr(self._primed_state, "primed", None)
+        self._primed_state.primed = None
+        if primed is not None:
+            primed[1].close()
+
+    def reuses_index_pass(self) -> bool:
+        """Whether a clip decode may go on with the index pass's software decoder (`PacketSource`)."""
+        return True
+
+    def _take_primed(self, blob: Blob) -> PacketSource | None:
+        primed = getattr(self._primed_state, "primed", None)
+        if primed is None:
+            return None
+        self._primed_state.primed = None
+        if primed[0] == blob and self.reuses_index_pass():
+            return primed[1]
+        primed[1].close()
+        return None
+
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
-        return self.index(blob).as_meta()
+        return self.index(blob).as_meta(rotate=self.apply_rotation)
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
-        """The clips (``Decoded.value``) and the stream's colour code (side field ``colour``)."""
+        """The clips (``Decoded.value``), the stream's colour code (side field ``colour``) and
+        when the clips play (``Decoded.span``)."""
         index = self.index(blob, meta)
         plan = self.plan(index, rng, blob.name)
         wanted = plan.wanted
-        roi = self.region(hint, index, blob.name)
+        turns = self.turns(index)
+        roi = self.region(hint, index, blob.name, turns)
         planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
-        out = self.finish(planes, wanted, plan, hint, colour)
-        if hint.size is None and hint.roi is not None and tuple(hint.roi) != roi:
-            # a crop without a resize keeps its exact size: trim the 4:2:0-snapped region
-            top, left, height, width = hint.roi
-            out = out[..., top - roi[0] : top - roi[0] + height, left - roi[1] : left - roi[1] + width]
-        return self.result(out, colour, decoded)
+        out = self.finish(planes, wanted, plan, hint, colour, turns)
+        return self.result(out, colour, decoded, self.span(plan, index))
 
-    def region(self, hint: DecodeHint, index: VideoIndex, path: str) -> tuple[int, int, int, int]:
+    def region(self, hint: DecodeHint, index: VideoIndex, path: str, turns: int = 0) -> tuple[int, int, int, int]:
+        """The hint's region (displayed pixels) in stored pixels, clipped to the frame."""
+        height, width = (index.width, index.height) if turns % 2 else (index.height, index.width)
         try:
-            return even_roi(hint.roi, index.height, index.width, *_PLANAR.get(index.pix_fmt, (2, 2)))
+            box = clip_box(hint.roi, height, width)
         except ValueError as err:
             raise DecodeError(path, self.name, str(err)) from err
+        return display_to_stored(box, index.height, index.width, turns)
 
     def codec(self, stream: Any) -> Any:
         """The codec context that decodes ``stream``: FFmpeg's default decoder (libdav1d for AV1)
@@ -147,7 +193,16 @@ class PyAVVideoDecoder(VideoDecoder):
         does decode are bit-identical); should a wanted frame still be missing, the clip is
         decoded again without skipping."""
         tally = [0]  # frames out of the decoder, counted per packet in _decoded
-        if index.all_references(wanted):
+        needed = index.needed(wanted)
+        if needed is not None:
+            try:
+                planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=False,
+                                                     only=frozenset(needed))
+                self.paths["closure"] += 1
+                return planes, colour, tally[0]
+            except DecodeError:
+                self.paths["closure_retry"] += 1  # the header parse was wrong, or the file is bad
+        elif index.all_references(wanted):
             try:
                 planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=True)
                 self.paths["nonref"] += 1
@@ -159,28 +214,41 @@ class PyAVVideoDecoder(VideoDecoder):
         return planes, colour, tally[0]
 
     def _decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int], roi: tuple[int, int, int, int],
-                       tally: list[int], *, skip_nonref: bool) -> tuple[PackedPlanes, tuple[str, str]]:
+                       tally: list[int], *, skip_nonref: bool,
+                       only: frozenset[int] | None = None) -> tuple[PackedPlanes, tuple[str, str]]:
         path = blob.name
         top, left, height, width = roi
         slot = {f: i for i, f in enumerate(wanted)}
         planes: PackedPlanes | None = None
         done = bytearray(len(wanted))
-        container = open_container(blob, path, self.name)
+        container: Any = self._take_primed(blob)
+        if container is not None and skip_nonref:  # skip_frame is read when the decoder opens: too late
+            container.close()
+            container = None
         try:
-            stream = video_stream(container, path, self.name)
-            ctx = self.codec(stream)
+            if container is not None:
+                stream, ctx = container.stream, container.stream.codec_context  # opened by the index pass
+            else:
+                container = open_container(blob, path, self.name)
+                stream = video_stream(container, path, self.name)
+                ctx = self.codec(stream)
             if skip_nonref and ctx.codec.name == "libdav1d":
                 ctx.skip_frame = "NONREF"  # libdav1d reads it when it opens, at the first packet
             colour: tuple[str, str] | None = None
+            layout = None
             try:
-                for number, frame in self._frames(container, stream, ctx, index, wanted, path, tally):
+                for number, frame in self._frames(container, stream, ctx, index, wanted, path, tally, only):
                     if colour is None:
                         colour = colour_of(frame.colorspace, frame.color_range, frame.format.name)
-                    y, u, v = self._crop(frame, top, left, height, width)
-                    if planes is None or planes.chroma_shape != u.shape:
-                        if planes is not None:  # the chroma layout changed mid-stream (format change)
-                            raise DecodeError(path, self.name, f"frame {number} changes the chroma layout")
-                        planes = PackedPlanes(len(wanted), (height, width), u.shape)
+                    if frame.width < left + width or frame.height < top + height:
+                        raise DecodeError(path, self.name, f"frame {number} is {frame.width}x{frame.height}, "
+                                                           f"smaller than the {index.width}x{index.height} indexed")
+                    y, u, v, depth = self._crop(frame, top, left, height, width)
+                    if planes is None or layout != (y.dtype, depth):
+                        if planes is not None:  # the pixel format changed mid-stream
+                            raise DecodeError(path, self.name, f"frame {number} changes the pixel format "
+                                                               f"to {frame.format.name}")
+                        planes, layout = PackedPlanes(len(wanted), (height, width), y.dtype, depth), (y.dtype, depth)
                     planes.put(slot[number], y, u, v)
                     done[slot[number]] = 1
             except MediapipeError:
@@ -195,29 +263,33 @@ class PyAVVideoDecoder(VideoDecoder):
                                                "decoded (truncated or corrupt file?)")
         return planes, colour or (index.matrix, index.range)
 
-    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> list[np.ndarray]:
+    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> tuple[Any, Any, Any, int]:
+        """Y, U, V of the region at its luma size (chroma repeated onto the luma grid) and the
+        bits per sample. Y is a view into the frame's buffer: PackedPlanes.put copies it at once."""
         fmt = frame.format.name
         if fmt == "nv12":  # hardware decoders: Y, then U and V interleaved at half resolution
             y = plane_array(frame.planes[0])[top : top + height, left : left + width]
-            uv = np.frombuffer(frame.planes[1], np.uint8).reshape(frame.planes[1].height, -1)
-            uv = uv[top // 2 : (top + height + 1) // 2, left - left % 2 : left + width + width % 2]
-            return [y, uv[:, 0::2], uv[:, 1::2]]
-        if fmt not in _PLANAR:  # 10-bit, NV12 (hardware), GBR...: one conversion to 8-bit 4:2:0
-            frame = frame.reformat(format="yuv420p")
-            fmt = "yuv420p"
-        sy, sx = _PLANAR[fmt]
-        y = plane_array(frame.planes[0])[top : top + height, left : left + width]
-        ct, cl, ch, cw = top // sy, left // sx, -(-height // sy), -(-width // sx)
-        u = plane_array(frame.planes[1])[ct : ct + ch, cl : cl + cw]
-        v = plane_array(frame.planes[2])[ct : ct + ch, cl : cl + cw]
-        return [y, u, v]  # views into the frame's buffer: PackedPlanes.put copies them at once
+            uv = np.frombuffer(frame.planes[1], np.uint8).reshape(frame.planes[1].height, -1)[:, : 2 * -(-frame.width // 2)]
+            u = chroma_region(uv[:, 0::2], top, left, height, width, 2, 2)
+            v = chroma_region(uv[:, 1::2], top, left, height, width, 2, 2)
+            return y, u, v, 8
+        if fmt not in _PLANAR:  # P010 (hardware), GBR, gray...: one conversion to 4:2:0 at the same depth
+            deep = bit_depth_of(fmt) > 8
+            frame = frame.reformat(format="yuv420p10le" if deep else "yuv420p")
+            fmt = frame.format.name
+        sy, sx, bits = _PLANAR[fmt]
+        dtype = np.uint8 if bits == 8 else np.uint16
+        y = plane_array(frame.planes[0], dtype)[top : top + height, left : left + width]
+        u = chroma_region(plane_array(frame.planes[1], dtype), top, left, height, width, sy, sx)
+        v = chroma_region(plane_array(frame.planes[2], dtype), top, left, height, width, sy, sx)
+        return y, u, v, bits
 
     def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str,
-                tally: list[int]):
+                tally: list[int], only: frozenset[int] | None = None):
         """Yield (frame number, frame) for each wanted frame (ascending). Seek to the key frame at
         or before the next wanted frame only when that key frame lies ahead of the decoder's
-        position; otherwise keep decoding forward. ``tally[0]`` grows by every frame the
-        decoder outputs."""
+        position; otherwise keep decoding forward. With ``only``, packets of other frames never
+        reach the decoder (`VideoIndex.needed`). ``tally[0]`` grows by every frame the decoder outputs."""
         todo = deque(wanted)
         position = -1  # the last frame number decoded; a fresh container starts at frame 0
         linear = False  # after a seek that overshot: decode from the start, never seek again
@@ -229,7 +301,8 @@ class PyAVVideoDecoder(VideoDecoder):
                 _seek(container, stream, ctx, index.pts_of(key))
             overshot = False
             frame_at, keyframe_before = index.frame_at, index.keyframe_before
-            for frame in _decoded(container, stream, ctx, tally):
+            for frame in _decoded(container, stream, ctx, tally, None if only is None else (index, only),
+                                  getattr(container, "ready", None)):
                 pts = frame.pts
                 if pts is None:
                     pts = frame.dts
@@ -258,6 +331,37 @@ class PyAVVideoDecoder(VideoDecoder):
                 position, linear = -1, True
 
 
+class PacketSource:
+    """The packets an index pass kept, standing in for the open container they came from:
+    ``demux`` goes on from the current packet, ``seek`` goes to a key frame (and flushes the
+    decoder). Until the first seek, the first packet's frame is ``ready``: the stream's decoder
+    already decoded it (`FirstFrame`), so it is handed out instead of decoded again."""
+
+    def __init__(self, container: Any, stream: Any, keep: Demuxed) -> None:
+        self.container, self.stream, self.packets = container, stream, keep.packets
+        first = keep.first
+        self.ready = {first.pts: first.frame} if first is not None and first.reusable else {}
+        self.position = 0
+
+    def demux(self, stream: Any):
+        while self.position < len(self.packets):
+            self.position += 1
+            yield self.packets[self.position - 1]
+        yield av.Packet()  # empty: flushes the decoder, as a container's demux ends
+
+    def seek(self, pts: int, stream: Any = None, backward: bool = True, any_frame: bool = False) -> None:
+        at = 0
+        for i, packet in enumerate(self.packets):
+            if packet.is_keyframe and packet.pts is not None and packet.pts <= pts:
+                at = i
+        self.position, self.ready = at, {}
+        self.stream.codec_context.flush_buffers()
+
+    def close(self) -> None:
+        self.packets, self.ready = [], {}
+        self.container.close()
+
+
 def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:
     """Seek to the key frame at or before ``pts`` and drop what the decoder holds."""
     container.seek(pts, stream=stream, backward=True, any_frame=False)
@@ -265,10 +369,21 @@ def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:
         ctx.flush_buffers()  # the container flushes its streams' own decoders only
 
 
-def _decoded(container: Any, stream: Any, ctx: Any, tally: list[int]):
+def _decoded(container: Any, stream: Any, ctx: Any, tally: list[int],
+             only: tuple[VideoIndex, frozenset[int]] | None = None, ready: dict[int, Any] | None = None):
     """Every frame the decoder produces from here on; the final empty packet flushes it.
-    ``tally[0]`` counts them, once per packet (frames libdav1d skipped never come out)."""
+    ``tally[0]`` counts them, once per packet (frames libdav1d skipped never come out).
+    ``only`` (index, frame numbers): the packets of other frames are dropped before the decoder.
+    ``ready``: packet pts -> its frame, already decoded by this decoder (`PacketSource.ready`)."""
     for packet in container.demux(stream):
+        if only is not None and packet.size:
+            pts = packet.pts if packet.pts is not None else packet.dts
+            if pts is not None and only[0].frame_at(pts) not in only[1]:
+                continue
+        if ready and packet.size and packet.pts in ready:
+            tally[0] += 1
+            yield ready.pop(packet.pts)
+            continue
         frames = ctx.decode(packet if packet.size else None)
         tally[0] += len(frames)
         yield from frames

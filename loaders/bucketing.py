@@ -87,6 +87,11 @@ class DurationBucketSampler:
     def num_samples(self) -> int:
         return len(self.durations)
 
+    @property
+    def may_pad(self) -> bool:
+        """Whether a rank may get a padding sample (then every batch carries ``valid``)."""
+        return self.world_size > 1 and not self.drop_last
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position = epoch, 0
 

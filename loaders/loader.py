@@ -4,35 +4,39 @@
 pipeline's device. Workers run the sample stage and collate whole batches (one IPC
 hop per batch); the consumer pins, copies to the device on a side stream, and runs
 the batch-stage ops there, one batch ahead of the training loop.
+
+Each ``iter(loader)`` is a `LoaderIterator` of its own, with its own workers and queues,
+as torch's DataLoader does: two live iterators never mix their batches.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
+from mediapipe.batch_builder import BatchBuilder
+from mediapipe.batch_stage import run_batch_ops
 from mediapipe.device_stage import finish_deferred
 from mediapipe.errors import PipelineError
-from mediapipe.graph import HostBatch, Plan, StageStats
-from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler
-from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads
+from mediapipe.host_batch import BatchTask, HostBatch
+from mediapipe.loaders.samplers import BatchSampler
+from mediapipe.loaders.sampling import build_sampler, distributed_rank_and_size, resolve_ranks
+from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads, warm_start
+from mediapipe.plan import Plan
+from mediapipe.stats import StageStats
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mediapipe.pipeline import Pipeline
 
 WORKER_TYPES = ("process", "thread")
 
-
-def distributed_rank_and_size() -> tuple[int, int]:
-    """(rank, world size) of the initialised torch.distributed process group, else (0, 1)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
+__all__ = ["Loader", "LoaderIterator", "SamplerDriven", "distributed_rank_and_size"]
 
 
 class SamplerDriven:
@@ -58,11 +62,25 @@ class Loader(SamplerDriven):
     ``state_dict()`` taken between batches resumes at the next batch: the batches after
     it equal an uninterrupted run's, and nothing before it is decoded again.
 
-    ``stats.seconds`` holds worker seconds summed over workers (read, decode, sample_ops,
-    collate, and batch_ops when the batch stage runs in the workers, as it does for a CPU
-    device) and the consumer's wall seconds (wait for a batch, transfer to the device,
-    device_ops, of which device_decode). ``persistent_workers=True`` keeps the worker
-    processes from one epoch to the next.
+    Iterators: each ``iter(loader)`` plans its own pass from the loader's (epoch, position)
+    at that moment and owns its workers. The most recent one is the loader's *current* pass:
+    only it moves the loader's position and epoch (what ``state_dict()`` describes); older
+    ones still deliver their own batches. Dropping or closing an iterator stops its workers.
+
+    Ranks: every rank gets ``len(loader)`` batches (see `EpochBatchSampler` for how each
+    ``last_batch`` pads or drops); padding samples are flagged False in ``batch["valid"]``.
+
+    Workers (``num_workers`` processes by default) start with ``multiprocessing_context``:
+    None picks "fork" only when this process runs a single thread, else "forkserver" (as with
+    torch's spawn, a script then needs an ``if __name__ == "__main__":`` guard, and its ops
+    must be importable); they exit when this process dies. ``persistent_workers=True`` keeps
+    them from one epoch to the next (lent to one iterator at a time; a pass left early stops
+    them).
+
+    ``stats`` counts the batches delivered: worker seconds summed over workers (read, decode,
+    sample_ops, collate, and batch_ops when the batch stage runs in the workers, as it does
+    for a CPU device), the consumer's wall seconds (startup of workers, wait for a batch,
+    transfer to the device, device_ops, of which device_decode), and failed samples by reason.
     """
 
     def __init__(
@@ -90,14 +108,6 @@ class Loader(SamplerDriven):
             raise ValueError(f"worker_type={worker_type!r}: expected one of {WORKER_TYPES}")
         if prefetch < 1:
             raise ValueError(f"prefetch={prefetch}: expected >= 1")
-        if drop_last is not None:
-            last_batch = "drop" if drop_last else last_batch
-        if getattr(pipeline.source, "split_by_rank", False):
-            rank, world_size = 0, 1  # the source holds this rank's part already (shards by rank)
-        elif rank is None or world_size is None:
-            auto_rank, auto_size = distributed_rank_and_size()
-            rank = auto_rank if rank is None else rank
-            world_size = auto_size if world_size is None else world_size
         self.pipeline = pipeline
         self.plan: Plan = pipeline.plan
         self.device = pipeline.device
@@ -113,151 +123,222 @@ class Loader(SamplerDriven):
             raise PipelineError(f"fields {sorted(self.plan.deferred)} decode on the device: the batch-stage "
                                 "ops cannot run in the workers")
         self.batch_ops_in_workers = batch_ops_in_workers
-        self.sampler: BatchSampler = sampler or EpochBatchSampler(
-            len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
-            rank=rank, world_size=world_size, last_batch=last_batch,
-        )
+        self.ranks = resolve_ranks(pipeline.source, rank, world_size)
+        self.sampler: BatchSampler = build_sampler(
+            pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
+            rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
+        self.builder = BatchBuilder(self.plan, finish=batch_ops_in_workers)
+        if num_workers and worker_type == "process":  # the forkserver imports while the caller sets up
+            warm_start(multiprocessing_context, self.builder.modules())
         self.stats = StageStats()
-        self._pool: ProcessPool | None = None
-        self._lent: list[tuple[int, int, StorageWeakRef]] = []  # (worker, buffer key, our view of it)
+        self._pool: ProcessPool | None = None  # the persistent workers, while no iterator borrows them
+        self._pool_lent = False
+        self._current: weakref.ref[LoaderIterator] | None = None
 
     # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._current = None  # a live iterator no longer moves the position that was set here
         self.sampler.load_state_dict(state["sampler"])
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        sampler = self.sampler
-        epoch = sampler.epoch
-        planned = sampler.batches()
-        start = sampler.position
-        if start > len(planned):
-            raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
-        with_valid = getattr(sampler, "last_batch", None) == "pad"
-        tasks = ((start + i, epoch, b.indices, b.valid, with_valid) for i, b in enumerate(planned[start:]))
-        host_batches = self._host_batches(tasks)
-        device_batches = self._on_device(host_batches)
-        finished = False
-        try:
-            for batch in device_batches:
-                sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
-                yield batch
-            finished = True
-        finally:  # an abandoned epoch stops its workers and threads now, not at garbage collection
-            device_batches.close()
-            if hasattr(host_batches, "close"):
-                host_batches.close()
-            if not (finished and self.persistent_workers):
-                self._close_pool()
-        if sampler.epoch == epoch and sampler.position >= len(planned):
-            sampler.set_epoch(epoch + 1)
+    def set_epoch(self, epoch: int) -> None:
+        self._current = None
+        self.sampler.set_epoch(epoch)
 
-    # -- workers ----------------------------------------------------------------------
-    def _host_batches(self, tasks: Iterator[tuple]) -> Iterator[HostBatch]:
-        fn = self.plan.load_finished_batch if self.batch_ops_in_workers else self.plan.load_batch
-        if self.num_workers == 0:
-            return run_inline(fn, tasks)
-        if self.worker_type == "thread":
-            return run_threads(fn, tasks, self.num_workers, self.prefetch)
-        if self._pool is None:
-            t0 = time.perf_counter()
-            self._pool = ProcessPool(fn, self.num_workers, context=self.multiprocessing_context, timeout=self.timeout)
-            self.stats.seconds["startup"] += time.perf_counter() - t0
-        return self._pool.map(tasks, self.prefetch)
+    def __iter__(self) -> LoaderIterator:
+        it = LoaderIterator(self)
+        self._current = weakref.ref(it)
+        return it
 
-    def _close_pool(self) -> None:
+    def is_current(self, it: LoaderIterator) -> bool:
+        """Whether ``it`` is the pass that moves this loader's position."""
+        return self._current is not None and self._current() is it
+
+    def close(self) -> None:
+        """Stop the persistent workers now (they stop anyway when the loader is dropped)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-        self._lent.clear()
-
-    def _release_consumed(self) -> None:
-        """Hand back the workers' shared buffers that no tensor here uses any more (before
-        the next task is sent), so a worker writes its next batches into memory whose pages
-        are already mapped: no page faults on a fresh 40 MB each batch."""
-        if self._pool is None or not self._lent:
-            return
-        done: dict[int, list[int]] = {}
-        watching = []
-        for worker, key, ref in self._lent:
-            if ref.expired():
-                done.setdefault(worker, []).append(key)
-            else:
-                watching.append((worker, key, ref))
-        for worker, keys in done.items():
-            self._pool.release(worker, keys)
-        self._lent = watching
-
-    def _watch(self, host: HostBatch) -> None:
-        if self._pool is not None:
-            self._lent += [(host.worker, key, StorageWeakRef(host.data[name].untyped_storage()))
-                           for name, key in host.buffers.items()]
 
     def __del__(self) -> None:
-        self._close_pool()
+        with contextlib.suppress(Exception):
+            self.close()
 
-    # -- device -----------------------------------------------------------------------
-    def _on_device(self, host_batches: Iterator[HostBatch]) -> Iterator[dict[str, Any]]:
-        """Copy each batch to the device and run the batch stage, one batch ahead (CUDA)."""
-        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        ahead: tuple[dict[str, Any], Any] | None = None
-        it = iter(host_batches)
-        while True:
-            self._release_consumed()
+    # -- workers ----------------------------------------------------------------------
+    def _host_batches(self, tasks: Iterator[BatchTask]) -> tuple[Iterator[HostBatch], ProcessPool | None, bool]:
+        """The host batches of ``tasks``, and the pool that builds them (None inline or in
+        threads) with whether it is the persistent one, lent to the caller."""
+        if self.num_workers == 0:
+            return run_inline(self.builder, tasks), None, False
+        if self.worker_type == "thread":
+            return run_threads(self.builder, tasks, self.num_workers, self.prefetch), None, False
+        persistent = self.persistent_workers and not self._pool_lent
+        pool = self._pool if persistent else None
+        if pool is not None and not pool.healthy:
+            pool.close()
+            pool = None
+        if pool is None:
             t0 = time.perf_counter()
-            host = next(it, None)
-            t1 = time.perf_counter()
-            if host is None:
-                break
-            self.stats.seconds["wait"] += t1 - t0
-            self.stats.merge(host.stats)
-            self._watch(host)
-            batch, event = self._finish(host, stream)
-            if ahead is not None:
-                yield self._ready(*ahead)
-            ahead = (batch, event)
-        if ahead is not None:
-            yield self._ready(*ahead)
+            pool = ProcessPool(self.builder, self.num_workers, context=self.multiprocessing_context,
+                               timeout=self.timeout, preload=self.builder.modules())
+            self.stats.seconds["startup"] += time.perf_counter() - t0
+        if persistent:
+            self._pool, self._pool_lent = None, True
+        return pool.map(tasks, self.prefetch), pool, persistent
 
-    def _finish(self, host: HostBatch, stream: Any) -> tuple[dict[str, Any], Any]:
+    def _give_back(self, pool: ProcessPool, persistent: bool) -> None:
+        """An iterator is done with ``pool``: keep the persistent one when it is idle and whole,
+        stop any other."""
+        if persistent:
+            self._pool_lent = False
+            if pool.healthy and pool.outstanding == 0 and self._pool is None:
+                self._pool = pool
+                return
+        pool.close()
+
+
+class LoaderIterator:
+    """One pass over an epoch of a `Loader`, from the (epoch, position) the loader had when
+    the pass began: its own workers (or the loader's persistent ones, lent), queues and
+    bookkeeping of the shared buffers it holds. Closing it (or dropping it) stops them."""
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+        sampler = loader.sampler
+        planned = sampler.batches()
+        if planned and sampler.position == len(planned):  # an epoch delivered to its end: the next one
+            sampler.set_epoch(sampler.epoch + 1)
+            planned = sampler.batches()
+        self.epoch, self.start, self.length = sampler.epoch, sampler.position, len(planned)
+        if self.start > self.length:
+            raise PipelineError(f"resume position {self.start} is past the {self.length} batches of epoch {self.epoch}")
+        self.delivered = 0
+        with_valid = bool(getattr(sampler, "may_pad", getattr(sampler, "last_batch", None) == "pad"))
+        ranks = loader.ranks
+        tasks = (BatchTask(self.start + i, self.epoch, b.indices, b.valid, with_valid, ranks.rank, ranks.world_size)
+                 for i, b in enumerate(planned[self.start:]))
+        self._closed = False
+        self._hosts: Iterator[HostBatch] | None = None
+        self._pool: ProcessPool | None = None
+        self._hosts, self._pool, self._persistent = loader._host_batches(tasks)
+        self._stream = torch.cuda.Stream(loader.device) if loader.device.type == "cuda" else None
+        self._ahead: tuple[dict[str, Any], Any, StageStats] | None = None
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The pids of this pass's worker processes (none inline or in threads)."""
+        return self._pool.pids if self._pool is not None else []
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self._closed:
+            raise StopIteration
+        try:
+            batch = self._next_batch()
+        except StopIteration:
+            self._end_of_epoch()
+            raise
+        except BaseException:  # a worker's error, a dead worker, Ctrl-C: this pass is over
+            self.close()
+            raise
+        self.delivered += 1
+        if self.loader.is_current(self):  # a state_dict() taken now resumes after this batch
+            self.loader.sampler.position = self.start + self.delivered
+        return batch
+
+    def close(self) -> None:
+        """Stop this pass: its threads and workers (or hand the persistent workers back)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ahead = None
+        hosts, self._hosts = self._hosts, None
+        if hosts is not None:
+            hosts.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            self.loader._give_back(pool, self._persistent)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _end_of_epoch(self) -> None:
+        sampler = self.loader.sampler
+        if self.loader.is_current(self) and sampler.epoch == self.epoch and sampler.position >= self.length:
+            sampler.set_epoch(self.epoch + 1)
+        self.close()
+
+    # -- the consumer's side: to the device, one batch ahead ------------------------------
+    def _next_batch(self) -> dict[str, Any]:
+        """The next batch, while the one after it is already on its way to the device."""
+        while True:
+            pending, host = self._ahead, self._next_host()
+            if host is None:
+                if pending is None:
+                    raise StopIteration
+                self._ahead = None
+                return self._deliver(*pending)
+            self._ahead = (*self._finish(host), host.stats)
+            if pending is not None:
+                return self._deliver(*pending)
+
+    def _next_host(self) -> HostBatch | None:
+        if self._pool is not None:
+            self._pool.release_consumed()  # before the next task goes out
+        t0 = time.perf_counter()
+        host = next(self._hosts, None)
+        self.loader.stats.seconds["wait"] += time.perf_counter() - t0
+        if host is not None and self._pool is not None:
+            self._pool.lent.watch(host.worker, host.buffers, host.data)
+        return host
+
+    def _deliver(self, batch: dict[str, Any], event: Any, stats: StageStats) -> dict[str, Any]:
+        """Hand a batch over: counted now, so a batch prefetched and never delivered counts nothing."""
+        self.loader.stats.merge(stats)
+        device = self.loader.device
+        if event is not None:
+            torch.cuda.current_stream(device).wait_event(event)
+            for value in batch.values():
+                if isinstance(value, torch.Tensor) and value.device.type == "cuda":
+                    value.record_stream(torch.cuda.current_stream(device))
+        return batch
+
+    def _finish(self, host: HostBatch) -> tuple[dict[str, Any], Any]:
         """To the device (pinned, non-blocking, on the side stream for CUDA), then the
         device decode and the batch-stage ops; returns the batch and its ready event."""
-        pin = stream is not None and self.pin_memory
+        loader, stream = self.loader, self._stream
+        pin = stream is not None and loader.pin_memory
         t0 = time.perf_counter()
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            data = _to_device(host.data, self.device, pin)
-            params = {k: _to_device(v, self.device, pin) for k, v in host.params.items()}
+            data = _to_device(host.data, loader.device, pin)
+            params = {k: _to_device(v, loader.device, pin) for k, v in host.params.items()}
             t1 = time.perf_counter()
             if not host.finished:
                 data, params = self._device_stage(host, data, params)
-                data = self.plan.run_batch_ops(data, params)
+                data = run_batch_ops(loader.plan, data, params)
             event = None
             if stream is not None:
                 event = torch.cuda.Event()
                 event.record(stream)
-        self.stats.seconds["transfer"] += t1 - t0
-        self.stats.seconds["device_ops"] += time.perf_counter() - t1
+        loader.stats.seconds["transfer"] += t1 - t0
+        loader.stats.seconds["device_ops"] += time.perf_counter() - t1
         return data, event
 
     def _device_stage(self, host: HostBatch, data: dict[str, Any], params: dict) -> tuple[dict, dict]:
         """Decode the fields left for the device (if any) and draw the parameters that needed them."""
-        if not self.plan.deferred:
+        plan = self.loader.plan
+        if not plan.deferred:
             return data, params
         t0 = time.perf_counter()
         host.data, host.params = data, params
-        finish_deferred(self.plan, host)
-        self.stats.seconds["device_decode"] += time.perf_counter() - t0
+        finish_deferred(plan, host)
+        self.loader.stats.seconds["device_decode"] += time.perf_counter() - t0
         return host.data, host.params
-
-    def _ready(self, batch: dict[str, Any], event: Any) -> dict[str, Any]:
-        if event is not None:
-            torch.cuda.current_stream(self.device).wait_event(event)
-            for value in batch.values():
-                if isinstance(value, torch.Tensor) and value.device.type == "cuda":
-                    value.record_stream(torch.cuda.current_stream(self.device))
-        return batch
 
 
 def _to_device(data: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:

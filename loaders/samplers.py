@@ -50,10 +50,19 @@ def check_resume(state: dict[str, Any], here: dict[str, Any], version: int) -> d
 class EpochBatchSampler:
     """This rank's batches: a new permutation each epoch (or the natural order), split by rank.
 
-    Every sample goes to exactly one rank per epoch (rank r takes positions r, r + W, ...).
-    ``last_batch``: "drop" a short last batch (all ranks then yield the same number of
-    batches), keep it "partial", or "pad" it to full size by repeating its last sample
-    (``PlannedBatch.valid`` says how many are real).
+    Every sample goes to exactly one rank per epoch (rank r takes positions r, r + W, ...),
+    and every rank yields the same number of batches, as DDP needs (a rank that ran out of
+    batches early would leave the others waiting in an all-reduce). ``last_batch``:
+
+    - "partial" (default): every rank reads ceil(N / W) samples, as torch's DistributedSampler
+      does; a rank with one sample fewer repeats its last one, flagged False in
+      ``batch["valid"]`` (present on every batch when such padding can happen, N % W != 0).
+      The last batch of each rank may be short (the same size on every rank).
+    - "drop": every rank reads floor(N / W) samples, in full batches only; the rest is dropped.
+    - "pad": as "partial", and the short last batch is filled to full size by repeating its
+      last sample; ``batch["valid"]`` (always present) flags the padding.
+
+    ``PlannedBatch.valid`` counts the real samples at the front of each batch.
     """
 
     STATE_VERSION = 1
@@ -82,6 +91,18 @@ class EpochBatchSampler:
         self.last_batch = last_batch
         self.epoch, self.position = 0, 0
 
+    @property
+    def may_pad(self) -> bool:
+        """Whether a batch of some rank may hold padding (then every batch carries ``valid``)."""
+        return self.last_batch == "pad" or (self.last_batch == "partial" and self.num_samples % self.world_size != 0)
+
+    def samples_per_rank(self) -> int:
+        """The sample slots each rank reads per epoch, padding included (before "pad" fills the
+        last batch): ceil(N / W), or floor(N / W) for "drop"."""
+        if self.last_batch == "drop":
+            return self.num_samples // self.world_size
+        return -(-self.num_samples // self.world_size)
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position = epoch, 0
 
@@ -96,30 +117,20 @@ class EpochBatchSampler:
 
     def batches(self) -> list[PlannedBatch]:
         mine = self.rank_indices()
-        bs = self.batch_size
+        bs, slots = self.batch_size, self.samples_per_rank()
         if self.last_batch == "drop":
-            full = (self.num_samples // self.world_size) // bs  # equal on every rank
-            return [PlannedBatch(mine[i * bs : (i + 1) * bs], bs) for i in range(full)]
-        out = [PlannedBatch(mine[i : i + bs], min(bs, len(mine) - i)) for i in range(0, len(mine), bs)]
+            return [PlannedBatch(mine[i * bs : (i + 1) * bs], bs) for i in range(slots // bs)]
+        real = len(mine)  # slots, or slots - 1: the missing slot repeats this rank's last sample
         if self.last_batch == "pad":
-            per_rank = -(-self.num_samples // self.world_size)
-            target = -(-per_rank // bs)  # equal on every rank
-            if out and out[-1].valid < bs:
-                last = out[-1]
-                pad = np.full(bs - last.valid, last.indices[-1], dtype=last.indices.dtype)
-                out[-1] = PlannedBatch(np.concatenate([last.indices, pad]), last.valid)
-            while len(out) < target:  # this rank has one sample fewer than another: all-padding batch
-                out.append(PlannedBatch(np.full(bs, mine[-1], dtype=mine.dtype), 0))
-        return out
+            slots = -(-slots // bs) * bs
+        padded = np.concatenate([mine, np.full(slots - real, mine[-1], dtype=mine.dtype)])
+        return [PlannedBatch(padded[i : i + bs], max(0, min(bs, real - i))) for i in range(0, slots, bs)]
 
     def __len__(self) -> int:
-        per_rank_max = -(-self.num_samples // self.world_size)
-        mine = len(range(self.rank, self.num_samples, self.world_size))
+        slots = self.samples_per_rank()
         if self.last_batch == "drop":
-            return (self.num_samples // self.world_size) // self.batch_size
-        if self.last_batch == "pad":
-            return -(-per_rank_max // self.batch_size)
-        return -(-mine // self.batch_size)
+            return slots // self.batch_size
+        return -(-slots // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
         return {

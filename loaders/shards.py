@@ -1,14 +1,18 @@
 """`shards(path)`: a converted dataset (tar shards + DALI indices) as a random-access source.
 
-Opening reads manifest.json, samples.jsonl.gz and the small .idx files, never the tars.
-Each sample's media is a byte range of its shard, read with ``os.pread`` (with the tar
-header in front of it, which is checked) in the worker that decodes it; nothing is
-extracted. Shard files stay open per process, so a dataset must not be rewritten in
-place while it is read.
+Opening reads manifest.json, samples.jsonl.gz and the small .idx files, never the tars,
+and trusts none of them (see `mediapipe.shard_format`): paths stay inside the dataset
+folder, every field is type-checked, sizes are bounded, index entries are sorted and
+disjoint. Each sample's media is a byte range of its shard, read with ``os.pread`` (with
+the tar header in front of it, which is checked) in the worker that decodes it; nothing
+is extracted. Shard files stay open per process; the first time a process opens one, it
+must still be the file (size, modification time) the dataset was opened with, so a
+dataset rewritten or replaced under a reader is refused rather than read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -25,38 +29,134 @@ from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
              "channels", "codec", "kind", "bytes")
+VERIFY = (None, "sha256")
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """What a shard must still be when a process first opens it: the size and modification
+    time seen when the dataset was opened, and (``verify="sha256"``) the manifest's digest."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str | None = None
+
+
+def _shard_digest(fd: int, path: str) -> str:
+    """The sha256 of a whole file, read through ``fd`` in 1 MiB preads."""
+    h, offset = hashlib.sha256(), 0
+    while block := os.pread(fd, 1 << 20, offset):
+        h.update(block)
+        offset += len(block)
+    return h.hexdigest()
 
 
 class _OpenShards:
     """Shard files kept open per process (at most ``limit``), read with ``os.pread``: one
-    system call per read, no seek, safe to share between threads and across fork."""
+    system call per read, no seek, safe to share between threads and across fork.
+
+    Opening a shard with a `ShardFile` checks that the file is still that one; a descriptor
+    kept open for another version of the path (a dataset rewritten in this process) is
+    dropped. A shard whose sha256 was asked for is hashed once per process: a fork keeps
+    what its parent checked (the identity is checked again when the child opens the file).
+    """
 
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
+        self._verified: dict[ShardFile, str] = {}  # shard -> its digest, once computed
         self._reset()
         os.register_at_fork(after_in_child=self._reset)  # a lock held during fork stays held
 
     def _reset(self) -> None:
         self._fds: OrderedDict[str, int] = OrderedDict()
+        self._identity: dict[int, tuple[int, int]] = {}  # fd -> (size, mtime_ns) when opened
         self._busy: dict[int, int] = {}
+        self._orphans: set[int] = set()  # dropped while being read: closed when the read ends
         self._lock = threading.Lock()
+        self._hash_lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Close every idle descriptor and forget every checksum (as a fresh process would)."""
+        with self._lock:
+            for path, fd in list(self._fds.items()):
+                if not self._busy.get(fd):
+                    os.close(self._fds.pop(path))
+                    self._identity.pop(fd, None)
+            self._verified.clear()
 
     @contextmanager
-    def open(self, path: str) -> Iterator[int]:
+    def open(self, path: str, expect: ShardFile | None = None) -> Iterator[int]:
+        fd = self.acquire(path, expect)
+        try:
+            yield fd
+        finally:
+            self.release(fd)
+
+    def acquire(self, path: str, expect: ShardFile | None = None) -> int:
+        """A descriptor on ``path``, kept open and marked busy until `release` (the read
+        path's form of `open`: no generator per read)."""
+        if expect is not None and expect.sha256 is not None:
+            self._check_digest(expect)
         with self._lock:
             fd = self._fds.get(path)
+            if fd is not None and expect is not None and self._identity[fd] != (expect.size, expect.mtime_ns):
+                self._drop(path, fd)  # kept open for an earlier version of this path
+                fd = None
             if fd is None:
-                fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = self._fds[path] = _open_shard(path, expect)
+                st = os.fstat(fd)
+                self._identity[fd] = (st.st_size, st.st_mtime_ns)
             self._fds.move_to_end(path)
             self._busy[fd] = self._busy.get(fd, 0) + 1
             if len(self._fds) > self.limit:  # close the least recently used, never one being read
                 for old in [p for p, f in self._fds.items() if not self._busy.get(f)][: len(self._fds) - self.limit]:
-                    os.close(self._fds.pop(old))
-        try:
-            yield fd
-        finally:
-            with self._lock:
-                self._busy[fd] -= 1
+                    self._drop(old, self._fds[old])
+        return fd
+
+    def release(self, fd: int) -> None:
+        with self._lock:
+            self._busy[fd] -= 1
+            if not self._busy[fd] and fd in self._orphans:
+                self._orphans.discard(fd)
+                os.close(fd)
+
+    def _drop(self, path: str, fd: int) -> None:
+        del self._fds[path]
+        self._identity.pop(fd, None)
+        if self._busy.get(fd):
+            self._orphans.add(fd)  # another thread is reading it: closed when that read ends
+        else:
+            os.close(fd)
+
+    def _check_digest(self, shard: ShardFile) -> None:
+        digest = self._verified.get(shard)
+        if digest is None:
+            with self._hash_lock:
+                digest = self._verified.get(shard)
+                if digest is None:
+                    fd = _open_shard(shard.path, shard)
+                    try:
+                        digest = _shard_digest(fd, shard.path)
+                    finally:
+                        os.close(fd)
+                    self._verified[shard] = digest
+        if digest != shard.sha256:
+            raise SourceError(shard.path, f"sha256 {digest} differs from the manifest's {shard.sha256}: the "
+                              "shard is corrupt (run `mediapipe verify`)")
+
+
+def _open_shard(path: str, expect: ShardFile | None) -> int:
+    """A descriptor on a shard, refused when it is no longer the file the dataset was opened with."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))  # a real path
+    if expect is None:
+        return fd
+    st = os.fstat(fd)
+    if (st.st_size, st.st_mtime_ns) != (expect.size, expect.mtime_ns):
+        os.close(fd)
+        raise SourceError(path, f"shard changed since the dataset was opened ({expect.size} bytes then, "
+                          f"{st.st_size} now, modified again): a dataset must not be rewritten while it is read")
+    return fd
 
 
 _OPEN_SHARDS = _OpenShards()
@@ -68,13 +168,20 @@ class ShardBlob(Blob):
     """A tar member's bytes. The 512-byte tar header in front of them is read too and must
     agree with the index (regular file, same name and size, valid checksum)."""
 
+    shard: ShardFile | None = None  # checked when this process first opens the shard
+
     def read(self) -> bytes:
         if self.data is not None:
             return self.data
         member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
         try:
-            with _OPEN_SHARDS.open(self.path) as fd:  # type: ignore[arg-type]
+            fd = _OPEN_SHARDS.acquire(self.path, self.shard)  # type: ignore[arg-type]
+            try:
                 raw = os.pread(fd, sf.BLOCK + member.size, self.offset - sf.BLOCK)  # header and data
+            finally:
+                _OPEN_SHARDS.release(fd)
+        except SourceError:
+            raise
         except OSError as err:
             raise SourceError(self.name, f"{err.strerror or err} (offset {self.offset})") from err
         if len(raw) != sf.BLOCK + member.size:
@@ -92,58 +199,55 @@ class ShardSource(Source):
     by field name (``mask``); numeric manifest fields come back as ``fields``; the label comes from the sample records (the
     same value as the ``.cls`` member); ``meta(i)`` gives width/height, duration, fps,
     frames, keyframes and sample_rate without any I/O. ``shard_ids`` restricts the source
-    to some shards (see `for_rank`).
+    to some shards (see `for_rank`). ``verify="sha256"`` checks each shard against the
+    manifest's sha256 the first time a process reads from it.
     """
 
     kind = "shards"
     split_by_rank = False  # True for `for_rank`'s sources: the loader must not split them again
 
-    def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None) -> None:
+    def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None, verify: str | None = None) -> None:
+        if verify not in VERIFY:
+            raise ValueError(f"verify={verify!r}: expected one of {VERIFY}")
         self.root = Path(root)
         if self.root.name == sf.MANIFEST and self.root.is_file():
             self.root = self.root.parent
         self.shard_ids = sorted(shard_ids) if shard_ids is not None else None
+        self.verify = verify
         self.manifest = sf.read_manifest(self.root)
-        if not self.manifest.get("complete"):
+        if not self.manifest["complete"]:
             raise SourceError(str(self.root), "the conversion did not finish (manifest not complete); "
                               "rerun `mediapipe convert --resume`")
         entries = {e["shard"]: e for e in self.manifest["shards"] if e["samples"]}
+        files = sf.resolve_shards(self.root, self.manifest)
         wanted = set(entries) if self.shard_ids is None else set(self.shard_ids)
-        unknown = wanted - set(entries) - {e["shard"] for e in self.manifest["shards"]}
+        unknown = wanted - {e["shard"] for e in self.manifest["shards"]}
         if unknown:
             raise SourceError(str(self.root), f"no shards {sorted(unknown)} in this dataset")
-        members: dict[int, list[list[sf.Member]]] = {}
-        self._paths: dict[int, str] = {}
+        indices: dict[int, list[list[sf.Member]]] = {}
+        self._shards: dict[int, ShardFile] = {}
         for sid in sorted(wanted & set(entries)):
-            entry = entries[sid]
-            tar = self.root / entry["name"]
-            try:
-                size = tar.stat().st_size
-            except OSError as err:
-                raise SourceError(str(tar), err.strerror or str(err)) from err
-            if size != entry["bytes"]:
-                raise SourceError(str(tar), f"shard has {size} bytes, the manifest says {entry['bytes']}: "
+            entry, where = entries[sid], files[sid]
+            st = sf.stat_regular(where.tar, "shard")
+            if st.st_size != entry["bytes"]:
+                raise SourceError(where.tar, f"shard has {st.st_size} bytes, the manifest says {entry['bytes']}: "
                                   f"corrupt or truncated (run `mediapipe verify {self.root}`)")
-            members[sid] = sf.read_index(self.root / entry["idx"], shard_size=size)
-            self._paths[sid] = str(tar)
-        records = [r for r in sf.read_samples(self.root) if r["shard"] in members]
-        position: dict[int, int] = {sid: 0 for sid in members}
+            indices[sid] = sf.read_index(where.idx, shard_size=st.st_size, samples=entry["samples"])
+            self._shards[sid] = ShardFile(where.tar, st.st_size, st.st_mtime_ns,
+                                          entry["sha256"] if verify == "sha256" else None)
+        records = sf.read_samples(self.root, self.manifest["num_samples"])
+        pairs = sf.match_records(records, indices, set(entries), where=str(self.root / sf.SAMPLES))
         self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
-        for r in records:
-            sid = r["shard"]
-            row = members[sid][position[sid]]
-            position[sid] += 1
-            if not row or sf.split_member_name(row[0].name)[0] != r["key"]:
-                raise SourceError(self._paths[sid], f"index lists {row[0].name!r} where the sample records "
-                                  f"expect key {r['key']!r}")
-            # "jpg" -> blob "jpg"; "mask.png" (a manifest's named field) -> blob "mask"
-            media = tuple((m.extension.split(".", 1)[0] if "." in m.extension else m.extension,
-                           f"{os.path.basename(self._paths[sid])}:{m.name}", m.offset, m.size)
-                          for m in row if m.extension not in sf.META_EXTENSIONS)
-            self._rows.append((r, media, {k: r[k] for k in META_KEYS if k in r}))
-        for sid, n in position.items():
-            if n != len(members[sid]):
-                raise SourceError(self._paths[sid], f"index lists {len(members[sid])} samples, records {n}")
+        prefixes = {sid: f"{f.name}:" for sid, f in files.items()}
+        for record, row in pairs:
+            prefix = prefixes[record["shard"]]
+            cut = len(record["key"]) + 1  # every name is "<key>.<extension>" (read_index, match_records)
+            media = []
+            for m in row:
+                ext = m.name[cut:]
+                if ext not in sf.META_EXTENSIONS:  # "jpg" -> blob "jpg"; "mask.png" (a named field) -> blob "mask"
+                    media.append((ext.partition(".")[0], prefix + m.name, m.offset, m.size))
+            self._rows.append((record, tuple(media), {k: record[k] for k in META_KEYS if k in record}))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -154,12 +258,12 @@ class ShardSource(Source):
 
     @property
     def num_shards(self) -> int:
-        return len(self._paths)
+        return len(self._shards)
 
     def ref(self, index: int) -> SampleRef:
         record, media, meta = self._rows[index]
-        path = self._paths[record["shard"]]
-        blobs = {ext: ShardBlob(name, path, offset, size) for ext, name, offset, size in media}
+        shard = self._shards[record["shard"]]
+        blobs = {ext: ShardBlob(name, shard.path, offset, size, shard=shard) for ext, name, offset, size in media}
         return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), dict(record.get("fields", {})))
 
     def meta(self, index: int) -> SampleMeta:
@@ -173,10 +277,10 @@ class ShardSource(Source):
             return
         for index in indices:
             record, media, _ = self._rows[index]
-            path = self._paths[record["shard"]]
+            shard = self._shards[record["shard"]]
             for _, _, offset, size in media:
                 try:
-                    with _OPEN_SHARDS.open(path) as fd:
+                    with _OPEN_SHARDS.open(shard.path, shard) as fd:
                         os.posix_fadvise(fd, offset - sf.BLOCK, sf.BLOCK + size, os.POSIX_FADV_WILLNEED)
                 except OSError:
                     return  # only a hint: the read reports any real error, naming the sample
@@ -189,10 +293,10 @@ class ShardSource(Source):
         machines where each reads whole shards; its loader does not split it again."""
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
-        ids = sorted(self._paths)[rank::world_size]
+        ids = sorted(self._shards)[rank::world_size]
         if not ids:
             raise ValueError(f"{self.num_shards} shards cannot be shared by world_size={world_size} ranks")
-        source = ShardSource(self.root, ids)
+        source = ShardSource(self.root, ids, verify=self.verify)
         source.split_by_rank = True  # read by Loader: this rank's part already
         return source
 
@@ -200,16 +304,21 @@ class ShardSource(Source):
         config: dict[str, Any] = {"kind": self.kind, "root": str(self.root)}
         if self.shard_ids is not None:
             config["shard_ids"] = list(self.shard_ids)
+        if self.verify is not None:
+            config["verify"] = self.verify
         return config
 
 
-def shards(path: str | os.PathLike, *, by_rank: bool = False) -> ShardSource:
+def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None = None) -> ShardSource:
     """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file).
 
     ``by_rank=True`` keeps only this process's shards when torch.distributed is initialised
     (rank r reads shards r, r + W, ...); the loader then does not split them again.
+    ``verify="sha256"`` hashes each shard the first time a process reads from it and
+    refuses its samples when the digest differs from the manifest's (a disk or copy
+    error that sizes and tar headers do not show); each shard is hashed once per process.
     """
-    source = ShardSource(path)
+    source = ShardSource(path, verify=verify)
     if by_rank:
         from mediapipe.loaders.loader import distributed_rank_and_size
 

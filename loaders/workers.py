@@ -1,38 +1,197 @@
 """Worker pools that build whole batches: processes (default) or threads, or inline.
 
-Each task is one batch; results come back in order. A worker's exception is
-re-raised in the consumer, named with its worker; a worker that dies (killed, out of
-memory, a crash in a C library) raises `WorkerError` instead of hanging.
+Each task is one batch; results come back in order. A worker's exception is re-raised in
+the consumer, named with its worker; a worker that dies (killed, out of memory, a crash in
+a C library) raises `WorkerError` instead of hanging.
+
+Starting processes: a forked child inherits every lock as it was at the fork, held ones
+too, and only the forking thread, so a lock another thread held (a DALI pipeline's, a
+logging handler's, a decoder's) never unlocks in the child. The default start method is
+therefore "fork" only when the training process provably runs a single OS thread, and
+otherwise "forkserver" (a server started by fork and exec, so it inherits no lock, forks
+each worker from its only Python thread; it imports the modules workers need once, when it
+starts) or "spawn" where there is no forkserver.
+Everything a worker receives pickles (`BatchBuilder`: the plan, source, decoder specs, ops).
+
+Orphans: a worker exits within seconds when the training process dies, even by SIGKILL:
+the kernel's parent-death signal where that is reliable (Linux, started from the main
+thread or by the forkserver), and a watchdog that checks its parent between tasks.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import multiprocessing as mp
 import os
+import pickle
 import queue
+import signal
+import threading
+import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
 import torch.multiprocessing as tmp
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from mediapipe import memory
 from mediapipe.errors import WorkerError
 
-Task = tuple[Any, ...]
+Task = Any
 RELEASE = "release"  # a message, not a task: the consumer is done with these shared buffers
 _POLL_SECONDS = 0.5
+WATCHDOG_SECONDS = 1.0  # a worker waiting for a task checks its parent this often
+JOIN_SECONDS = 2.0
+# What a forkserver imports once, before it forks any worker: the modules every worker runs.
+FORKSERVER_PRELOAD = ("mediapipe.loaders.workers", "mediapipe.batch_builder", "mediapipe.augment",
+                      "mediapipe.decoders.registry", "mediapipe.loaders.sources")
+PR_SET_PDEATHSIG = 1
 
 
+# -- start method ---------------------------------------------------------------------------
+def os_thread_count() -> int | None:
+    """Threads of this process as the kernel sees them (native ones too), or None off Linux."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def default_start_method() -> str:
+    """"fork" when this process provably runs one OS thread (nothing can hold a lock across
+    the fork), else "forkserver", else "spawn"."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and os_thread_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def start_context(method: str | None, preload: Sequence[str] = ()) -> tuple[str, Any]:
+    """(method, torch's multiprocessing context) for ``method``, or the default one. A
+    forkserver not started yet will import `FORKSERVER_PRELOAD` and ``preload`` first."""
+    method = method or default_start_method()
+    ctx = tmp.get_context(method)
+    if method == "forkserver" and forkserver_pid() is None:  # keeps what the user preloads
+        from multiprocessing import forkserver
+
+        modules = list(getattr(forkserver._forkserver, "_preload_modules", None) or [])
+        ctx.set_forkserver_preload(modules + [m for m in (*FORKSERVER_PRELOAD, *preload) if m not in modules])
+    return method, ctx
+
+
+_LEAN_WORKER = "mediapipe-worker-"  # name prefix of a worker that needs nothing from __main__
+
+
+def _skip_main_for_lean_workers() -> None:
+    """A worker started by forkserver or spawn normally runs the training script again (as
+    ``__mp_main__``) before it starts: a script without an ``if __name__ == "__main__":`` guard
+    would train again in every worker, and any script pays its imports once per worker. A
+    worker whose task pickles no reference to ``__main__`` is started without it (the process
+    name says which: `_LEAN_WORKER`); others get the standard treatment."""
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+    if getattr(original, "skips_main_for_lean_workers", False):
+        return
+
+    def get_preparation_data(name: str) -> dict[str, Any]:
+        data = original(name)
+        if name.startswith(_LEAN_WORKER):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    get_preparation_data.skips_main_for_lean_workers = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = get_preparation_data
+
+
+def warm_start(method: str | None, preload: Sequence[str] = ()) -> None:
+    """Start the forkserver (when ``method`` resolves to it) now, so that its imports overlap
+    the caller's own set-up instead of delaying the first batch."""
+    method, _ = start_context(method, preload)
+    if method == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Collect, then freeze the garbage collector's objects while forking: a forked child must
+    never free garbage it inherited (a dropped DALI pipeline's destructor waits for threads
+    that exist only in the parent), and collecting first leaves little to inherit."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def forkserver_pid() -> int | None:
+    """The pid of this process's forkserver, when one runs."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+# -- parent watch ---------------------------------------------------------------------------
+def _find_prctl() -> Any:
+    """glibc's ``prctl``, looked up in the training process (a forked child never dlopens)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _find_prctl()
+
+
+def set_parent_death_signal() -> bool:
+    """Ask the kernel to SIGKILL this process when the thread that forked it exits."""
+    return _prctl is not None and _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):  # no /proc here: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _orphaned(owner: int, parent: int) -> bool:
+    return os.getppid() != parent or not process_alive(owner)
+
+
+# -- the worker -----------------------------------------------------------------------------
 class _RemoteError:
     """An exception from a worker, with the worker's traceback as text."""
 
     def __init__(self, worker: int, err: BaseException) -> None:
-        self.worker, self.err = worker, err
         self.trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        try:
+            pickle.loads(pickle.dumps(err))
+        except Exception:  # an exception that does not pickle would be lost on the way
+            err = WorkerError(f"{type(err).__name__}: {err}")
+        self.worker, self.err = worker, err
 
     def reraise(self) -> None:
         err = self.err
@@ -41,28 +200,36 @@ class _RemoteError:
         raise err
 
 
-def _worker_loop(worker: int, fn: Callable[..., Any], tasks: Any, control: Any, results: Any,
-                 init: Callable | None) -> None:
+def _worker_loop(worker: int, fn: Callable[[Task], Any] | bytes, tasks: Any, control: Any, results: Any,
+                 owner: int, parent: int | None, death_signal: bool) -> None:
+    """Take tasks until told to stop, or until the training process ``owner`` is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's; it closes us
+    parent = os.getppid() if parent is None else parent  # the forkserver, when it started us
+    if death_signal:
+        set_parent_death_signal()
+    if _orphaned(owner, parent):  # the parent died before the signal was armed
+        os._exit(0)
     torch.set_num_threads(1)
     memory.use_shared_memory(worker)
-    try:
-        if init is not None:
-            init(worker)
-        while True:
-            _apply_releases(control)
-            task = tasks.get()
-            if task is None:
-                return
-            tag, args = task
-            try:
-                results.put((tag, fn(*args)))
-            except BaseException as err:  # noqa: BLE001 - everything goes back to the consumer
-                try:
-                    results.put((tag, _RemoteError(worker, err)))
-                except Exception:  # the exception itself does not pickle
-                    results.put((tag, _RemoteError(worker, RuntimeError(f"{type(err).__name__}: {err}"))))
-    except KeyboardInterrupt:
-        return
+    if isinstance(fn, bytes):
+        fn = pickle.loads(fn)
+    while True:
+        _apply_releases(control)
+        try:
+            task = tasks.get(timeout=WATCHDOG_SECONDS)
+        except queue.Empty:
+            if _orphaned(owner, parent):
+                os._exit(0)  # not a normal exit: it would wait to flush results nobody reads
+            continue
+        if task is None:
+            results.cancel_join_thread()  # the consumer has every result it wants
+            return
+        tag, args = task
+        try:
+            out = (tag, fn(args))
+        except BaseException as err:  # noqa: BLE001 - everything goes back to the consumer
+            out = (tag, _RemoteError(worker, err))
+        results.put(out)
 
 
 def _apply_releases(control: Any) -> None:
@@ -76,12 +243,13 @@ def _apply_releases(control: Any) -> None:
             memory.release(message[1])
 
 
-def run_inline(fn: Callable[..., Any], tasks: Iterator[Task]) -> Iterator[Any]:
-    for args in tasks:
-        yield fn(*args)
+# -- inline and threads -----------------------------------------------------------------------
+def run_inline(fn: Callable[[Task], Any], tasks: Iterator[Task]) -> Iterator[Any]:
+    for task in tasks:
+        yield fn(task)
 
 
-def run_threads(fn: Callable[..., Any], tasks: Iterator[Task], num_workers: int, prefetch: int) -> Iterator[Any]:
+def run_threads(fn: Callable[[Task], Any], tasks: Iterator[Task], num_workers: int, prefetch: int) -> Iterator[Any]:
     """Threads: no IPC; pays when the work releases the GIL (decoders and torch kernels do).
 
     Closing the iterator early cancels the queued batches and waits for the running ones,
@@ -90,18 +258,46 @@ def run_threads(fn: Callable[..., Any], tasks: Iterator[Task], num_workers: int,
     pending: collections.deque[Future] = collections.deque()
     try:
         tasks = iter(tasks)
-        for args in tasks:
-            pending.append(pool.submit(fn, *args))
+        for task in tasks:
+            pending.append(pool.submit(fn, task))
             if len(pending) >= num_workers * prefetch:
                 break
         while pending:
             result = pending.popleft().result()
             nxt = next(tasks, None)
             if nxt is not None:
-                pending.append(pool.submit(fn, *nxt))
+                pending.append(pool.submit(fn, nxt))
             yield result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- processes --------------------------------------------------------------------------------
+class LentBuffers:
+    """The workers' shared buffers that the consumer's tensors use, watched by weak reference.
+
+    Once no tensor uses one any more, its worker is told (before the next task is sent), so
+    it writes its next batches into memory whose pages are already mapped."""
+
+    def __init__(self) -> None:
+        self.watching: list[tuple[int, int, StorageWeakRef]] = []  # (worker, buffer key, our view of it)
+
+    def watch(self, worker: int | None, buffers: dict[str, int], data: dict[str, Any]) -> None:
+        if worker is not None:
+            self.watching += [(worker, key, StorageWeakRef(data[name].untyped_storage()))
+                              for name, key in buffers.items()]
+
+    def take_released(self) -> dict[int, list[int]]:
+        """Worker -> keys of its buffers that no tensor here uses any more (forgotten here)."""
+        done: dict[int, list[int]] = {}
+        still = []
+        for worker, key, ref in self.watching:
+            if ref.expired():
+                done.setdefault(worker, []).append(key)
+            else:
+                still.append((worker, key, ref))
+        self.watching = still
+        return done
 
 
 class ProcessPool:
@@ -109,22 +305,74 @@ class ProcessPool:
     slow batch never idles the others), one result queue, in-order delivery, and a control
     queue per worker for messages about its own shared buffers."""
 
-    def __init__(self, fn: Callable[..., Any], num_workers: int, *, context: str | None = None,
-                 init: Callable | None = None, timeout: float = 0.0) -> None:
-        ctx = tmp.get_context(context or ("fork" if os.name == "posix" and "fork" in mp.get_all_start_methods()
-                                          else "spawn"))
+    def __init__(self, fn: Callable[[Task], Any], num_workers: int, *, context: str | None = None,
+                 timeout: float = 0.0, preload: Sequence[str] = ()) -> None:
+        self.start_method, ctx = start_context(context, preload)
         self.num_workers, self.timeout = num_workers, timeout
         self.results = ctx.Queue()
         self.tasks = ctx.Queue()
         self.control = [ctx.Queue() for _ in range(num_workers)]
+        forked = self.start_method == "fork"
+        # the kernel's parent-death signal follows the thread that forked: safe from the main
+        # thread, or from the forkserver's; another thread may end while its workers live on
+        death_signal = self.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        payload = fn if forked else pickle.dumps(fn)  # pickled once, not once per worker
+        self.needs_main = not forked and b"__main__" in payload  # an op defined in the script
+        if not forked:
+            _skip_main_for_lean_workers()
+        name = "mediapipe-main-worker-" if self.needs_main else _LEAN_WORKER
+        owner = os.getpid()
+        parent = None if self.start_method == "forkserver" else owner
         self.procs = [
-            ctx.Process(target=_worker_loop, args=(w, fn, self.tasks, self.control[w], self.results, init),
-                        daemon=True, name=f"mediapipe-worker-{w}")
+            ctx.Process(target=_worker_loop, name=f"{name}{w}", daemon=True,
+                        args=(w, payload, self.tasks, self.control[w], self.results, owner, parent, death_signal))
             for w in range(num_workers)
         ]
-        for p in self.procs:
-            p.start()
+        self.lent = LentBuffers()
+        self.owner = owner  # a process forked from this one (a user's fork) never stops these workers
+        self._sent = self._received = 0
+        self._done: dict[int, Any] = {}
         self._closed = False
+        try:
+            with _frozen_heap() if forked else contextlib.nullcontext():
+                for p in self.procs:
+                    p.start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    @property
+    def outstanding(self) -> int:
+        """Tasks sent whose results were not taken yet."""
+        return self._sent - self._received
+
+    @property
+    def healthy(self) -> bool:
+        """Not closed, and every worker runs (asked of the kernel too: a worker the forkserver
+        has not reaped yet is a zombie, dead already)."""
+        return (not self._closed and os.getpid() == self.owner
+                and all(p.is_alive() and process_alive(p.pid) for p in self.procs))
+
+    def submit(self, task: Task) -> None:
+        self.tasks.put((self._sent, task))
+        self._sent += 1
+
+    def next_result(self) -> Any:
+        """The result of the oldest task not taken yet (re-raising a worker's exception). A dead
+        worker raises `WorkerError` at the next result, whether or not it held a task then."""
+        self._check_alive()
+        while self._received not in self._done:
+            tag, result = self._get()
+            self._done[tag] = result
+        result = self._done.pop(self._received)
+        self._received += 1
+        if isinstance(result, _RemoteError):
+            result.reraise()
+        return result
 
     def _get(self) -> tuple[Any, Any]:
         waited = 0.0
@@ -133,63 +381,84 @@ class ProcessPool:
                 return self.results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 waited += _POLL_SECONDS
-                for w, p in enumerate(self.procs):
-                    if not p.is_alive():
-                        raise WorkerError(f"loader worker {w} (pid {p.pid}) exited unexpectedly "
-                                          f"with code {p.exitcode}") from None
+                self._check_alive()
                 if self.timeout and waited >= self.timeout:
                     raise WorkerError(f"no batch from the loader workers in {self.timeout:.0f} s") from None
+            except (ConnectionError, EOFError, FileNotFoundError) as err:
+                # a batch's shared memory comes from its worker when received: that worker just died
+                time.sleep(_POLL_SECONDS)
+                self._check_alive()
+                raise WorkerError(f"receiving a batch from a loader worker failed: {err}") from err
+
+    def _check_alive(self) -> None:
+        for w, p in enumerate(self.procs):
+            if not p.is_alive() or not process_alive(p.pid):
+                hint = ("; its start ran the training script again (it defines the pipeline's "
+                        "ops): guard the script's entry point with if __name__ == '__main__':, "
+                        "or move the ops to a module") if self.needs_main else ""
+                code = f" with code {p.exitcode}" if p.exitcode is not None else ""
+                raise WorkerError(f"loader worker {w} (pid {p.pid}) exited unexpectedly{code} "
+                                  f"(started by {self.start_method}){hint}") from None
 
     def map(self, tasks: Iterator[Task], prefetch: int) -> Iterator[Any]:
+        """The results of ``tasks`` in order, ``prefetch`` tasks per worker in flight."""
         tasks = iter(tasks)
-        sent = received = 0
-        done: dict[int, Any] = {}
-        exhausted = False
+        in_flight = 0
 
         def send() -> bool:
-            nonlocal sent
-            args = next(tasks, None)
-            if args is None:
+            nonlocal in_flight
+            task = next(tasks, None)
+            if task is None:
                 return False
-            self.tasks.put((sent, args))
-            sent += 1
+            self.submit(task)
+            in_flight += 1
             return True
 
-        while sent < self.num_workers * prefetch and send():
-            pass
-        exhausted = sent < self.num_workers * prefetch
-        while received < sent:
-            while received not in done:
-                tag, result = self._get()
-                done[tag] = result
-            result = done.pop(received)
-            received += 1
-            if isinstance(result, _RemoteError):
-                result.reraise()
-            if not exhausted:
-                exhausted = not send()
+        more = True
+        while more and in_flight < self.num_workers * prefetch:
+            more = send()
+        while in_flight:
+            result = self.next_result()
+            in_flight -= 1
+            more = more and send()
             yield result
 
-    def release(self, worker: int, keys: list[int]) -> None:
-        """Tell ``worker`` that the consumer holds no tensor on these buffers any more."""
-        if not self._closed:
+    def release_consumed(self) -> None:
+        """Tell each worker which of its buffers the consumer holds no tensor on any more."""
+        if self._closed or not self.lent.watching:
+            return
+        for worker, keys in self.lent.take_released().items():
             self.control[worker].put((RELEASE, keys))
 
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
     def close(self) -> None:
+        """Stop the workers: asked to when idle, terminated when busy (their results are not
+        wanted), killed if they do not go; then the queues are closed."""
         if self._closed:
             return
         self._closed = True
-        for _ in self.procs:
-            try:
-                self.tasks.put(None)
-            except Exception:
-                pass
-        for p in self.procs:
-            p.join(timeout=2.0)
-            if p.is_alive():
+        if os.getpid() != self.owner:  # a copy of the pool in a forked child: the workers are not ours
+            return
+        started = [p for p in self.procs if p.pid is not None]
+        if self.outstanding == 0:
+            for _ in started:
+                try:
+                    self.tasks.put(None)
+                except Exception:  # noqa: BLE001 - the queue may already be broken
+                    break
+        else:
+            for p in started:
                 p.terminate()
-                p.join(timeout=1.0)
+        for p in started:
+            p.join(timeout=JOIN_SECONDS)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=JOIN_SECONDS)
         for q in [self.tasks, *self.control, self.results]:
             q.cancel_join_thread()
             q.close()
-
+        self._done.clear()
+        self.lent.watching.clear()

@@ -16,7 +16,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mediapipe.errors import DecodeError, LimitError, MediapipeError, PipelineError, SourceError, WorkerError
+from mediapipe.errors import (
+    DecodeError,
+    LimitError,
+    MediapipeError,
+    PipelineError,
+    SampleUnavailableError,
+    SourceError,
+    WorkerError,
+)
 
 if TYPE_CHECKING:
     from mediapipe import augment, decoders, loaders
@@ -43,6 +51,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "DecodeError", "LimitError", "MediapipeError", "Pipeline", "PipelineDataset", "PipelineError", "SourceError",
-    "WorkerError", "augment", "decoders", "loaders",
+    "DecodeError", "LimitError", "MediapipeError", "Pipeline", "PipelineDataset", "PipelineError",
+    "SampleUnavailableError", "SourceError", "WorkerError", "augment", "decoders", "loaders",
 ]

@@ -2,7 +2,9 @@
 
 Each subcommand lives in ``mediapipe.commands.<name>`` with ``add_arguments(parser)``
 and ``run(args) -> int``; it is imported only when used, so ``mediapipe bench`` does
-not pay for Ray or DALI imports it does not need.
+not pay for Ray or DALI imports it does not need. A reader that goes away early
+(``mediapipe inspect out | head``) ends the command quietly with status 141, as a
+command killed by SIGPIPE ends in a shell.
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import select
 import sys
+from typing import TextIO
+
+EXIT_CLOSED_PIPE = 128 + 13  # 128 + SIGPIPE: what a shell reports for `yes | head`
 
 COMMANDS = {
     "bench": "measure training-input throughput against peers, in the same run",
@@ -21,6 +28,39 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; its exit status (141 when stdout or stderr was a pipe its reader closed)."""
+    try:
+        try:
+            return _run(argv)
+        finally:  # also after --help's SystemExit: a closed pipe shows here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        closed = [stream for stream in (sys.stdout, sys.stderr) if _reader_gone(stream)]
+        if not closed:
+            raise  # some other pipe (a worker's, a socket's): a real error
+        # Python's advice (signal docs, "Note on SIGPIPE"): point the closed stream at devnull,
+        # so that the flush at interpreter exit does not fail a second time
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in closed:
+            os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        return EXIT_CLOSED_PIPE
+
+
+def _reader_gone(stream: TextIO) -> bool:
+    """Whether ``stream`` is a pipe whose reading end is closed (poll reports an error on it)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by a test's capture, or closed
+        return False
+    if not hasattr(select, "poll"):  # no poll (Windows): trust the BrokenPipeError
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="mediapipe", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library decides")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

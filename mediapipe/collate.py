@@ -38,21 +38,25 @@ def stack_params(drawn: list[Params]) -> Params:
 
 
 def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
-            indices: list[int] | None = None, private: frozenset[str] = frozenset()) -> dict[str, Any]:
+            indices: list[int] | None = None, private: frozenset[str] = frozenset(),
+            template: dict[str, Any] | None = None) -> dict[str, Any]:
     """Stack each field over the batch; "pad" fields are padded on their last dim and get
     ``<field>_lengths``. A failed sample (None, under on_error="replace") becomes zeros,
-    label -1, and keeps its own ``index``. Fields in ``private`` stay in this process
+    label -1, and keeps its own ``index``; when every sample failed, ``template`` (a good
+    sample) gives the fields, shapes and dtypes. Fields in ``private`` stay in this process
     (a worker's batch-stage op replaces them): they skip the shared-memory allocation."""
     present = [s for s in samples if s is not None]
-    if not present:
+    reference = present[0] if present else template
+    if reference is None:
         raise PipelineError("every sample of a batch failed to load")
     out: dict[str, Any] = {}
-    for name, first in present[0].items():
+    for name, first in reference.items():
         values = [s.get(name) if s is not None else None for s in samples]
         if name == "index" and indices is not None:
             values = list(indices)
         if isinstance(first, torch.Tensor):
-            out.update(_collate_tensors(name, values, policies.get(name, "stack"), name in private))
+            out.update(_collate_tensors(name, values, policies.get(name, "stack"), name in private,
+                                        like=first))
         elif isinstance(first, (bool, int, float, np.integer, np.floating)):
             dtype = torch.int64 if isinstance(first, (int, np.integer)) and not isinstance(first, bool) else None
             filled = [v if v is not None else (-1 if name == "label" else 0) for v in values]
@@ -63,8 +67,8 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
 
 
 def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str,
-                     private: bool = False) -> dict[str, torch.Tensor]:
-    present = [v for v in values if v is not None]
+                     private: bool = False, like: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    present = [v for v in values if v is not None] or [like]
     first = present[0]
     if policy == "pad":
         length = max(v.shape[-1] for v in present)

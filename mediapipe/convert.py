@@ -184,6 +184,10 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
             data = f.read()
     except OSError as err:
         return ItemResult(item, error=f"cannot read: {err.strerror or err}")
+    numbers = dict(item.fields) | ({} if item.label is None else {"label": item.label})
+    for name, value in numbers.items():
+        if not sf.is_finite_number(value):  # the dataset's strict JSON could not hold it
+            return ItemResult(item, error=f"field {name!r} is {value!r}, not a finite number")
     kind = kind_of_extension(item.ext) or kind_of_bytes(data[:16])
     if kind is None:
         return ItemResult(item, error=f"unknown media kind (extension {item.ext!r})")
@@ -397,8 +401,8 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str |
              len(plan.tasks), len(pending), total_in / 1e6)
 
     def on_item(result: ItemResult) -> None:
-        if result.error is not None:
-            log.warning("cannot convert %s: %s", result.item.name, result.error)
+        if result.error is not None:  # reported once, with the others, in the result (and report.json)
+            log.info("cannot convert %s: %s", result.item.name, result.error)
         if bar is not None:
             bar.update(1, bytes=result.item.size)
 
@@ -434,9 +438,10 @@ def _start_or_resume(out: Path, plan: ConversionPlan, resume: bool) -> tuple[dic
         if not resume:
             raise FileExistsError(f"{out} already holds a dataset; pass resume=True (--resume) to continue it")
         manifest = sf.read_manifest(out)
-        if manifest["plan"]["fingerprint"] != plan.fingerprint:
+        theirs = str(manifest.get("plan", {}).get("fingerprint"))
+        if theirs != plan.fingerprint:
             raise ValueError(f"cannot resume {out}: the inputs or settings differ from the run that started it "
-                             f"(plan {manifest['plan']['fingerprint'][:12]}, now {plan.fingerprint[:12]})")
+                             f"(plan {theirs[:12]}, now {plan.fingerprint[:12]})")
         done = {e["shard"] for e in manifest["shards"]}
         if manifest["complete"]:
             return manifest, done

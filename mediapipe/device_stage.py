@@ -14,10 +14,13 @@ from typing import Any
 
 import torch
 
+from mediapipe.batch_stage import batch_params
 from mediapipe.collate import collate
 from mediapipe.decoders.base import NO_HINT, Decoded
-from mediapipe.errors import MediapipeError
-from mediapipe.graph import Deferred, HostBatch, Plan
+from mediapipe.errors import MediapipeError, SampleUnavailableError
+from mediapipe.host_batch import Deferred, HostBatch
+from mediapipe.plan import Plan
+from mediapipe.sample_stage import SampleStage
 
 
 def finish_deferred(plan: Plan, host: HostBatch) -> None:
@@ -30,13 +33,16 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
     metas: list[dict[str, Any]] = [{} for _ in indices]
     side_fields: set[str] = set()
     for name, decoder in plan.device_decoders().items():
-        pending: list[Deferred] = data.pop(name)
-        decoded = decoder.decode_batch([d.blob for d in pending], [d.hint for d in pending],
-                                       [d.meta for d in pending])
+        pending: list[Deferred | None] = data.pop(name)
+        for i, d in enumerate(pending):
+            if d is None:  # the sample failed in the worker (on_error="replace")
+                samples[i] = None
+        todo = [i for i, s in enumerate(samples) if s is not None]
+        decoded = decoder.decode_batch([pending[i].blob for i in todo], [pending[i].hint for i in todo],
+                                       [pending[i].meta for i in todo]) if todo else []
         fused = plan.fused.get(name)
-        for i, (d, x) in enumerate(zip(pending, decoded)):
-            if samples[i] is None:
-                continue
+        for i, x in zip(todo, decoded):
+            d = pending[i]
             if isinstance(x, BaseException):
                 _fail(plan, host, i, x)
                 samples[i] = None
@@ -53,20 +59,25 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
                 dones[i].add((fused.index, name))
                 samples[i][fused.op.outputs[fused.op.inputs.index(name)]] = x
             samples[i][name] = x
+    if all(s is None for s in samples):  # nothing decoded to take shapes from, and no worker to redraw
+        raise SampleUnavailableError(plan.on_error, [plan.source.ref(i).key for i in indices], [],
+                                     "every sample of the batch failed, and the device has no good one "
+                                     "to take the shapes from")
     # fields the workers finished that a deferred op also reads (an image's mask): per sample
     borrowed = {f for p in plan.sample_ops if p.index in plan.deferred_ops for f in p.op.reads()} - plan.deferred
+    stage = SampleStage(plan)
     for i, sample in enumerate(samples):
         if sample is None:
             continue
         sample["index"] = indices[i]  # keys this sample's batch-stage draws
         for key in borrowed & data.keys():
             sample[key] = data[key][i].to(plan.device)
-        plan.run_sample_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True)
+        stage.run_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True)
     names = [f for f in plan.deferred if any(s is not None and f in s for s in samples)] + sorted(side_fields)
     stacked = collate([None if s is None else {f: s[f] for f in names} for s in samples],
                       {n: plan.decode[n].collate for n in names if n in plan.decode})
     data.update(stacked)
-    params = plan.batch_params(host.number, host.epoch, data["index"], samples, data, deferred=True)
+    params = batch_params(plan, host.draw_number, host.epoch, data["index"], samples, data, deferred=True)
     host.params.update({k: {n: v.to(plan.device) for n, v in p.items()} for k, p in params.items()})
 
 
@@ -74,8 +85,9 @@ def _fail(plan: Plan, host: HostBatch, position: int, err: BaseException) -> Non
     """A sample that failed on the device: raise, or zero it and flag it (no worker can redraw it)."""
     if plan.on_error == "raise" or not isinstance(err, MediapipeError):
         raise err
-    host.stats.count_error(err)
     valid = host.data.get("valid")
     if valid is None:
         valid = host.data["valid"] = torch.ones(len(host.data["index"]), dtype=torch.bool)
+    if valid[position]:  # a real sample's slot (padding repeats one: counted once)
+        host.stats.count_error(err)
     valid[position] = False

@@ -12,11 +12,14 @@ class MediapipeError(Exception):
 
 
 class DecodeError(MediapipeError, ValueError):
-    """A sample's bytes could not be turned into a tensor."""
+    """A sample's bytes could not be turned into a tensor.
 
-    def __init__(self, path: str, decoder: str, reason: str) -> None:
-        super().__init__(path, decoder, reason)
-        self.path, self.decoder, self.reason = path, decoder, reason
+    ``category`` is the reason's class, the same for every file that fails the same way
+    (``loader.stats.errors`` counts by it); without one, `reason_class` derives it."""
+
+    def __init__(self, path: str, decoder: str, reason: str, category: str | None = None) -> None:
+        super().__init__(path, decoder, reason, *(() if category is None else (category,)))
+        self.path, self.decoder, self.reason, self.category = path, decoder, reason, category
 
     def __str__(self) -> str:
         return f"{self.decoder} could not decode {self.path!r}: {self.reason}"
@@ -27,11 +30,11 @@ class LimitError(DecodeError):
 
 
 class SourceError(MediapipeError, OSError):
-    """A source could not list or read a sample."""
+    """A source could not list or read a sample (``category``: as for `DecodeError`)."""
 
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(path, reason)
-        self.path, self.reason = path, reason
+    def __init__(self, path: str, reason: str, category: str | None = None) -> None:
+        super().__init__(path, reason, *(() if category is None else (category,)))
+        self.path, self.reason, self.category = path, reason, category
 
     def __str__(self) -> str:
         return f"cannot read {self.path!r}: {self.reason}"
@@ -39,6 +42,19 @@ class SourceError(MediapipeError, OSError):
 
 class PipelineError(MediapipeError, ValueError):
     """A pipeline spec is inconsistent (unknown field, op order, shapes that cannot batch)."""
+
+
+class SampleUnavailableError(MediapipeError, RuntimeError):
+    """``on_error`` found no sample to stand in for failed ones: ``paths`` failed, then the
+    ``tried`` replacements failed too (at most ``MAX_REPLACEMENT_TRIES``)."""
+
+    def __init__(self, policy: str, paths: list[str], tried: list[str], reason: str) -> None:
+        super().__init__(policy, list(paths), list(tried), reason)
+        self.policy, self.paths, self.tried, self.reason = policy, list(paths), list(tried), reason
+
+    def __str__(self) -> str:
+        tried = f"; the {len(self.tried)} replacements tried failed too: {self.tried}" if self.tried else ""
+        return f"on_error={self.policy!r}: {self.paths} failed ({self.reason}){tried}"
 
 
 class WorkerError(MediapipeError, RuntimeError):

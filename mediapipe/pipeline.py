@@ -12,9 +12,10 @@ import torch
 
 from mediapipe.augment.base import Op, op_from_config
 from mediapipe.decoders.base import DecoderSpec, Limits
-from mediapipe.graph import Plan, StageStats
 from mediapipe.loaders.loader import Loader
 from mediapipe.loaders.sources import Source, source_from_config
+from mediapipe.plan import Plan
+from mediapipe.stats import StageStats
 
 CONFIG_VERSION = 1
 
@@ -158,7 +159,10 @@ class PipelineDataset(torch.utils.data.Dataset):
     (applied to a batch of one, on the CPU): the same values the loader would give."""
 
     def __init__(self, pipeline: Pipeline) -> None:
+        from mediapipe.batch_builder import BatchBuilder
+
         self.pipeline, self.plan, self.epoch = pipeline, pipeline.plan, 0
+        self.builder = BatchBuilder(self.plan)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -169,12 +173,14 @@ class PipelineDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         import numpy as np
 
+        from mediapipe.batch_stage import run_batch_ops
         from mediapipe.device_stage import finish_deferred
+        from mediapipe.host_batch import BatchTask
 
-        host = self.plan.load_batch(0, self.epoch, np.array([index]), 1)
+        host = self.builder(BatchTask(0, self.epoch, np.array([index]), 1))
         if self.plan.deferred:
             finish_deferred(self.plan, host)
-        data = self.plan.run_batch_ops(host.data, host.params)
+        data = run_batch_ops(self.plan, host.data, host.params)
         return {k: (v[0] if isinstance(v, torch.Tensor) else v[0] if isinstance(v, list) else v)
                 for k, v in data.items()}
 

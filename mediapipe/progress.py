@@ -1,4 +1,4 @@
-"""A dependency-free progress report: a redrawn bar on a terminal, plain log lines elsewhere.
+"""Progress through tqdm: a bar on a terminal, a plain line every few seconds in a log.
 
     bar = Progress(total=len(files), unit="files", desc="convert")
     for f in files:
@@ -6,91 +6,116 @@
         bar.update(1, bytes=size)
     bar.close()
 
-On a TTY the bar shows the count, items/s, MB/s and the ETA, redrawn at most ten times
-a second; otherwise (CI logs, pipes) one line is written every ``log_every`` seconds.
+On a TTY this is a tqdm bar (count, items/s, MB/s when bytes are counted, elapsed and
+ETA); bars open at the same time stack on their own lines (``position``). Elsewhere (CI
+logs, pipes, a file) it writes one complete line every ``log_every`` seconds and a last one
+at ``close()``: no carriage returns, no cursor moves.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+_TTY_FORMAT = "[{bar:24}] {label}{n_fmt}/{total_fmt} {unit} {percentage:3.0f}%, {rate_text}{mb_text} [{elapsed}<{remaining}]"
+_TTY_FORMAT_NO_TOTAL = "{label}{n_fmt} {unit}, {rate_text}{mb_text} [{elapsed}]"
+_LOG_FORMAT = "{label}{n_fmt}/{total_fmt} {unit}, {rate_text}{mb_text}, elapsed {elapsed}, ETA {remaining}"
+_LOG_FORMAT_NO_TOTAL = "{label}{n_fmt} {unit}, {rate_text}{mb_text}, elapsed {elapsed}"
 
 
-def format_duration(seconds: float) -> str:
-    if seconds != seconds or seconds == float("inf"):  # NaN or unknown
-        return "?"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is an open terminal (a closed or odd stream is not)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
-class Progress:
-    """Counts items (and optionally bytes) done out of ``total`` and reports the rate."""
+class Progress(tqdm):
+    """Counts items (and optionally bytes) done out of ``total`` and reports the rates.
+
+    Args:
+        total: items expected (None: unknown, no bar or ETA).
+        unit: what an item is, e.g. "files".
+        desc: a label in front of the count (may be changed later: ``bar.desc = ...``).
+        stream: where to write (default: ``sys.stderr`` at construction).
+        tty: draw a redrawn bar (True) or write log lines (False); default: ``stream.isatty()``.
+        log_every: seconds between two log lines when not on a terminal.
+        position: the terminal line of the bar (0 the first); default: below the bars open now.
+        leave: keep the finished bar on screen; default: only the bar at position 0.
+    """
+
+    monitor_interval = 0  # no tqdm monitor thread: loader and convert workers are forked while a bar is open
 
     def __init__(self, total: int | None, unit: str = "items", desc: str = "", *, stream: TextIO | None = None,
-                 tty: bool | None = None, log_every: float = 10.0, width: int = 30) -> None:
-        self.total, self.unit, self.desc = total, unit, desc
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
-        self.log_every, self.width = log_every, width
-        self.count, self.bytes = 0, 0
-        self.start = self._last_draw = time.monotonic()
-        self._closed = False
+                 tty: bool | None = None, log_every: float = 10.0, position: int | None = None,
+                 leave: bool | None = None) -> None:
+        stream = stream if stream is not None else sys.stderr
+        self.tty = is_terminal(stream) if tty is None else bool(tty)
+        self.bytes = 0
+        self._drawing = False  # log mode: no line for the initial display tqdm makes in __init__
+        if self.tty:
+            fmt = _TTY_FORMAT if total is not None else _TTY_FORMAT_NO_TOTAL
+            options: dict[str, Any] = {"mininterval": 0.1, "position": position, "leave": leave}
+        else:
+            fmt = _LOG_FORMAT if total is not None else _LOG_FORMAT_NO_TOTAL
+            # smoothing=0: rates averaged over the whole run; miniters=1: the interval alone decides
+            options = {"mininterval": log_every, "miniters": 1, "smoothing": 0, "leave": False}
+        super().__init__(total=total, unit=unit, desc=desc, file=stream, bar_format=fmt, dynamic_ncols=False,
+                         **options)
+        if not self.tty or not (self.ncols or 0) > 0:
+            self.ncols = None  # a log line is never cut; nor is a bar on a terminal of unknown width
+        if not (self.nrows or 0) > 0:
+            self.nrows = None
+        self._drawing = True
+
+    # -- the line ---------------------------------------------------------------------
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        d = super().format_dict
+        elapsed = max(d["elapsed"], 1e-9)
+        rate = d["rate"] if d["rate"] else (self.n - self.initial) / elapsed
+        d["label"] = f"{self.desc}: " if self.desc else ""
+        d["rate_text"] = f"{rate:.1f} {self.unit}/s"
+        d["mb_text"] = f", {self.bytes / 1e6 / elapsed:.1f} MB/s" if self.bytes else ""
+        return d
 
     @property
-    def elapsed(self) -> float:
-        return max(time.monotonic() - self.start, 1e-9)
+    def count(self) -> int:
+        """Items done so far."""
+        return self.n
 
-    def rates(self) -> dict[str, float]:
-        """Items per second, megabytes (10^6 bytes) per second and the estimated seconds left."""
-        per_s = self.count / self.elapsed
-        left = (self.total - self.count) / per_s if self.total is not None and per_s > 0 else float("nan")
-        return {"per_s": per_s, "mb_per_s": self.bytes / 1e6 / self.elapsed, "eta_s": left}
+    @property
+    def _last_draw(self) -> float:
+        """When the bar or the last log line was written (tqdm's clock)."""
+        return self.last_print_t
 
-    def line(self) -> str:
-        r = self.rates()
-        done = f"{self.count}/{self.total}" if self.total is not None else f"{self.count}"
-        text = f"{self.desc + ': ' if self.desc else ''}{done} {self.unit}, {r['per_s']:.1f} {self.unit}/s"
-        if self.bytes:
-            text += f", {r['mb_per_s']:.1f} MB/s"
-        return text + f", elapsed {format_duration(self.elapsed)}, ETA {format_duration(r['eta_s'])}"
+    @_last_draw.setter
+    def _last_draw(self, value: float) -> None:
+        self.last_print_t = value
 
-    def update(self, n: int = 1, bytes: int = 0) -> None:  # noqa: A002  (the unit's name)
-        self.count += n
+    # -- updates ----------------------------------------------------------------------
+    def update(self, n: int = 1, bytes: int = 0) -> bool | None:  # noqa: A002  (the unit's name)
+        """Add ``n`` items and ``bytes`` bytes; redraws (or logs) when the interval has passed."""
         self.bytes += bytes
-        now = time.monotonic()
-        if self.tty and now - self._last_draw >= 0.1:
-            self._draw()
-            self._last_draw = now
-        elif not self.tty and now - self._last_draw >= self.log_every:
-            self.stream.write(self.line() + "\n")
-            self.stream.flush()
-            self._last_draw = now
+        return super().update(n)
 
-    def _draw(self) -> None:
-        bar = ""
-        if self.total:
-            filled = int(self.width * min(self.count / self.total, 1.0))
-            bar = "[" + "#" * filled + "." * (self.width - filled) + "] "
-        self.stream.write("\r" + bar + self.line() + "\033[K")
-        self.stream.flush()
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        if self.tty:
+            return super().display(msg, pos)
+        if not self._drawing or msg == "":  # the initial draw, or tqdm clearing a bar: nothing to log
+            return False
+        self.fp.write((str(self) if msg is None else msg) + "\n")
+        self.fp.flush()
+        return True
 
     def close(self) -> None:
-        """Write the final state once (a last redraw and a newline on a terminal)."""
-        if self._closed:
+        """Write the final state once: the bar left on screen, or a last log line."""
+        if self.disable:
             return
-        self._closed = True
-        if self.tty:
-            self._draw()
-            self.stream.write("\n")
-        else:
-            self.stream.write(self.line() + "\n")
-        self.stream.flush()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        if not self.tty:
+            self._drawing = True
+            self.display()
+        super().close()

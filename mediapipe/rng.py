@@ -26,6 +26,7 @@ T = TypeVar("T")
 # replacement for a bad sample) live in their own index range.
 BATCH_INDEX_BASE = 1 << 48
 REPLACEMENT_OP_INDEX = -2
+TEMPLATE_OP_INDEX = -3  # on_error="replace": the sample whose shapes a batch of failures takes
 DECODER_OP_INDEX_BASE = 1 << 20
 
 

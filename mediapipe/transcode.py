@@ -94,13 +94,33 @@ def fit_size(width: int, height: int, max_side: int | None) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
+def check_jpeg(data: bytes) -> None:
+    """Raise `TranscodeError` unless a JPEG decodes without a single libjpeg warning: a
+    truncated file, a missing end marker, a bad Huffman table or damaged entropy-coded
+    data. This is the loader's own test (libjpeg-turbo, strict). The scan is decoded in
+    full at 1/8 scale, so every Huffman code is read while the inverse DCT and colour
+    conversion cost almost nothing."""
+    import simplejpeg
+
+    try:
+        simplejpeg.decode_jpeg(data, strict=True, min_height=1, min_width=1)
+    except ValueError as err:
+        raise TranscodeError(f"image: damaged JPEG ({err})") from err
+
+
 def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes, dict[str, Any]]:
-    """A JPEG that already fits (and needs no rotation) is copied byte for byte; anything
-    else is decoded, EXIF-rotated, resized and re-encoded as JPEG without its EXIF data."""
+    """A JPEG that already fits (and needs no rotation) is copied byte for byte once it
+    passes `check_jpeg`; anything else is decoded, EXIF-rotated, resized and re-encoded as
+    JPEG without its EXIF data (16-bit grayscale keeps its high byte, see `to_8_bits`).
+    A damaged JPEG is refused either way, never copied or re-encoded half grey."""
     from PIL import Image, ImageOps
+
+    from mediapipe.decoders.image_pillow import SIXTEEN_BIT_MODES, to_8_bits
 
     try:
         with Image.open(io.BytesIO(data)) as im:
+            if im.format == "JPEG":
+                check_jpeg(data)
             orientation = im.getexif().get(0x0112, 1)
             width, height = im.size
             if orientation in (5, 6, 7, 8):
@@ -114,12 +134,16 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
                 im.draft(im.mode, stored)
             icc = im.info.get("icc_profile")
             im = ImageOps.exif_transpose(im)
+            if im.mode in SIXTEEN_BIT_MODES:
+                im = to_8_bits(im)
             if im.mode not in ("RGB", "L"):
                 im = im.convert("RGB")
             if im.size != target:
                 im = im.resize(target, Image.Resampling.LANCZOS)
             buf = io.BytesIO()
             im.save(buf, format="JPEG", quality=options.jpeg_quality, icc_profile=icc)
+    except TranscodeError:
+        raise
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise TranscodeError(f"image: {err}") from err
     return "jpg", buf.getvalue(), {"width": target[0], "height": target[1], "codec": "jpeg", "copied": False}

@@ -155,3 +155,113 @@ def test_missing_folder_names_it(tmp_path):
     with pytest.raises(mp.SourceError, match="nothing-here"):
         mp.loaders.folder(tmp_path / "nothing-here")
     shutil.rmtree(tmp_path)
+
+
+# -- whole batches of bad samples, bounded searches -------------------------------------------
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> callable:
+    """A manifest over good JPEGs and bad files in a given order: "g" a good one, "t" text
+    (each file its own bytes), "c" a truncated JPEG (each cut at another length)."""
+    root = tmp_path_factory.mktemp("mixed")
+    write_image_folder(root / "good", 12, classes=1, seed=5)
+    good = sorted((root / "good").rglob("*.jpg"))
+
+    def make(pattern: str, name: str) -> Path:
+        rows, g = [], iter(good)
+        for i, kind in enumerate(pattern):
+            if kind == "g":
+                path = next(g)
+            else:
+                path = root / f"{name}_bad{i:02d}.jpg"
+                data = good[0].read_bytes()
+                path.write_bytes(f"not an image {i} ".encode() * (i + 2) if kind == "t" else data[: 600 + 97 * i])
+            rows.append(f'{{"path": "{path}"}}\n')
+        manifest = root / f"{name}.jsonl"
+        manifest.write_text("".join(rows))
+        return manifest
+
+    return make
+
+
+def mixed_pipeline(manifest: Path, on_error: str, backend: str = "auto", batch_size: int = 2,
+                   ops: tuple = (A.RandomResizedCrop(24), A.Normalize())) -> mp.Pipeline:
+    return mp.Pipeline(mp.loaders.manifest(manifest), {"image": mp.decoders.image(backend)}, list(ops),
+                       batch_size=batch_size, seed=3, device="cpu", on_error=on_error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_replace_delivers_a_batch_whose_every_sample_failed(mixed, workers):
+    manifest = mixed("ggggtcggtt", "allbad")  # batches [g g] [g g] [t c] [g g] [t t]
+    loader = mixed_pipeline(manifest, "replace", ops=(A.RandomResizedCrop(24),)).loader(num_workers=workers,
+                                                                                      shuffle=False)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 5
+    for number in (2, 4):
+        b = batches[number]
+        assert b["image"].shape == batches[0]["image"].shape and b["image"].dtype == batches[0]["image"].dtype
+        assert not b["valid"].any() and int(b["image"].abs().sum()) == 0
+        assert b["index"].tolist() == [2 * number, 2 * number + 1]  # each slot keeps its own sample's index
+    assert batches[0]["valid"].all()
+    assert sum(loader.stats.errors.values()) == 4
+
+
+def test_replace_with_nothing_good_names_the_files(mixed):
+    manifest = mixed("ttct", "nothing")
+    with pytest.raises(mp.SampleUnavailableError) as info:
+        list(mixed_pipeline(manifest, "replace").loader(shuffle=False))
+    err = info.value
+    assert "nothing_bad00.jpg" in str(err) and "nothing_bad01.jpg" in str(err)  # the batch's files
+    assert all(p.endswith(".jpg") for p in err.paths + err.tried)
+
+
+def test_skip_gives_up_after_bounded_tries_naming_the_file_and_the_replacements(mixed):
+    manifest = mixed("tctcttct", "skipall")
+    with pytest.raises(mp.SampleUnavailableError) as info:
+        list(mixed_pipeline(manifest, "skip").loader(shuffle=False))
+    err = info.value
+    assert "skipall_bad00.jpg" in str(err)  # the failed sample
+    assert err.paths == [str(manifest.parent / "skipall_bad00.jpg")]
+    assert 1 <= len(err.tried) <= 16 and all(f"{p}" in str(err) for p in err.tried)  # the replacements tried
+
+
+# -- stats.errors: by reason class, once per failed sample ------------------------------------
+@pytest.mark.parametrize("backend", ["pillow", "turbo"])
+def test_errors_are_counted_by_decoder_and_reason_class(mixed, backend):
+    manifest = mixed("gtgtgtgcgcgg", f"classes_{backend}")
+    loader = mixed_pipeline(manifest, "replace", backend).loader(shuffle=False)
+    list(loader)
+    errors = dict(loader.stats.errors)
+    assert sum(errors.values()) == 5
+    assert len(errors) <= 2, errors  # the text files share one reason, the truncated JPEGs one
+    assert all(key.split(": ")[0] in ("pillow", "turbo") and "0x" not in key for key in errors)  # decoder: class
+    assert sorted(f.split(": ")[0] for f in loader.stats.failed) == sorted(
+        str(manifest.parent / f"classes_{backend}_bad{i:02d}.jpg") for i in (1, 3, 5, 7, 9))
+
+
+def test_a_failed_replacement_is_not_counted_again(mixed):
+    manifest = mixed("gtgtgtgtgtgt", "recount")  # half bad: replacements often draw a bad one
+    loader = mixed_pipeline(manifest, "skip").loader(shuffle=False)
+    batches = list(loader)
+    assert all(b["image"].shape[0] == 2 for b in batches)
+    assert sum(loader.stats.errors.values()) == 6  # each bad file once, in its own slot
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_does_not_count_prefetched_failures_twice(mixed, workers):
+    manifest = mixed("ggtgtggtgg", "resume")  # bad in batches 1, 2 and 3
+    loader = mixed_pipeline(manifest, "replace").loader(num_workers=workers, shuffle=False, prefetch=2)
+    it = iter(loader)
+    next(it)  # batch 0 delivered; with workers, batches 1.. are already built
+    it.close()
+    assert sum(loader.stats.errors.values()) == 0  # nothing delivered failed
+    rest = list(loader)  # resumes at batch 1
+    assert len(rest) == 4
+    assert sum(loader.stats.errors.values()) == 3
+
+
+def test_padding_repeats_of_a_bad_sample_count_once(mixed):
+    manifest = mixed("gggt", "padbad")  # batch 3: the last batch [t] padded to [t t t]
+    loader = mixed_pipeline(manifest, "replace", batch_size=3).loader(shuffle=False, last_batch="pad")
+    batches = list(loader)
+    assert batches[-1]["valid"].tolist() == [False, False, False]
+    assert sum(loader.stats.errors.values()) == 1

@@ -186,7 +186,7 @@ def test_workers_reuse_shared_buffers_only_once_nothing_holds_them(image_folder)
         for batch in loader:
             del batch
     assert loader.stats.reused_buffers >= 5  # of 18 batches; each epoch starts and ends without any
-    loader._close_pool()
+    loader.close()
     # a consumer that keeps whole batches, or only views of them: nothing kept is overwritten
     kept, views = [], []
     for i, batch in enumerate(pipe.loader(num_workers=2, prefetch=1)):
@@ -288,4 +288,4 @@ def test_an_ops_fresh_output_leaves_the_worker_on_a_recycled_buffer(image_folder
         if epoch == 0:
             assert_same(got, expected)
     assert loader.stats.reused_buffers >= 10  # 18 batches; only the first few need new buffers
-    loader._close_pool()
+    loader.close()

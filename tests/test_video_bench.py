@@ -1,10 +1,12 @@
-"""The video bench runners: small inputs end, the DALI peers say why they are unavailable."""
+"""The video bench runners: small inputs end, the DALI peers say why they are unavailable, torchcodec
+runs its own sampler (or says why it cannot), and the varied short-clip dataset is what it says."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from mediapipe.bench import video as bv
 
@@ -78,3 +80,44 @@ def test_short_gop_sample_video_has_a_key_frame_every_16_frames(tmp_path, monkey
         (path,) = bv.video_files(datasets.prepare(name, root=tmp_path, count=1, progress=False))
         keys[name] = create("video", "pyav").index(Blob(str(path), path=str(path))).keyframes
     assert keys == {"sample-video": (0,), "sample-video-gop16": (0, 16, 32, 48)}  # 60 frames each
+
+
+def test_torchcodec_peer_runs_its_sampler_or_says_why(one_video):
+    """torchcodec's clips_at_random_indices in a DataLoader, same clip length and output size;
+    where torchcodec or FFmpeg's shared libraries are missing, the runner says so (as the bench
+    does for the dav1d command line)."""
+    from mediapipe.bench.scenarios import SCENARIOS, why_not
+
+    problem = bv.torchcodec_problem()
+    reason = why_not(SCENARIOS["video-clips"], "torchcodec", "cpu")
+    assert reason == problem
+    if problem is not None:
+        assert problem.startswith(("not installed", "not available"))
+        with pytest.raises(NotImplementedError, match="^not (installed|available)"):
+            next(bv.run_torchcodec(one_video, workers=0, device="cpu", batches=1, clip_len=4, stride=2, size=32,
+                                   batch_size=2))
+        return
+    out = list(bv.run_torchcodec(one_video, workers=0, device="cpu", batches=2, clip_len=4, stride=2, size=32,
+                                 batch_size=3))
+    assert out == [3, 3]
+    clip = bv._TorchcodecClips(bv.video_files(one_video), 4, 2, 32)[0]
+    assert clip.shape == (4, 3, 32, 32) and clip.dtype == torch.uint8
+    assert all(not torch.equal(a, b) for a, b in zip(clip, clip[1:]))  # four different frames
+
+
+def test_varied_dataset_is_short_clips_of_several_sizes_containers_and_gops(tmp_path, monkeypatch):
+    from mediapipe.bench import datasets
+    from mediapipe.decoders.registry import create
+    from mediapipe.sample import Blob
+
+    plan = bv.varied_plan(64, 0)
+    assert {p["suffix"] for p in plan} == {".mp4", ".mkv", ".webm", ".ivf"}
+    assert {p["height"] for p in plan} == {240, 360, 480, 720}
+    assert all(48 <= p["frames"] <= 120 and 48 <= p["gop"] <= 60 for p in plan)
+    assert any(p["width"] < p["height"] for p in plan)  # portrait clips too
+    monkeypatch.setattr(bv, "VARIED_HEIGHTS", (32, 48))
+    files = bv.video_files(datasets.prepare("sample-video-varied", root=tmp_path, count=4, progress=False))
+    assert len(files) == 4 and {f.suffix for f in files} == {".mp4", ".mkv"}
+    for f, p in zip(sorted(files, key=lambda f: f.name), bv.varied_plan(4, 0)):
+        index = create("video", "pyav").index(Blob(str(f), path=str(f)))
+        assert index.frames == p["frames"] and index.keyframes[:2] == (0, p["gop"])[: len(index.keyframes)]

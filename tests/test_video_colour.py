@@ -94,7 +94,8 @@ def test_yuv_to_rgb_kernel_values_and_per_sample_codes():
     with pytest.raises(ValueError, match="3 planes"):
         yuv_to_rgb(torch.zeros(2, 4, 2, 2, dtype=torch.uint8), 0)
     with pytest.raises(ValueError):
-        YUVToRGB(matrix="bt2020")
+        YUVToRGB(matrix="smpte240m")
+    assert YUVToRGB(matrix="bt2020").matrix == "bt2020"
 
 
 def test_auto_converts_each_sample_with_its_own_streams_colour(tagged):

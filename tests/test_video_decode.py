@@ -4,6 +4,7 @@ resampling, several clips per video, the fused crop/resize, and the frame index.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import av
@@ -15,7 +16,7 @@ import mediapipe as mp
 from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
-from mediapipe.decoders.video import even_roi, plan_clips
+from mediapipe.decoders.video import plan_clips
 from mediapipe.decoders.video_index import cached_index, clear_cache
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
@@ -68,8 +69,8 @@ def record_decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     decoded: list[int] = []
     real = vp._decoded
 
-    def counting(container, stream, ctx, tally):
-        for frame in real(container, stream, ctx, tally):
+    def counting(container, stream, ctx, tally, only=None, ready=None):
+        for frame in real(container, stream, ctx, tally, only, ready):
             decoded.append(frame.pts)
             yield frame
 
@@ -159,22 +160,20 @@ def test_plan_padding_fps_and_uniform():
 
 
 def test_fused_region_and_size(clips):
-    """A hint crops the planes (snapped to the 4:2:0 grid) and resizes them; it matches cropping
-    and resizing the full-size YUV output."""
+    """A hint crops the planes exactly as drawn (odd edges too, no snapping to the 4:2:0 grid)
+    and resizes them; the crop equals cropping the full-size YUV output."""
     path = clips["webm"]
     blob = Blob(str(path), path=str(path))
     dec = decoder(clip_len=3, sampling="uniform")
     full = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {}).value
-    roi = (10, 20, 50, 64)
-    assert even_roi(roi, H, W) == roi
-    part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {}).value
-    assert part.shape == (3, 3, 50, 64)
-    assert torch.equal(part, full[:, :, 10:60, 20:84])  # the region on the 4:2:0 grid: exact
-    small = dec.decode(blob, DecodeHint(roi=roi, size=(25, 32)), SampleRNG(0, 0, 0, 0), {}).value
+    for roi in ((10, 20, 50, 64), (11, 21, 49, 63), (0, 1, 95, 127)):
+        top, left, h, w = roi
+        part = dec.decode(blob, DecodeHint(roi=roi), SampleRNG(0, 0, 0, 0), {}).value
+        assert torch.equal(part, full[:, :, top : top + h, left : left + w]), roi
+    small = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63), size=(25, 32)), SampleRNG(0, 0, 0, 0), {}).value
     assert small.shape == (3, 3, 25, 32)
-    assert even_roi((11, 21, 49, 63), H, W) == (10, 20, 50, 64)
-    odd = dec.decode(blob, DecodeHint(roi=(11, 21, 49, 63)), SampleRNG(0, 0, 0, 0), {}).value
-    assert torch.equal(odd, full[:, :, 11:60, 21:84])  # a crop alone keeps its exact place and size
+    with pytest.raises(DecodeError, match="outside"):
+        dec.decode(blob, DecodeHint(roi=(200, 0, 10, 10)), SampleRNG(0, 0, 0, 0), {})
 
 
 def test_pipeline_clip_batches(clips, tmp_path):
@@ -203,16 +202,19 @@ def test_video_spec_validates_arguments():
     assert type(spec.from_config(spec.to_config())) is type(spec)
 
 
-def test_clip_window_is_left_for_time_aligned_audio(clips):
-    from mediapipe.decoders.video import last_window
-
+def test_decoded_span_says_when_the_clips_play(clips):
+    """`Decoded.span` (what a field decoded from_field this one gets): from each clip's first
+    frame's time to its last frame's end, on the file's timeline."""
     path = clips["mkv"]
-    dec = decoder(clip_len=4, stride=2)
     blob = Blob(str(path), path=str(path))
-    dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 5, 0), {})
-    clip = dec.plan(dec.index(blob), SampleRNG(0, 0, 5, 0), str(path)).clips[0]
-    start, end = last_window(str(path))
-    assert start == pytest.approx(clip[0] / 24) and end == pytest.approx((clip[-1] + 1) / 24)
+    for options in ({"clip_len": 4, "stride": 2}, {"clip_len": 3, "clips_per_video": 2, "sampling": "uniform"}):
+        dec = decoder(**options)
+        out = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 5, 0), {})
+        plan = dec.plan(dec.index(blob), SampleRNG(0, 0, 5, 0), str(path))
+        assert out.span.stacked == plan.stacked and len(out.span.spans) == len(plan.clips)
+        for (start, end), clip in zip(out.span.spans, plan.clips):
+            # Matroska timestamps are in milliseconds: the frames' own times, not i / 24
+            assert start == pytest.approx(clip[0] / 24, abs=1e-3) and end == pytest.approx((clip[-1] + 1) / 24, abs=1e-3)
 
 
 @pytest.mark.parametrize("interpolation, antialias", [("bicubic", True), ("bilinear", False), ("bicubic", False)])
@@ -255,7 +257,9 @@ def test_lead_in_and_skipped_frames_are_decoded_but_never_cropped(clips, monkeyp
     result = dec.decode(Blob(str(path), path=str(path)), DecodeHint(), SampleRNG(0, 0, 0, 0), {})
     out = result.value
     assert len(cropped) == 4 and out.shape[0] == 4
-    assert len(decoded) >= 16  # lead-in from frame 0 to the middle, and the frames between picks
+    index = dec.index(Blob(str(path), path=str(path)))
+    wanted = sorted({f for clip in dec.plan(index, SampleRNG(0, 0, 0, 0), str(path)).clips for f in clip})
+    assert len(decoded) >= len(index.needed(wanted)) > 4  # the frames the picks reference, from frame 0 on
     assert result.frames >= len(decoded)  # counted, though never cropped
 
 
@@ -275,53 +279,78 @@ def test_index_knows_which_frames_libdav1d_keeps_when_skipping_non_reference_fra
     assert [i in kept for i in range(index.frames)] == index.references.tolist()
 
 
-def test_clip_of_reference_frames_skips_the_others_bit_exactly(clips, monkeypatch):
+@pytest.mark.parametrize("container", ["mp4", "mkv", "webm", "ivf", "long"])
+def test_reference_graph_closure_decodes_only_what_the_clip_needs_bit_exactly(clips, container, monkeypatch):
+    """`VideoIndex.deps` (from the AV1 frame headers): a clip's frames and what they reference,
+    transitively. Only those packets reach the decoder; the frames are bit-identical to a
+    sequential decode, and fewer are decoded than from the key frame on."""
+    import mediapipe.decoders.video_pyav as vp
+
+    path = clips[container]
+    blob = Blob(str(path), path=str(path))
+    dec = decoder(clip_len=4, stride=2, threads=1)
+    clear_cache()
+    index = dec.index(blob)
+    assert index.deps is not None and len(index.deps) == index.frames
+    assert all(d < i for i, deps in enumerate(index.deps) for d in deps)  # only earlier frames
+    assert all(index.deps[k] == () for k in index.keyframes)
+    ref = sequential_yuv(path)
+    decoded = record_decoded(monkeypatch)
+    for wanted in ([21, 23, 25, 27], [26, 28, 30, 32], [38, 40, 42, 44], [1, 3, 5, 7]):
+        needed = index.needed(wanted)
+        assert set(wanted) <= set(needed) and min(needed) >= index.keyframe_before(wanted[0])
+        before = dict(vp.PyAVVideoDecoder.paths)
+        decoded.clear()
+        planes, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
+        assert vp.PyAVVideoDecoder.paths["closure"] == before.get("closure", 0) + 1
+        assert sorted(index.frame_at(p) for p in decoded) == needed and count == len(needed)
+        assert count < wanted[-1] - index.keyframe_before(wanted[0]) + 1 or wanted[0] < 2
+        assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in wanted])))
+        chroma = expected_clip(ref, tuple(wanted))[:, 1:].transpose(0, 1).reshape(-1, H, W)  # U..., V...
+        assert torch.equal(planes.planes("chroma"), chroma)
+
+
+def test_a_wrong_graph_costs_a_second_decode_never_a_wrong_frame(clips, monkeypatch):
     import mediapipe.decoders.video_pyav as vp
 
     path = clips["long"]
     blob = Blob(str(path), path=str(path))
-    dec = decoder(clip_len=4, stride=2)
+    dec = decoder(threads=1)
     index = dec.index(blob)
-    refs = [i for i in range(index.frames) if index.references[i]]
-    start = next(f for f in refs if f >= 20 and all(index.references[f + 2 * k] for k in range(4)))
-    wanted = [start + 2 * k for k in range(4)]
-    decoded = record_decoded(monkeypatch)
+    wanted = [30, 31]
+    monkeypatch.setattr(type(index), "needed", lambda self, frames: list(frames))  # references left out
     before = dict(vp.PyAVVideoDecoder.paths)
-    planes, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
-    assert vp.PyAVVideoDecoder.paths["nonref"] == before.get("nonref", 0) + 1
-    assert len(decoded) < wanted[-1] + 1  # from key frame 0, the non-reference frames were skipped
-    assert len(decoded) <= count < wanted[-1] + 1  # skipped frames are not counted
+    try:
+        planes, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
+    except DecodeError:
+        pytest.fail("the fallback decode should have produced the frames")
     ref = sequential_yuv(path)
     assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in wanted])))
-    assert torch.equal(planes.planes("chroma"), torch.from_numpy(np.stack([ref[f][1] for f in wanted]
-                                                                         + [ref[f][2] for f in wanted])))
-    # a wrong table entry costs a second decode, never a wrong frame
-    monkeypatch.setattr(type(index), "all_references", lambda self, frames: True)
-    odd = [f for f in range(21, index.frames) if not index.references[f]][:2]
-    decoded.clear()
-    planes, _, count = dec.decode_frames(blob, index, odd, (0, 0, H, W))
-    assert count >= len(decoded) > odd[-1]  # both passes count: the failed one and the full one
-    assert vp.PyAVVideoDecoder.paths["nonref_retry"] == before.get("nonref_retry", 0) + 1
-    assert torch.equal(planes.planes("luma"), torch.from_numpy(np.stack([ref[f][0] for f in odd])))
+    retried = vp.PyAVVideoDecoder.paths["closure_retry"] - before.get("closure_retry", 0)
+    closure = vp.PyAVVideoDecoder.paths["closure"] - before.get("closure", 0)
+    # libdav1d either refuses the frames (then the clip is decoded again) or never outputs them
+    assert retried == 1 and closure == 0, (retried, closure)
 
 
-def test_decoded_frames_count_the_lead_in_from_the_key_frame(clips):
-    """A clip late in a GOP costs the frames from the key frame before it to its last frame:
-    `Decoded.frames` says so, computed here from the index (one thread: no frame-thread lag)."""
+def test_decoded_frames_count_what_the_clip_needs(clips):
+    """`Decoded.frames` is what the decoder produced: the clip's reference closure (one thread:
+    no frame-thread lag); without the graph, every frame from the key frame before the clip on."""
     path = clips["mp4"]
     blob = Blob(str(path), path=str(path))
     dec = decoder(clip_len=3, stride=1, threads=1)
     index = dec.index(blob)
     assert index.keyframes == (0, 10, 20, 30, 40)
     for wanted in ([27, 28, 29], [12, 13, 14], [0, 1, 2]):
-        assert not index.all_references(wanted)  # consecutive frames: no skipping, every frame decoded
         _, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
-        assert count == wanted[-1] - index.keyframe_before(wanted[0]) + 1, wanted
+        assert count == len(index.needed(wanted)) <= wanted[-1] - index.keyframe_before(wanted[0]) + 1, wanted
+    no_graph = replace(index, deps=None, references=None)
+    _, _, count = dec.decode_frames(blob, no_graph, [27, 28, 29], (0, 0, H, W))
+    assert count == 29 - 20 + 1
     # through decode(): a "uniform" clip (frames 21..23) of the same file
     uniform = decoder(clip_len=3, stride=1, sampling="uniform", threads=1)
     out = uniform.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
     first, last = (int(f) for f in (index.frames - 3) // 2 + np.array([0, 2]))
-    assert out.frames == last - index.keyframe_before(first) + 1 and out.frames > 3
+    assert out.frames == len(index.needed(list(range(first, last + 1)))) >= 3
 
 
 @pytest.mark.parametrize("container", ["mp4", "long"])
@@ -333,15 +362,3 @@ def test_decoded_frames_of_all_clips_are_every_frame(clips, container):
     out = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
     assert out.value.shape[:2] == (9, 5)
     assert out.frames == dec.index(blob).frames == 45
-
-
-def test_decoded_frames_skip_non_reference_frames_uncounted(clips):
-    """With skip_frame="NONREF" the count is the reference frames from the key frame on."""
-    path = clips["long"]
-    blob = Blob(str(path), path=str(path))
-    dec = decoder(threads=1)
-    index = dec.index(blob)
-    refs = index.references
-    wanted = [f for f in range(20, index.frames) if refs[f]][:3]
-    _, _, count = dec.decode_frames(blob, index, wanted, (0, 0, H, W))
-    assert count == int(refs[: wanted[-1] + 1].sum()) < wanted[-1] + 1

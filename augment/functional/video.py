@@ -1,4 +1,4 @@
-"""Video kernels: YUV to RGB (BT.601 / BT.709, limited / full range) and time-axis edits.
+"""Video kernels: YUV to RGB (BT.601 / BT.709 / BT.2020, limited / full range) and time-axis edits.
 
 Clips are ``[..., T, C, H, W]``: a clip (T, C, H, W), a clip batch (B, T, C, H, W), or
 several clips per video (B, N, T, C, H, W). The time axis is always dim -4.
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import torch
 
-# (Kr, Kb) luma coefficients of each matrix: ITU-R BT.601 and BT.709.
-_LUMA = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+# (Kr, Kb) luma coefficients of each matrix: ITU-R BT.601, BT.709 and BT.2020 (non-constant luminance).
+_LUMA = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}
 MATRICES = tuple(_LUMA)
 RANGES = ("limited", "full")
 
 
 def colour_code(matrix: str, range: str) -> int:
-    """One small int per (matrix, range): what per-sample parameters carry (0..3)."""
+    """One small int per (matrix, range): what per-sample parameters carry (0..5)."""
     if matrix not in _LUMA:
         raise ValueError(f"matrix={matrix!r}: expected one of {MATRICES}")
     if range not in RANGES:

@@ -8,7 +8,9 @@ size and quality as a real dataset's do. ``sample-photos``: the same kind of pic
 varied, as real photo collections are: sizes from 300 to 1200 px, smooth to busy content,
 4:2:0, 4:2:2 and 4:4:4 chroma and grey, baseline and progressive, some with restart markers
 or camera EXIF. ``sample-video`` (a key frame every 60 frames),
-``sample-video-gop16`` (the same clips, a key frame every 16) and ``sample-audio`` are made by
+``sample-video-gop16`` (the same clips, a key frame every 16), ``sample-video-varied`` (short
+clips of 48-120 frames, 240p-720p, four containers, a key frame every 48-60 frames, as real video
+datasets have) and ``sample-audio`` are made by
 ``mediapipe.bench.video`` / ``audio``. A dataset is written to a temporary folder and renamed
 when complete, so an interrupted generation never leaves a half dataset behind.
 """
@@ -36,7 +38,9 @@ QUALITIES = (75, 85, 90, 92, 95)  # JPEG quality and how often it occurs, roughl
 QUALITY_WEIGHTS = (0.15, 0.2, 0.3, 0.2, 0.15)
 VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
 AUDIO_COUNT = 200
-BUILTIN = {"sample-images": "image", "sample-photos": "image", "sample-video": "video", "sample-video-gop16": "video", "sample-audio": "audio"}
+VARIED_VIDEO_COUNT = 64
+BUILTIN = {"sample-images": "image", "sample-photos": "image", "sample-video": "video",
+           "sample-video-gop16": "video", "sample-video-varied": "video", "sample-audio": "audio"}
 # frames between key frames: 2 s at 30 fps, as camera and web video; 16, as `mediapipe convert
 # --keyframe-interval 16` writes, so a random clip decodes a short lead-in
 VIDEO_GOPS = {"sample-video": 60, "sample-video-gop16": 16}
@@ -288,13 +292,14 @@ def _sample_media(name: str, root: Path, count: int | None, seed: int, progress:
 
     kind = BUILTIN[name]
     module_name = f"mediapipe.bench.{kind}"
-    maker = "make_sample_videos" if kind == "video" else "make_sample_audio"
+    varied = name == "sample-video-varied"
+    maker = "make_varied_videos" if varied else "make_sample_videos" if kind == "video" else "make_sample_audio"
     try:
         make = getattr(importlib.import_module(module_name), maker)
     except (ImportError, AttributeError) as err:
         raise RuntimeError(f"dataset {name!r} is not available: {module_name}.{maker} ({err})") from err
-    count = count or (VIDEO_COUNT if kind == "video" else AUDIO_COUNT)
-    suffix = f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}" if kind == "video" else ""
+    count = count or (VARIED_VIDEO_COUNT if varied else VIDEO_COUNT if kind == "video" else AUDIO_COUNT)
+    suffix = f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}" if kind == "video" and not varied else ""
     dest = Path(root) / f"{name}-n{count}-s{seed}{suffix}"
     if (dest / MARKER).is_file():
         return dest
@@ -304,7 +309,9 @@ def _sample_media(name: str, root: Path, count: int | None, seed: int, progress:
     bar = _progress(count, "videos" if kind == "video" else "files", f"generating {dest.name}", progress)
     report = _Reporter(bar)
     try:
-        if kind == "video":
+        if varied:
+            make(tmp, count, seed, progress=report)
+        elif kind == "video":
             make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=report, gop=VIDEO_GOPS[name])
         else:
             make(tmp, count, seed, progress=report)

@@ -1,4 +1,8 @@
-"""The benchmark's progress bar: the library's `mediapipe.progress.Progress`, or nothing."""
+"""The benchmark's progress: the library's tqdm-based `mediapipe.progress.Progress`, or nothing.
+
+A bar made while another is open (a dataset generated, or a sample dataset converted, while
+the run's bar is up) is drawn on the line below it and cleared when it closes.
+"""
 
 from __future__ import annotations
 
@@ -18,19 +22,11 @@ class NoProgress:
         pass
 
 
-def make_progress(total: int | None, unit: str, desc: str, enabled: bool = True) -> Any:
-    """A `mediapipe.progress.Progress` on stderr, or `NoProgress` when disabled."""
+def make_progress(total: int | None, unit: str, desc: str, enabled: bool = True, **options: Any) -> Any:
+    """A `mediapipe.progress.Progress` on stderr (``options``: its keyword arguments, such as
+    ``position``), or `NoProgress` when disabled."""
     if not enabled:
         return NoProgress(total, unit, desc)
-    try:
-        from mediapipe.progress import Progress
-    except ImportError:  # the library's bar is missing from this install: say where we are at the end
-        return _Final(total, unit, desc)
-    return Progress(total, unit=unit, desc=desc)
+    from mediapipe.progress import Progress
 
-
-class _Final(NoProgress):
-    def close(self) -> None:
-        import sys
-
-        sys.stderr.write(f"{self.desc}: {self.count}/{self.total} {self.unit}\n")
+    return Progress(total, unit=unit, desc=desc, **options)

@@ -40,28 +40,30 @@ SCENARIOS = {
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "dali"), 64),
         Scenario("video-clips", "video", "sample-video", "clips", "AV1 clips of 16 frames, stride 2, 112x112",
-                 ("mediapipe", "pyav", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16),
+                 ("mediapipe", "pyav", "torchcodec", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16),
         Scenario("audio-asr", "audio", "sample-audio", "utterances",
                  "16 kHz, 80-bin log-mel, SpecAugment, duration buckets", ("mediapipe", "pyav", "dali"), None),
     )
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
-BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "pyav", "dav1d", "ceiling")
+BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "pyav", "torchcodec", "dav1d", "ceiling")
 DEVICES = ("cpu", "cuda")
 
 # backend -> runner function of mediapipe.bench.<kind> (a dict when it differs by device)
 RUNNERS: dict[str, dict[str, Any]] = {
-    "video": {"mediapipe": "run_mediapipe", "pyav": "run_naive_pyav", "dav1d": "run_dav1d_cli",
+    "video": {"mediapipe": "run_mediapipe", "pyav": "run_naive_pyav", "torchcodec": "run_torchcodec",
+              "dav1d": "run_dav1d_cli",
               "ceiling": "run_sequential_ceiling", "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
     "audio": {"mediapipe": "run_mediapipe", "pyav": "run_naive",
               "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
 }
 UNITS = {("video", "ceiling"): "frames", ("video", "dav1d"): "frames"}  # decode ceilings count frames
-CPU_ONLY = {("video", "dav1d"), ("video", "ceiling")}
+CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "torchcodec")}
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
     "mediapipe-dali": "pipe.loader(backend='dali') is benchmarked on the image scenarios",
     "pyav": "the PyAV baseline is for video and audio; torchvision is the image baseline",
+    "torchcodec": "torchcodec is a video peer",
     "dav1d": "the dav1d command line is the AV1 video decode ceiling",
     "ceiling": "the sequential decode ceiling is for video",
 }
@@ -118,6 +120,12 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
         return None
     if backend == "dav1d" and shutil.which("dav1d") is None:
         return "not installed: the dav1d command line is not on PATH (apt-get install dav1d)"
+    if backend == "torchcodec":
+        from mediapipe.bench.video import torchcodec_problem
+
+        problem = torchcodec_problem()
+        if problem is not None:
+            return problem
     module_name = f"mediapipe.bench.{scenario.kind}"
     function = runner_name(scenario, backend, device)
     if function is None:

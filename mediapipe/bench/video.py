@@ -1,5 +1,6 @@
 """The video scenario: AV1 clips (16 frames, stride 2, resized and cropped to 112 or 224,
-batch 8) through this library, against PyAV naive decoding (the baseline) and a full
+batch 8) through this library, against PyAV naive decoding (the baseline), torchcodec's
+clip sampler (when it and FFmpeg's shared libraries are installed) and a full
 sequential decode of the same files to YUV frames (the ceiling: PyAV/libdav1d, or the
 dav1d command line). Also the generator of the sample AV1 files, shared with the tests.
 
@@ -13,7 +14,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -74,19 +76,28 @@ def render_frames(height: int, width: int, count: int, seed: int, counter: bool 
         yield out
 
 
+AUDIO_CODECS = {".mp4": "aac", ".mkv": "flac", ".webm": "libopus"}  # what write_video puts beside the video
+
+
 def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, codec: str = "libsvtav1", gop: int = 48,
                 matrix: str = "bt601", range: str = "limited", pix_fmt: str = "yuv420p", crf: int = 35,
-                preset: int = 12, options: dict[str, str] | None = None) -> Path:
+                preset: int = 12, options: dict[str, str] | None = None, times: Sequence[float] | None = None,
+                audio: tuple[np.ndarray, int, float] | None = None) -> Path:
     """Encode RGB frames to ``path`` (container from the suffix; ``.ivf`` is AV1's raw format).
 
     ``matrix``/``range`` pick the RGB to YUV conversion and are written into the stream's
     colour signalling, so a decoder can undo them. ``gop``: frames between key frames;
     ``options`` override the encoder's (e.g. ``{"bf": "3"}`` for H.264 with B-frames).
+    ``times``: each frame's time in seconds (millisecond steps; a variable frame rate), else
+    i / fps. ``audio``: (float32 (C, N) samples, rate, start seconds on the file's timeline),
+    encoded as AAC (MP4), FLAC (Matroska) or Opus (WebM) beside the video.
     """
     import av
 
-    colorspace = {"bt601": 6, "bt709": 1}[matrix]  # AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT709
-    sws_space = {"bt601": "ITU601", "bt709": "ITU709"}[matrix]
+    colorspace = {"bt601": 6, "bt709": 1, "bt2020": 9}[matrix]  # AVCOL_SPC_SMPTE170M, _BT709, _BT2020_NCL
+    sws_space = {"bt601": "ITU601", "bt709": "ITU709", "bt2020": "BT2020"}[matrix]
+    primaries = {"bt601": 6, "bt709": 1, "bt2020": 9}[matrix]
+    transfer = {"bt601": 6, "bt709": 1, "bt2020": 14}[matrix]  # AVCOL_TRC_SMPTE170M, _BT709, _BT2020_10
     color_range = {"limited": 1, "full": 2}[range]
     fmt = "ivf" if path.suffix == ".ivf" else None
     old = {k: os.environ.get(k) for k in _SVT_QUIET}
@@ -94,14 +105,17 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
     try:
         with av.open(str(path), "w", format=fmt) as out:
             stream = None
-            for rgb in frames:
+            sound = None
+            for i, rgb in enumerate(frames):
                 if stream is None:
                     stream = out.add_stream(codec, rate=fps)
                     stream.height, stream.width = rgb.shape[:2]
                     stream.pix_fmt = pix_fmt
+                    if times is not None:
+                        stream.time_base = stream.codec_context.time_base = Fraction(1, 1000)
                     ctx = stream.codec_context
                     ctx.colorspace, ctx.color_range = colorspace, color_range
-                    ctx.color_primaries = ctx.color_trc = 1 if matrix == "bt709" else 6
+                    ctx.color_primaries, ctx.color_trc = primaries, transfer
                     if codec == "libsvtav1":
                         stream.options = {"preset": str(preset), "crf": str(crf),
                                           "svtav1-params": f"keyint={gop}:scd=0:lp=2"}
@@ -113,15 +127,21 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
                             stream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "35"}
                     if options:
                         stream.options = {**stream.options, **options}
+                    if audio is not None:  # every stream exists before the first packet is written
+                        sound = _audio_stream(out, path, audio[0].shape[0], audio[1])
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
                 frame = frame.reformat(format=pix_fmt, dst_colorspace=sws_space,
                                        dst_color_range="JPEG" if range == "full" else "MPEG")
+                if times is not None:
+                    frame.pts, frame.time_base = int(round(times[i] * 1000)), Fraction(1, 1000)
                 for packet in stream.encode(frame):
                     out.mux(packet)
             if stream is None:
                 raise ValueError(f"write_video({path}): no frames")
             for packet in stream.encode():
                 out.mux(packet)
+            if sound is not None:
+                _mux_audio(out, sound, *audio)
     finally:
         for k, v in old.items():
             if v is None:
@@ -129,6 +149,34 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
             else:
                 os.environ[k] = v
     return path
+
+
+def _audio_stream(out: Any, path: Path, channels: int, rate: int) -> Any:
+    codec = AUDIO_CODECS.get(path.suffix)
+    if codec is None:
+        raise ValueError(f"write_video({path}): no audio codec for {path.suffix} files")
+    return out.add_stream(codec, rate=rate, layout={1: "mono", 2: "stereo"}[channels])
+
+
+def _mux_audio(out: Any, stream: Any, samples: np.ndarray, rate: int, start: float) -> None:
+    """Encode ``samples`` (float32 (C, N)) into ``stream`` of ``out``, starting at ``start`` seconds."""
+    import av
+
+    layout = {1: "mono", 2: "stereo"}[samples.shape[0]]
+    codec = stream.codec_context.name
+    fmt = {"aac": "fltp", "flac": "s16", "libopus": "flt"}.get(codec, "fltp")
+    resampler = av.AudioResampler(format=fmt, layout=layout, rate=rate)
+    first = int(round(start * rate))
+    block = 960 if codec == "libopus" else 1024
+    for at in range(0, samples.shape[1], block):
+        piece = np.ascontiguousarray(samples[:, at : at + block], dtype=np.float32)
+        frame = av.AudioFrame.from_ndarray(piece, format="fltp", layout=layout)
+        frame.sample_rate, frame.pts, frame.time_base = rate, first + at, Fraction(1, rate)
+        for converted in resampler.resample(frame):
+            for packet in stream.encode(converted):
+                out.mux(packet)
+    for packet in stream.encode():
+        out.mux(packet)
 
 
 def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, seconds: float = 10.0,
@@ -151,6 +199,51 @@ def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, sec
             tmp = path.with_name(path.stem + ".tmp.mp4")
             write_video(tmp, render_frames(height, width, int(seconds * fps), seed * 100_000 + i),
                         fps=fps, gop=gop, matrix="bt709" if height >= 720 else "bt601")
+            tmp.rename(path)
+        paths.append(path)
+        if progress is not None:
+            progress(i + 1, count)
+    return paths
+
+
+VARIED_HEIGHTS = (240, 360, 480, 720)
+VARIED_ASPECTS = (16 / 9, 16 / 9, 4 / 3, 9 / 16)  # widths by height; one in four is portrait (phone video)
+VARIED_SUFFIXES = (".mp4", ".mkv", ".webm", ".ivf")
+
+
+def varied_plan(count: int, seed: int) -> list[dict[str, Any]]:
+    """What each file of the varied short-clip set is: frames (48-120), height (240p-720p),
+    aspect, container, key-frame interval (48-60) and rate; deterministic for a seed."""
+    rng = np.random.default_rng([seed, 15])
+    plan = []
+    for i in range(count):
+        height = int(VARIED_HEIGHTS[i % len(VARIED_HEIGHTS)])
+        aspect = float(VARIED_ASPECTS[int(rng.integers(len(VARIED_ASPECTS)))])
+        width = int(round(height * aspect / 2)) * 2
+        plan.append({"frames": int(rng.integers(48, 121)), "height": height, "width": width,
+                     "suffix": VARIED_SUFFIXES[(i // len(VARIED_HEIGHTS)) % len(VARIED_SUFFIXES)],
+                     "gop": int(rng.integers(48, 61)), "fps": int(rng.choice([24, 25, 30])),
+                     "preset": int(rng.choice([10, 12]))})
+    return plan
+
+
+def make_varied_videos(dest: Path, count: int, seed: int, progress: Callable[[int, int], Any] | None = None,
+                       **_: Any) -> list[Path]:
+    """``count`` short AV1 files as real video datasets have them: 48-120 frames, 240p to 720p
+    (landscape and portrait), MP4, Matroska, WebM and IVF, a key frame every 48-60 frames, 24/25/30
+    fps, two encoder presets; in two class folders. Existing files are kept (a rerun resumes)."""
+    dest = Path(dest)
+    paths = []
+    for i, item in enumerate(varied_plan(count, seed)):
+        folder = dest / f"class{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        suffix = item["suffix"]
+        path = folder / f"clip{i:04d}_{item['height']}p{suffix}"
+        if not path.exists():
+            tmp = path.with_name(path.stem + ".tmp" + suffix)
+            frames = render_frames(item["height"], item["width"], item["frames"], seed * 100_000 + i)
+            write_video(tmp, frames, fps=item["fps"], gop=item["gop"], preset=item["preset"],
+                        matrix="bt709" if item["height"] >= 720 else "bt601")
             tmp.rename(path)
         paths.append(path)
         if progress is not None:
@@ -211,17 +304,21 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
                 raise RuntimeError(f"run_mediapipe: an epoch of {len(rows)} clips gave no batch of {batch_size}")
 
 
-class _NaiveClips:
-    """The baseline dataset: open the file, decode from the start to the clip's last frame,
-    convert every decoded frame to RGB (``to_ndarray("rgb24")``), keep the clip's frames, resize
-    and centre-crop with torchvision. One thread per file, as in a typical training script.
-    An item is (clip, frames decoded for it)."""
+class _ClipDataset:
+    """A peer's map-style dataset of clips: item i is a clip of file i mod the file count."""
 
     def __init__(self, files: list[Path], clip_len: int, stride: int, size: int) -> None:
         self.files, self.clip_len, self.stride, self.size = files, clip_len, stride, size
 
     def __len__(self) -> int:
         return 1 << 30
+
+
+class _NaiveClips(_ClipDataset):
+    """The baseline dataset: open the file, decode from the start to the clip's last frame,
+    convert every decoded frame to RGB (``to_ndarray("rgb24")``), keep the clip's frames, resize
+    and centre-crop with torchvision. One thread per file, as in a typical training script.
+    An item is (clip, frames decoded for it)."""
 
     def __getitem__(self, i: int) -> Any:
         import av
@@ -232,7 +329,7 @@ class _NaiveClips:
         rng = np.random.default_rng(i)
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
-            total = stream.frames or 1
+            total = stream.frames or _estimated_frames(container, stream)
             span = (self.clip_len - 1) * self.stride + 1
             start = int(rng.integers(0, max(1, total - span + 1)))
             wanted = set(range(start, start + span, self.stride))
@@ -251,6 +348,17 @@ class _NaiveClips:
         return TF.center_crop(clip, [self.size, self.size]), n + 1
 
 
+def _estimated_frames(container: Any, stream: Any) -> int:
+    """Frames from the header's duration and rate, where the container has no frame count
+    (Matroska, WebM, IVF), as a training script would: clips then start anywhere, as ours do."""
+    rate = stream.average_rate or stream.guessed_rate
+    if stream.duration is not None and stream.time_base is not None:
+        seconds = float(stream.duration * stream.time_base)
+    else:
+        seconds = (container.duration or 0) / 1_000_000
+    return max(1, int(seconds * float(rate or 0)))
+
+
 def run_naive_pyav(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
                    size: int = 112, batch_size: int = 8) -> Iterator[tuple[int, int]]:
     """The baseline: a torch DataLoader over `_NaiveClips` (open, decode from the start, pick).
@@ -267,6 +375,69 @@ def run_naive_pyav(data: Path, *, workers: int, device: str, batches: int, clip_
         if n + 1 >= batches:
             return
     del torch
+
+
+def torchcodec_problem() -> str | None:
+    """Why torchcodec cannot run here (not installed, or FFmpeg's shared libraries missing), or None."""
+    import ctypes.util
+    import importlib.util
+
+    if importlib.util.find_spec("torchcodec") is None:
+        return "not installed: torchcodec (pip install torchcodec)"
+    if ctypes.util.find_library("avcodec") is None or ctypes.util.find_library("avformat") is None:
+        return ("not available: torchcodec needs FFmpeg's shared libraries, and libavcodec/libavformat are "
+                "not on this system (apt-get install libavcodec59 libavformat59 libavutil57 libswscale6 "
+                "libswresample4 libavfilter8 libavdevice59, or ffmpeg)")
+    return None
+
+
+class _TorchcodecClips(_ClipDataset):
+    """The torchcodec peer's dataset: one `VideoDecoder` per item (exact seeking, one FFmpeg
+    thread, the resize done by FFmpeg during the conversion to RGB), a clip drawn by
+    `clips_at_random_indices` with the same length and stride, then a centre crop."""
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+        from torchcodec.decoders import VideoDecoder
+        from torchcodec.samplers import clips_at_random_indices
+        from torchvision.transforms import v2
+        from torchvision.transforms.v2 import functional as TF
+
+        path = self.files[i % len(self.files)]
+        probe = VideoDecoder(str(path), seek_mode="approximate")
+        height, width = probe.metadata.height, probe.metadata.width
+        short = min(height, width)
+        size = [max(self.size, round(height * self.size / short)), max(self.size, round(width * self.size / short))]
+        decoder = VideoDecoder(str(path), seek_mode="exact", num_ffmpeg_threads=1, transforms=[v2.Resize(size)])
+        torch.manual_seed(i)  # the sampler draws from torch's generator
+        clips = clips_at_random_indices(decoder, num_clips=1, num_frames_per_clip=self.clip_len,
+                                        num_indices_between_frames=self.stride)
+        return TF.center_crop(clips.data[0], [self.size, self.size])
+
+
+def run_torchcodec(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
+                   size: int = 112, batch_size: int = 8) -> Iterator[int]:
+    """torchcodec, the PyTorch ecosystem's decoder: its random clip sampler in a torch
+    DataLoader, same clip length, stride and output size. Yields clips per batch (torchcodec
+    does not say how many frames it decoded for them)."""
+    problem = torchcodec_problem()
+    if problem is not None:
+        raise NotImplementedError(problem)
+    try:
+        import torchcodec.decoders  # noqa: F401  (loads FFmpeg's libraries: fails here when they do not fit)
+    except Exception as err:  # noqa: BLE001 - the reason is what the report shows
+        raise NotImplementedError(f"not available: torchcodec cannot load FFmpeg ({type(err).__name__}: "
+                                  f"{str(err).splitlines()[0][:200]})") from err
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_TorchcodecClips(video_files(data), clip_len, stride, size), batch_size=batch_size,
+                        num_workers=workers, shuffle=False)
+    for n, batch in enumerate(loader):
+        batch = batch.to(device).float().div_(255)
+        batch.sum().item()
+        yield int(batch.shape[0])
+        if n + 1 >= batches:
+            return
 
 
 def _decode_all_yuv(path: Path, threads: int) -> int:

@@ -1,0 +1,205 @@
+"""The compiled pipeline: decoders per field, ops in order with their stage, and what is fused.
+
+Placement: an op runs in the *sample* stage when it changes a sample's shape, or when a
+later sample-stage op reads a field it writes; everything else runs once per batch on the
+device. The first op to read a decoded field is fused into the decoder when it offers a
+`DecodeHint` (region of interest, DCT-scaled size, frame indices). A `Plan` is fixed once
+built; the stages that run it live in `sample_stage`, `batch_builder` and `batch_stage`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mediapipe.augment.base import Op, Stage
+from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
+from mediapipe.errors import PipelineError
+from mediapipe.loaders.sources import Source
+
+ON_ERROR = ("raise", "skip", "replace")
+
+
+@dataclass(frozen=True)
+class PlacedOp:
+    index: int  # position in the user's list: the op's RNG key
+    op: Op
+    stage: Stage
+
+
+def decode_order(decode: dict[str, DecoderSpec], deferred: set[str]) -> list[tuple[int, str]]:
+    """(index in ``decode``, field) in decoding order: a field read ``from_field`` another comes
+    after it, so the worker hands it that field's time spans. The index stays each field's RNG key."""
+    order: list[tuple[int, str]] = []
+    placed: set[str] = set()
+    pending = list(enumerate(decode))
+    while pending:
+        ready = [(i, n) for i, n in pending if decode[n].from_field is None or decode[n].from_field in placed]
+        if not ready:
+            name = pending[0][1]
+            source = decode[name].from_field
+            if source not in decode:
+                raise PipelineError(f"decode[{name!r}] reads from_field={source!r}, which is not a decoded field; "
+                                    f"fields: {sorted(decode)}")
+            raise PipelineError(f"decode[{name!r}]: from_field makes a cycle through {source!r}")
+        for i, name in ready:
+            source = decode[name].from_field
+            if source is not None and source in deferred:
+                raise PipelineError(f"decode[{name!r}] reads from_field={source!r}, which the device decodes: "
+                                    "its time spans are not known in the workers; decode it in the workers")
+            order.append((i, name))
+            placed.add(name)
+        pending = [p for p in pending if p not in ready]
+    return order
+
+
+class Plan:
+    """A validated pipeline: decoders per field, ops in order with their stage, fusions, the
+    fields decoded on the device, and the batch ops another one absorbs. Pickles (to workers)
+    without its live decoders, which each process creates for itself."""
+
+    def __init__(
+        self,
+        source: Source,
+        decode: dict[str, DecoderSpec],
+        ops: list[Op],
+        *,
+        seed: int,
+        on_error: str = "raise",
+        limits: Limits = Limits(),
+        device: torch.device | None = None,
+    ) -> None:
+        if not decode:
+            raise PipelineError("decode: name at least one field, e.g. {'image': mp.decoders.image()}")
+        if on_error not in ON_ERROR:
+            raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
+        self.source, self.decode, self.ops = source, dict(decode), list(ops)
+        self.seed, self.on_error, self.limits = seed, on_error, limits
+        self.device = device if device is not None else torch.device("cpu")
+        self.placed = self._place()
+        self.fused = self._fusions()
+        self.shape_source = self._shape_sources()
+        self.deferred, self.deferred_ops = self._deferrals()
+        self.absorbed = self._absorptions()
+        self.done_by_next = {before.index for before in self.absorbed.values()}
+        self.decode_order = decode_order(self.decode, self.deferred)
+        self._decoders: dict[str, Decoder] | None = None
+        self._device_decoders: dict[str, Decoder] | None = None
+
+    # -- compile ------------------------------------------------------------------------
+    def _base_fields(self) -> set[str]:
+        fields = set(self.decode) | {"label", "index"}
+        fields |= {f"{name}_lengths" for name, spec in self.decode.items() if spec.collate == "pad"}
+        fields |= {f"{name}_{side}" for name, spec in self.decode.items() for side in spec.side_fields}
+        return fields
+
+    def _place(self) -> list[PlacedOp]:
+        available = self._base_fields()
+        for i, op in enumerate(self.ops):
+            if not isinstance(op, Op):
+                raise PipelineError(f"augment[{i}] is {op!r}, not an op")
+            missing = [f for f in op.reads() if f not in available]
+            if missing:
+                raise PipelineError(
+                    f"augment[{i}] {type(op).__name__} reads {missing}, which no decoder or earlier op "
+                    f"produces; fields here: {sorted(available)}"
+                )
+            available |= set(op.writes())
+        placed: list[PlacedOp] = []
+        needed_in_samples: set[str] = set()
+        for i in reversed(range(len(self.ops))):
+            op = self.ops[i]
+            sample = op.stage is Stage.SAMPLE or bool(set(op.writes()) & needed_in_samples)
+            if sample and op.batch_only:
+                raise PipelineError(
+                    f"augment[{i}] {type(op).__name__} works on whole batches, but a later sample-stage op "
+                    f"reads {sorted(set(op.writes()) & needed_in_samples)}: move it after that op"
+                )
+            if sample:
+                needed_in_samples |= set(op.reads())
+            placed.append(PlacedOp(i, op, Stage.SAMPLE if sample else Stage.BATCH))
+        return placed[::-1]
+
+    def _fusions(self) -> dict[str, PlacedOp]:
+        fused = {}
+        for name in self.decode:
+            for p in self.placed:
+                if name in p.op.reads():
+                    if p.stage is Stage.SAMPLE and p.op.fusable(name) and p.op.reads() == p.op.inputs:
+                        fused[name] = p
+                    break
+        return fused
+
+    def _shape_sources(self) -> dict[str, str]:
+        """For each field an op writes, the field whose sample-stage shape it has."""
+        source = {f: f for f in self._base_fields()}
+        for p in self.placed:
+            for src, dst in zip(p.op.inputs, p.op.outputs):
+                if p.stage is Stage.BATCH and dst not in source:
+                    source[dst] = source.get(src, src)
+                elif p.stage is Stage.SAMPLE:
+                    source[dst] = dst
+        return source
+
+    def _deferrals(self) -> tuple[set[str], set[int]]:
+        """Fields decoded on the device (and what sample-stage ops derive from them), and
+        the sample-stage ops that must therefore run after the device decode."""
+        deferred = {name for name, spec in self.decode.items() if spec.placement(self.device) == "device"}
+        ops: set[int] = set()
+        for p in self.placed:
+            if p.stage is Stage.SAMPLE and set(p.op.reads()) & deferred:
+                ops.add(p.index)
+                deferred |= set(p.op.writes())
+        return deferred, ops
+
+    def _absorptions(self) -> dict[int, PlacedOp]:
+        """Batch ops done by the next one on the CPU (a flip by Normalize): absorber index -> op.
+        On a GPU each stays a kernel of its own, where a per-sample loop would cost launches."""
+        if self.device.type != "cpu":
+            return {}
+        batch = self.batch_ops
+        return {after.index: before for before, after in zip(batch, batch[1:])
+                if before.index + 1 == after.index and after.op.absorbs(before.op)}
+
+    @property
+    def sample_ops(self) -> list[PlacedOp]:
+        return [p for p in self.placed if p.stage is Stage.SAMPLE]
+
+    @property
+    def batch_ops(self) -> list[PlacedOp]:
+        return [p for p in self.placed if p.stage is Stage.BATCH]
+
+    def describe(self) -> str:
+        """One line per op: its stage and whether it is fused into a decoder."""
+        fused_ops = {id(p) for p in self.fused.values()}
+        absorbed = {before.index: after for after, before in self.absorbed.items()}
+        lines = [f"decode {name}: {spec.kind} ({spec.backend})" for name, spec in self.decode.items()]
+        for p in self.placed:
+            tag = " (fused into decode)" if id(p) in fused_ops else ""
+            if p.index in absorbed:
+                tag = f" (done by [{absorbed[p.index]}] {type(self.ops[absorbed[p.index]]).__name__})"
+            lines.append(f"[{p.index}] {type(p.op).__name__}: {p.stage.value}{tag}")
+        return "\n".join(lines)
+
+    # -- live decoders (one set per process; not pickled) ------------------------------
+    def decoders(self) -> dict[str, Decoder]:
+        """Live decoders, created once per process. Workers never touch the GPU: a device
+        backend is created here for its header probe only, on the CPU."""
+        if self._decoders is None:
+            self._decoders = {name: spec.create(None, self.limits) for name, spec in self.decode.items()}
+        return self._decoders
+
+    def device_decoders(self) -> dict[str, Decoder]:
+        """The decoders of deferred fields, on the pipeline's device (training process only)."""
+        if self._device_decoders is None:
+            self._device_decoders = {name: self.decode[name].create(self.device, self.limits)
+                                     for name in self.decode if name in self.deferred}
+        return self._device_decoders
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_decoders"] = state["_device_decoders"] = None  # rebuilt in each process
+        return state
+

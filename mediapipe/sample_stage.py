@@ -1,0 +1,122 @@
+"""The sample stage: one sample read, decoded field by field, and through the sample-stage ops.
+
+Runs in a worker (or inline). Every random draw is keyed by (seed, epoch, sample index,
+op index), so a sample gets the same values in any process. A field whose decoder runs on
+the device is left as a `Deferred` (bytes, checked header, the fused op's drawn parameters).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from mediapipe.augment.base import Params
+from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
+from mediapipe.host_batch import Deferred
+from mediapipe.plan import Plan
+from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
+from mediapipe.sample import SampleRef
+from mediapipe.stats import StageStats
+
+
+class SampleStage:
+    """Read, decode and run the sample-stage ops of ``plan`` on one sample at a time."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
+        """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
+        label, index and the source's extra fields. Raises on a bad sample."""
+        ref = self.plan.source.ref(index)
+        data: dict[str, Any] = {"index": index}
+        if ref.label is not None:
+            data["label"] = ref.label
+        data.update(ref.fields)
+        params_cache: dict[int, Params] = {}
+        done: set[tuple[int, str]] = set()
+        decoders, spans = self.plan.decoders(), {}
+        for field_index, name in self.plan.decode_order:
+            self.decode_field(ref, name, field_index, decoders[name], epoch, data, params_cache, done, stats, spans)
+        t0 = time.perf_counter()
+        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False)
+        stats.seconds["sample_ops"] += time.perf_counter() - t0
+        return data
+
+    def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
+                done: set, *, deferred: bool) -> None:
+        """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
+        in a worker) or those after it (``deferred=True``, on the device)."""
+        plan = self.plan
+        for p in plan.sample_ops:
+            if (p.index in plan.deferred_ops) != deferred:
+                continue
+            params = params_cache.get(p.index)
+            if params is None:
+                first = data[p.op.inputs[0]]
+                op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
+                params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+            todo = [(s, d) for s, d in zip(p.op.inputs, p.op.outputs) if (p.index, s) not in done]
+            if len(todo) == len(p.op.inputs):
+                p.op.apply_fields(data, params)
+            else:
+                for src, dst in todo:
+                    data[dst] = p.op.apply_to(data[src], params, src)
+
+    def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
+                     data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
+                     spans: dict[str, Any]) -> None:
+        """Field ``name`` of one sample into ``data``: read its blob, probe the header when an op
+        is fused into the decoder (drawing that op's parameters for the hint), decode, and
+        finish the fused op. A device-decoded field becomes a `Deferred` instead. A field read
+        ``from_field`` another (a video's audio track) reads that field's blob and decodes the
+        time spans the other's decoder recorded in ``spans``."""
+        plan = self.plan
+        t0 = time.perf_counter()
+        source = plan.decode[name].from_field
+        blob = ref.blob(plan.decode[source].kind, source) if source else ref.blob(decoder.kind, name)
+        if getattr(decoder, "reads_whole", True) and blob.data is None:
+            blob = replace(blob, data=blob.read())
+        stats.bytes += blob.nbytes()
+        t1 = time.perf_counter()
+        stats.seconds["read"] += t1 - t0
+        hint, fused = NO_HINT, plan.fused.get(name)
+        meta = dict(ref.meta)
+        if fused is None and name in plan.deferred:
+            meta.update(decoder.probe(blob))  # reject a bad header in the worker, where on_error applies
+        if fused is not None:
+            probe = decoder.probe(blob)
+            meta.update(probe)
+            if "height" in meta and "width" in meta:
+                meta["size"] = (meta["height"], meta["width"])
+            params = params_cache.get(fused.index)
+            if params is None:
+                params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), meta)
+                params_cache[fused.index] = params
+            hint = fused.op.decode_hint(params, meta) or NO_HINT
+        if source is not None:
+            hint = replace(hint, span=spans.get(source))
+        if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
+            data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
+            return
+        rng = SampleRNG(plan.seed, epoch, ref.index, DECODER_OP_INDEX_BASE + field_index)
+        x = decoder.decode(blob, hint, rng, meta)
+        if isinstance(x, Decoded):
+            data.update({f"{name}_{side}": value for side, value in x.fields.items()})
+            if x.span is not None:
+                spans[name] = x.span
+            stats.frames += x.frames
+            x = x.value
+        t2 = time.perf_counter()
+        stats.seconds["decode"] += t2 - t1
+        if fused is not None and hint is not NO_HINT:
+            x = fused.op.apply_decoded(x, params_cache[fused.index])
+            done.add((fused.index, name))
+            dst = fused.op.outputs[fused.op.inputs.index(name)]
+            data[dst] = x
+            if dst != name:
+                data[name] = x  # the op wrote a new field; the decoded field is what the decoder gave
+            stats.seconds["sample_ops"] += time.perf_counter() - t2
+        else:
+            data[name] = x

@@ -1,0 +1,399 @@
+"""Worker processes: how they start (fork only when no other thread runs), what they receive
+(everything pickles), and that they never outlive the training process or leak on any exit."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.augment.base import Op, Stage
+from tests.test_iterators import process_alive
+from tests.test_loader import assert_same, collect, make_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- orphans --------------------------------------------------------------------------------
+TRAINER = r"""
+import multiprocessing, sys, time
+import mediapipe as mp
+from mediapipe import augment as A
+
+if __name__ == "__main__":
+    pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {"image": mp.decoders.image()}, [A.Resize((16, 16))],
+                       batch_size=2, device="cpu")
+    loader = pipe.loader(num_workers=2, multiprocessing_context=sys.argv[2], persistent_workers=True)
+    it = iter(loader)
+    next(it)
+    pids = [p.pid for p in multiprocessing.active_children()]
+    from multiprocessing import forkserver, resource_tracker
+    helpers = [getattr(forkserver._forkserver, "_forkserver_pid", None),
+               getattr(resource_tracker._resource_tracker, "_pid", None)]
+    print("PIDS", *pids, *[p for p in helpers if p], flush=True)
+    time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_workers_exit_when_the_training_process_is_killed(image_folder, tmp_path, method):
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    proc = subprocess.Popen([sys.executable, str(script), str(image_folder), method], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PIDS"), proc.stderr.read()
+        pids = [int(p) for p in line.split()[1:]]
+        assert len(pids) >= 2 and all(process_alive(p) for p in pids)
+    finally:
+        proc.kill()  # SIGKILL: no cleanup of any kind runs in the trainer
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if process_alive(p)]
+    for p in left:  # don't leave them behind for the next test
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"still running 10 s after the trainer was killed: {left} of {pids}"
+
+
+# -- start method -----------------------------------------------------------------------------
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _TakesALock(Op):
+    """Takes a module-level lock for each sample, as a decoder or a logging handler might."""
+
+    stage: ClassVar[Stage] = Stage.SAMPLE
+
+    def apply(self, x, params):
+        with _LOCK:
+            return x
+
+
+@pytest.mark.timeout(120)
+def test_workers_start_while_another_thread_holds_a_lock_they_need(image_folder):
+    """A forked child inherits a lock held by another thread as held, and nothing in the child
+    ever releases it: with plain fork, the first sample blocks forever. The loader sees the
+    thread and starts its workers from a clean forkserver instead."""
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                       [A.Resize((16, 16)), _TakesALock()], batch_size=4, device="cpu")
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with _LOCK:
+            held.set()
+            done.wait(60)
+
+    holder = threading.Thread(target=hold)  # not a daemon: a live thread of the training process
+    holder.start()
+    try:
+        held.wait()
+        loader = pipe.loader(num_workers=2, timeout=20)  # a hang would end as a WorkerError, not hang CI
+        got = collect(loader)
+        assert loader.stats.seconds["startup"] > 0
+    finally:
+        done.set()
+        holder.join()
+    assert_same(got, collect(pipe.loader(num_workers=0)))
+
+
+class _Finalised:
+    """Garbage in a reference cycle whose finaliser records the process that ran it (as a
+    dropped DALI pipeline's destructor joins threads that exist only in its parent)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log, self.me = log, self
+
+    def __del__(self) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+@dataclass(frozen=True)
+class _Collects(Op):
+    """Runs the garbage collector in the worker, as any worker does once it has allocated enough."""
+
+    stage: ClassVar[Stage] = Stage.SAMPLE
+
+    def apply(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+        import gc
+
+        gc.collect()
+        return x
+
+
+@pytest.mark.timeout(120)
+def test_forked_workers_never_free_garbage_they_inherited(image_folder, tmp_path):
+    import gc
+
+    log = tmp_path / "finalised.txt"
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                       [A.Resize((16, 16)), _Collects()], batch_size=4, device="cpu")
+    gc.disable()  # the garbage stays uncollected in the trainer until the workers fork
+    try:
+        for _ in range(10):
+            _Finalised(log)
+        it = iter(pipe.loader(num_workers=2, multiprocessing_context="fork"))
+        pids = set(it.worker_pids)
+        assert pids
+    finally:
+        gc.enable()
+    assert len(list(it)) == 6
+    finalised_in = {int(line) for line in log.read_text().split()} if log.exists() else set()
+    assert not finalised_in & pids
+
+
+def test_fork_only_when_the_process_runs_one_thread():
+    from mediapipe.loaders.workers import default_start_method, os_thread_count
+
+    stop = threading.Event()
+    extra = threading.Thread(target=stop.wait)
+    extra.start()
+    try:
+        assert os_thread_count() >= 2
+        assert default_start_method() == "forkserver"
+    finally:
+        stop.set()
+        extra.join()
+    # a fresh interpreter whose libraries start no thread (OpenBLAS starts its pool at import)
+    code = ("from mediapipe.loaders.workers import default_start_method, os_thread_count; "
+            "print(os_thread_count(), default_start_method())")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["1", "fork"]
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_its_workers(image_folder, tmp_path):
+    """Workers started by forkserver do not re-run the training script: one that trains at
+    module level (no ``if __name__ == "__main__":``) works, and its imports are not paid again."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import sys\n"
+        "import mediapipe as mp\n"
+        "from mediapipe import augment as A\n"
+        "print('RUN', flush=True)\n"
+        "pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {'image': mp.decoders.image()}, [A.Resize((16, 16))],"
+        " batch_size=4, device='cpu')\n"
+        "print('BATCHES', len(list(pipe.loader(num_workers=2, multiprocessing_context='forkserver'))))\n")
+    out = subprocess.run([sys.executable, str(script), str(image_folder)], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["RUN", "BATCHES", "6"]
+
+
+# -- what workers receive pickles -------------------------------------------------------------
+def _sample_ops() -> list[Op]:
+    """One instance of every registered op, with the arguments it requires."""
+    from mediapipe.augment.base import registered_ops
+
+    required = {"num_classes": 3, "size": 16, "kernel_size": 3, "mean": (0.5, 0.5, 0.5), "std": (0.2, 0.2, 0.2),
+                "degrees": 10.0, "clip_len": 4, "sample_rate": 8000, "length": 4000, "factor": 1.1}
+    ops = []
+    for _, cls in sorted(registered_ops().items()):
+        try:
+            ops.append(cls())
+            continue
+        except (TypeError, ValueError):  # an argument without a usable default
+            pass
+        import inspect
+
+        params = inspect.signature(cls).parameters
+        args = {k: v for k, v in required.items() if k in params}
+        ops.append(cls(**args))
+    return ops
+
+
+def test_every_op_pickles_to_an_equal_op():
+    ops = _sample_ops()
+    assert len(ops) > 20
+    for op in ops:
+        assert pickle.loads(pickle.dumps(op)) == op, type(op).__name__
+
+
+def test_the_batch_builder_pickles_and_builds_the_same_batch(image_folder, image_manifest, tmp_path):
+    import numpy as np
+
+    from mediapipe.batch_builder import BatchBuilder
+    from mediapipe.convert import convert
+    from mediapipe.host_batch import BatchTask
+
+    convert(image_folder, tmp_path / "shards", shard_size="8")
+    ops = [A.RandomResizedCrop(24), A.HorizontalFlip(), A.ColorJitter(0.2, 0.2, 0.2), A.Normalize(),
+           A.MixUp(num_classes=3)]
+    for source in (mp.loaders.folder(image_folder), mp.loaders.manifest(image_manifest),
+                   mp.loaders.shards(tmp_path / "shards")):
+        pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, ops, batch_size=4, seed=5, device="cpu")
+        builder = BatchBuilder(pipe.plan, finish=True)
+        builder(BatchTask(0, 0, np.arange(2), 2))  # live decoders: they stay behind
+        copy = pickle.loads(pickle.dumps(builder))
+        assert copy.plan._decoders is None
+        task = BatchTask(3, 1, np.array([5, 1, 7, 2]), 4, rank=1, world_size=2)
+        a, b = builder(task), copy(task)
+        assert a.data.keys() == b.data.keys()
+        for k in a.data:
+            assert torch.equal(a.data[k], b.data[k]) if isinstance(a.data[k], torch.Tensor) else a.data[k] == b.data[k]
+
+
+# -- no leaks on any exit path ----------------------------------------------------------------
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@dataclass(frozen=True)
+class _Slow(Op):
+    stage: ClassVar[Stage] = Stage.SAMPLE
+
+    def apply(self, x, params):
+        time.sleep(0.5)
+        return x
+
+
+def _exits(image_folder) -> dict:
+    """Ways a pass ends early: each returns the pids of the workers it had."""
+
+    def keyboard_interrupt() -> list[int]:
+        pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                           [A.Resize((16, 16)), _Slow()], batch_size=4, device="cpu")
+        it = iter(pipe.loader(num_workers=2))
+        pids = it.worker_pids
+        timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in it:
+                pass
+        timer.join()
+        return pids
+
+    def abandoned() -> list[int]:
+        it = iter(make_pipeline(image_folder).loader(num_workers=2))
+        next(it)
+        pids = it.worker_pids
+        del it
+        return pids
+
+    def loader_deleted() -> list[int]:
+        loader = make_pipeline(image_folder).loader(num_workers=2, persistent_workers=True)
+        collect(loader)
+        pids = loader._pool.pids
+        del loader
+        return pids
+
+    return {"keyboard_interrupt": keyboard_interrupt, "abandoned": abandoned, "loader_deleted": loader_deleted}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("way", ["keyboard_interrupt", "abandoned", "loader_deleted"])
+def test_no_worker_or_shared_memory_outlives_a_pass_however_it_ends(image_folder, way):
+    collect(make_pipeline(image_folder).loader(num_workers=2))  # the forkserver and its helpers run now
+    before = _shm_entries()
+    pids = _exits(image_folder)[way]()
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(process_alive(p) for p in pids)
+    assert not [c for c in __import__("multiprocessing").active_children() if c.name.startswith("mediapipe")]
+    ours = tuple(f"torch_{p}_" for p in (*pids, os.getpid()))  # torch names a segment by its maker's pid
+    assert not {e for e in _shm_entries() - before if e.startswith(ours)}
+
+
+@pytest.mark.timeout(120)
+def test_an_error_in_a_worker_stops_every_worker(tmp_path):
+    from tests.conftest import write_image_folder
+
+    write_image_folder(tmp_path, 8, classes=1, seed=4)
+    (tmp_path / "class0" / "zz_bad.jpg").write_bytes(b"not a jpeg")
+    pipe = mp.Pipeline(mp.loaders.folder(tmp_path), {"image": mp.decoders.image()}, [A.Resize((16, 16))],
+                       batch_size=3, device="cpu")
+    loader = pipe.loader(num_workers=2, shuffle=False)
+    it = iter(loader)
+    pids = it.worker_pids
+    with pytest.raises(mp.DecodeError, match="zz_bad.jpg"):
+        for _ in it:
+            pass
+    assert not any(process_alive(p) for p in pids)
+
+
+# -- a worker killed, a pass left early: the next pass still gives the right batches ----------
+@pytest.mark.timeout(120)
+def test_a_killed_persistent_worker_is_replaced_by_the_next_pass(image_folder):
+    pipe = make_pipeline(image_folder)
+    reference = collect(pipe.loader(num_workers=0))
+    loader = pipe.loader(num_workers=2, persistent_workers=True)
+    collect(loader)
+    dead = loader._pool.pids[0]
+    os.kill(dead, signal.SIGKILL)  # between epochs (the OOM killer...): the next pass must not hang on it
+    while process_alive(dead):
+        time.sleep(0.01)
+    loader.set_epoch(0)
+    assert_same(collect(loader), reference)
+    loader.set_epoch(0)
+    it = iter(loader)
+    next(it)
+    dead = it.worker_pids[1]
+    os.kill(dead, signal.SIGKILL)  # during a pass: an error, not a hang
+    while process_alive(dead):
+        time.sleep(0.01)
+    with pytest.raises(mp.WorkerError, match="exited unexpectedly"):
+        for _ in it:
+            pass
+    assert loader._pool is None and not any(process_alive(p) for p in it.worker_pids)
+    resumed = collect(loader)  # from where the loader was, with new workers
+    assert_same(resumed, reference[len(reference) - len(resumed):])
+
+
+def test_leaving_a_persistent_pass_early_then_resuming(image_folder):
+    pipe = make_pipeline(image_folder)
+    reference = collect(pipe.loader(num_workers=0))
+    loader = pipe.loader(num_workers=2, persistent_workers=True)
+    got = []
+    for batch in loader:
+        got.append({k: v.clone() for k, v in batch.items()})
+        if len(got) == 2:
+            break
+    state = loader.state_dict()
+    got += collect(loader)  # the same loader goes on where it stopped
+    assert_same(got, reference)
+    again = pipe.loader(num_workers=2, persistent_workers=True)
+    again.load_state_dict(state)
+    assert_same(collect(again), reference[2:])
+    loader.close()
+    again.close()
+
+
+def test_a_forked_copy_of_a_loader_leaves_its_workers_alone(image_folder):
+    """A process forked from the trainer (a user's fork, another library's worker) holds a
+    copy of the loader; closing that copy mid-pass must not stop the trainer's workers."""
+    pipe = make_pipeline(image_folder)
+    reference = collect(pipe.loader(num_workers=0))
+    loader = pipe.loader(num_workers=2)
+    it = iter(loader)
+    got = [{k: v.clone() for k, v in next(it).items()}]
+    pids = it.worker_pids
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only closes its copy and leaves
+        try:
+            it.close()  # batches in flight: a pool of its own would be terminated
+        except BaseException:  # noqa: BLE001 - whatever it raised, what counts is what it did
+            pass
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert all(process_alive(p) for p in pids)
+    got += collect(it)
+    assert_same(got, reference)
