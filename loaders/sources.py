@@ -6,9 +6,10 @@ metadata known without decoding, so samplers shuffle, shard and bucket without I
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +123,8 @@ class FolderSource(Source):
 
 class ManifestSource(Source):
     """A JSON-lines file: one object per sample with ``path`` (relative to the manifest's
-    folder, or absolute), optional integer ``label``, and other fields: numbers are passed
-    through to the batch; a string naming a media file (``"mask": "masks/0001.png"``) is
+    folder, or absolute), optional integer ``label``, and other fields: numbers and text
+    (transcripts, captions) are passed through to the batch (text as a list of ``str``); a string naming a media file (``"mask": "masks/0001.png"``) is
     another blob of the sample, read by the decoder of the field with that name; and
     ``width``/``height``/``duration``/``frames``/``fps``/``sample_rate``/``num_samples``
     also serve as metadata for samplers."""
@@ -136,24 +137,14 @@ class ManifestSource(Source):
         self.path = Path(path)
         base = self.path.parent
         self._rows: list[dict[str, Any]] = []
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from err
-                    if not isinstance(row, dict) or "path" not in row:
-                        raise SourceError(f"{path}:{lineno}", "each line must be an object with a 'path'")
-                    for key, value in row.items():
-                        if key == "path" or (isinstance(value, str) and _is_media_path(value)):
-                            p = Path(value)
-                            row[key] = str(p if p.is_absolute() else base / p)
-                    self._rows.append(row)
-        except OSError as err:
-            raise SourceError(str(path), err.strerror or str(err)) from err
+        for lineno, row in json_lines(self.path):
+            if "path" not in row:
+                raise SourceError(f"{path}:{lineno}", "each line must be an object with a 'path'")
+            for key, value in row.items():
+                if key == "path" or (isinstance(value, str) and _is_media_path(value)):
+                    p = Path(value)
+                    row[key] = str(p if p.is_absolute() else base / p)
+            self._rows.append(row)
         if not self._rows:
             raise SourceError(str(path), "manifest lists no samples")
 
@@ -168,7 +159,8 @@ class ManifestSource(Source):
         meta = {k: row[k] for k in self.META_KEYS if k in row}
         fields = {
             k: v for k, v in row.items()
-            if k not in ("path", "label", "key") and isinstance(v, (int, float)) and not isinstance(v, bool)
+            if k not in ("path", "label", "key") and ((isinstance(v, (int, float)) and not isinstance(v, bool))
+                                                      or (isinstance(v, str) and not _is_media_path(v)))
         }
         blobs = {ext: Blob(path, path=path)}
         blobs.update({k: Blob(v, path=v) for k, v in row.items()
@@ -184,6 +176,31 @@ class ManifestSource(Source):
         return {"kind": self.kind, "path": str(self.path)}
 
 
+def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSON-lines file, gzip-compressed or
+    not; a line that is not a JSON object, or text that is not UTF-8, is an error naming it."""
+    try:
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open if gz else open)(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise SourceError(f"{path}:{lineno}", f"invalid JSON ({err.msg})") from None
+                if not isinstance(row, dict):
+                    raise SourceError(f"{path}:{lineno}", "each line must be a JSON object")
+                yield lineno, row
+    except SourceError:
+        raise  # an OSError too: it already names the line
+    except UnicodeDecodeError as err:
+        raise SourceError(str(path), f"not UTF-8 text (byte {err.start} of a line)") from None
+    except (OSError, EOFError) as err:
+        raise SourceError(str(path), getattr(err, "strerror", None) or str(err)) from None
+
+
 def _is_media_path(value: str) -> bool:
     return "." in value and kind_of_extension(value.rsplit(".", 1)[-1]) is not None
 
@@ -194,5 +211,5 @@ def folder(root: str | os.PathLike, extensions: Iterable[str] | None = None) -> 
 
 
 def manifest(path: str | os.PathLike) -> ManifestSource:
-    """A JSON-lines manifest of media files with labels and numeric fields."""
+    """A JSON-lines manifest of media files with labels, numeric and text fields."""
     return ManifestSource(path)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from mediapipe import shard_format as sf
+from mediapipe.errors import MediapipeError
 from mediapipe.progress import Progress
 from mediapipe.sample import kind_of_bytes, kind_of_extension
 from mediapipe.transcode import TranscodeError, TranscodeOptions, transcode
@@ -64,7 +65,10 @@ class InputItem:
     ext: str
     size: int  # bytes of every file of the sample
     extra: tuple[tuple[str, str], ...] = ()  # (field, path): more media of the sample (a mask), copied as is
-    fields: tuple[tuple[str, float | int], ...] = ()  # numbers passed through to the batch
+    fields: tuple[tuple[str, Any], ...] = ()  # numbers and text passed through to the batch
+    source: str | None = None  # a record source's config (JSON) when the bytes are not a file of their own
+    blob: str = ""  # the blob of that source's sample
+    segment: tuple[float, float] | None = None  # (start, duration) s of an audio file: cut to FLAC
 
 
 @dataclass(frozen=True)
@@ -105,27 +109,25 @@ def parse_shard_size(text: str | int) -> tuple[int | None, int | None]:
 
 
 def open_inputs(src: str | os.PathLike):
-    """A folder (class sub-folders become labels) or a JSON-lines manifest, as a source."""
-    from mediapipe.loaders.sources import FolderSource, ManifestSource
+    """A folder (class sub-folders become labels), a JSON-lines manifest, or a dataset in another
+    format (`mediapipe.loaders.formats.open_any`: TFRecord, RecordIO, Parquet, Hugging Face,
+    NeMo, Lhotse), as a source."""
+    from mediapipe.loaders.formats import open_any
 
-    return FolderSource(src) if Path(src).is_dir() else ManifestSource(src)
+    return open_any(src)
 
 
 def plan_conversion(src: str | os.PathLike, *, shard_size: str | int = "256MB", shuffle: bool = True,
                     seed: int = 0, options: TranscodeOptions = DEFAULT_OPTIONS) -> ConversionPlan:
     """Assign every input to a shard. Byte-sized shards are cut by the inputs' sizes, so the
     assignment is known before anything is transcoded."""
+    from mediapipe.loaders.formats import describe_inputs
+
     source = open_inputs(src)
-    refs = [source.ref(i) for i in range(len(source))]
     base = Path(src) if Path(src).is_dir() else Path(src).parent
-    keys = sf.unique_keys(_relative(ref.key, base) for ref in refs)
-    items = []
-    for i, (ref, key) in enumerate(zip(refs, keys)):
-        (_, blob), *others = ref.blobs.items()  # the sample's file first, then named fields
-        extra = tuple((name, str(b.path)) for name, b in others)
-        size = sum(_size(b.path) for b in ref.blobs.values())
-        items.append(InputItem(i, str(blob.path), ref.key, key, ref.label, blob.extension, size, extra,
-                               tuple(sorted(ref.fields.items()))))
+    described = list(describe_inputs(source))  # one sample at a time: a record's bytes are not kept
+    keys = sf.unique_keys(_relative(item.name, base) for item in described)
+    items = [replace(item, key=key) for item, key in zip(described, keys)]
     max_samples, max_bytes = parse_shard_size(shard_size)
     order = np.random.default_rng(seed).permutation(len(items)) if shuffle else np.arange(len(items))
     tasks: list[ShardTask] = []
@@ -159,13 +161,6 @@ def _relative(name: str, base: Path) -> str:
     return name
 
 
-def _size(path: str | None) -> int:
-    try:
-        return os.path.getsize(path)  # type: ignore[arg-type]
-    except OSError:
-        return 0  # a missing file is reported when converted
-
-
 # -- converting one input and writing one shard -------------------------------------------
 @dataclass
 class ItemResult:
@@ -179,12 +174,15 @@ class ItemResult:
 
 def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
     """Read and transcode one input; a failure becomes a reason, never an exception."""
+    from mediapipe.loaders.formats import read_input
+
     try:
-        with open(item.path, "rb") as f:
-            data = f.read()
-    except OSError as err:
-        return ItemResult(item, error=f"cannot read: {err.strerror or err}")
-    numbers = dict(item.fields) | ({} if item.label is None else {"label": item.label})
+        data = read_input(item)
+    except OSError as err:  # SourceError too: it names the record and the reason
+        return ItemResult(item, error=str(err) if item.source else f"cannot read: {err.strerror or err}")
+    except MediapipeError as err:
+        return ItemResult(item, error=str(err))
+    numbers = {k: v for k, v in item.fields if type(v) is not str} | ({} if item.label is None else {"label": item.label})
     for name, value in numbers.items():
         if not sf.is_finite_number(value):  # the dataset's strict JSON could not hold it
             return ItemResult(item, error=f"field {name!r} is {value!r}, not a finite number")
@@ -377,7 +375,8 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str |
             shuffle: bool = True, seed: int = 0, workers: int = 1, resume: bool = False, engine: str = "local",
             options: TranscodeOptions = DEFAULT_OPTIONS, ray_address: str | None = None,
             progress: bool = False) -> ConversionResult:
-    """Convert ``src`` (a folder of class sub-folders or a JSON-lines manifest) into ``out``.
+    """Convert ``src`` (a folder of class sub-folders, a JSON-lines manifest, or a dataset that
+    `open_inputs` reads: TFRecord, RecordIO, Parquet, Hugging Face, NeMo, Lhotse) into ``out``.
 
     ``resume=True`` continues a killed run (same inputs and settings), redoing only the
     shards its manifest does not list; the result equals an uninterrupted run byte for byte.

@@ -102,8 +102,8 @@ class SampleRef:
     """One sample of a source: no media bytes, only where to find them.
 
     ``blobs`` maps a media kind (``image``, ``video``, ``audio``) or a file
-    extension to its blob; ``fields`` holds extra numeric values passed through
-    to the batch (from a manifest); ``meta`` holds what is known without decoding.
+    extension to its blob; ``fields`` holds extra values passed through to the
+    batch: numbers (stacked into tensors), ``str`` (a list of str), tensors; ``meta`` holds what is known without decoding.
     """
 
     index: int
@@ -111,7 +111,7 @@ class SampleRef:
     blobs: dict[str, Blob]
     label: int | None = None
     meta: SampleMeta = field(default_factory=dict)
-    fields: dict[str, float | int] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
 
     def blob(self, kind: str, field: str | None = None) -> Blob:
         """The blob that the decoder of field ``field`` (media ``kind``) reads: the one named

@@ -97,6 +97,8 @@ class SampleStage:
             hint = fused.op.decode_hint(params, meta) or NO_HINT
         if source is not None:
             hint = replace(hint, span=spans.get(source))
+        elif hint.window is None and decoder.kind == "audio" and "segment" in ref.meta:
+            hint = replace(hint, window=tuple(ref.meta["segment"]))  # a manifest's utterance within its file
         if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
             data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
             return

@@ -589,8 +589,8 @@ RECORD_SCHEMA = _Schema({
     "keyframes": _Field(_counts, "a list of ints >= 0"),
     **dict.fromkeys(("codec", "audio_codec", "kind", "ext", "source"), _TEXT),
     "copied": _Field(bool, "true or false"),
-    "fields": _Field(lambda v: type(v) is dict and all(is_finite_number(x) for x in v.values()),
-                     "numbers by name"),
+    "fields": _Field(lambda v: type(v) is dict and all(is_finite_number(x) or type(x) is str for x in v.values()),
+                     "numbers or text by name"),
 })
 
 

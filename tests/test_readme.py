@@ -36,14 +36,60 @@ def small(block: str) -> str:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding data/train: 24 sample images in ten class folders."""
+    """A folder holding data/train: 24 sample images in ten class folders; the same images as a
+    Hugging Face dataset (data/hf, data/hf.parquet), a TFRecord and a RecordIO file; and
+    data/speech: three utterances with a NeMo and a Lhotse manifest."""
     from mediapipe.bench.datasets import sample_images
 
     root = tmp_path_factory.mktemp("readme")
     made = sample_images(root / "made", count=24, progress=False, processes=1)
     (root / "data").mkdir()
     made.rename(root / "data" / "train")
+    write_other_formats(root / "data")
     return root
+
+
+def write_other_formats(data: Path) -> None:
+    """data/train's images by each format's own writer, and a small speech set."""
+    import json
+
+    import datasets
+    import lhotse
+    import numpy as np
+    import soundfile
+    import tfrecord
+
+    from tests.test_source_recordio import write_rec
+
+    source = __import__("mediapipe").loaders.folder(data / "train")
+    images = [(next(iter(source.ref(i).blobs.values())).read(), source.ref(i).label) for i in range(len(source))]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=source.classes),
+                                  "caption": datasets.Value("string")})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b, _ in images],
+                                     "label": [label for _, label in images],
+                                     "caption": [f"picture {i} of class {label}" for i, (_, label) in enumerate(images)]},
+                                    features=features)
+    ds.save_to_disk(str(data / "hf"))
+    ds.to_parquet(str(data / "hf.parquet"))
+    writer = tfrecord.TFRecordWriter(str(data / "train.tfrecord"))
+    for image, label in images:
+        writer.write({"image/encoded": (image, "byte"), "image/class/label": (label, "int")})
+    writer.close()
+    write_rec(data / "train.rec", [(float(label), i, image) for i, (image, label) in enumerate(images)])
+    speech = data / "speech"
+    speech.mkdir()
+    rows, recordings = [], []
+    for i, text in enumerate(["hello there", "general kenobi", "you are a bold one"]):
+        t = np.arange(16000 + 8000 * i) / 16000
+        soundfile.write(speech / f"utt{i}.flac", (0.3 * np.sin(2 * np.pi * (180 + 60 * i) * t)).astype("float32"), 16000)
+        rows.append({"audio_filepath": f"utt{i}.flac", "duration": len(t) / 16000, "text": text})
+        recordings.append(lhotse.Recording.from_file(speech / f"utt{i}.flac", recording_id=f"utt{i}"))
+    (speech / "manifest.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    supervisions = [lhotse.SupervisionSegment(f"s{i}", f"utt{i}", 0.0, r["duration"], text=r["text"])
+                    for i, r in enumerate(rows)]
+    lhotse.CutSet.from_manifests(recordings=lhotse.RecordingSet.from_recordings(recordings),
+                                 supervisions=lhotse.SupervisionSet.from_segments(supervisions)
+                                 ).to_file(speech / "cuts.jsonl.gz")
 
 
 def test_readme_has_the_training_snippet_with_the_constants_the_test_turns_down():

@@ -436,4 +436,9 @@ OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali,
 
 def open_stream(scenario: str, backend: str, data: Path, *, device: str, workers: int, batch_size: int,
                 options: dict[str, Any]) -> Stream:
+    if backend in ("mediapipe-hf", "hf-datasets"):  # the same images as a Parquet dataset
+        from mediapipe.bench import hf
+
+        opener = hf.open_mediapipe_hf if backend == "mediapipe-hf" else hf.open_hf_datasets
+        return opener(scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)
     return OPENERS[backend](scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)

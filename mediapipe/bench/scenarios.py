@@ -35,8 +35,8 @@ SCENARIOS = {
     s.name: s
     for s in (
         Scenario("image-train", "image", "sample-images", "images",
-                 "RandomResizedCrop 224, horizontal flip, normalise", ("mediapipe", "mediapipe-dali", "torchvision", "dali"),
-                 64),
+                 "RandomResizedCrop 224, horizontal flip, normalise",
+                 ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets"), 64),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "dali"), 64),
         Scenario("video-clips", "video", "sample-video", "clips", "AV1 clips of 16 frames, stride 2, 112x112",
@@ -46,7 +46,8 @@ SCENARIOS = {
     )
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
-BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "pyav", "torchcodec", "dav1d", "ceiling")
+BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets", "pyav", "torchcodec",
+            "dav1d", "ceiling")
 DEVICES = ("cpu", "cuda")
 
 # backend -> runner function of mediapipe.bench.<kind> (a dict when it differs by device)
@@ -66,6 +67,8 @@ NOT_APPLICABLE = {
     "torchcodec": "torchcodec is a video peer",
     "dav1d": "the dav1d command line is the AV1 video decode ceiling",
     "ceiling": "the sequential decode ceiling is for video",
+    "mediapipe-hf": "the Hugging Face (Parquet) rows are benchmarked on image-train",
+    "hf-datasets": "the Hugging Face (Parquet) rows are benchmarked on image-train",
 }
 DALI_HINT = "pip install nvidia-dali-cuda130"
 
@@ -113,8 +116,10 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
     if scenario.kind == "image":
         if backend in ("dali", "mediapipe-dali") and not _installed("nvidia.dali"):
             return f"not installed: NVIDIA DALI ({DALI_HINT})"
-        if backend == "torchvision" and not _installed("torchvision"):
+        if backend in ("torchvision", "hf-datasets") and not _installed("torchvision"):
             return "not installed: torchvision (pip install torchvision)"
+        if backend in ("mediapipe-hf", "hf-datasets") and not (_installed("datasets") and _installed("pyarrow")):
+            return "not installed: datasets and pyarrow write and read the Parquet copy (pip install datasets)"
         if backend == "mediapipe-dali" and not _installed("mediapipe.loaders.dali"):
             return "not available: mediapipe.loaders.dali (pipe.loader(backend='dali')) does not exist yet"
         return None

@@ -1,0 +1,414 @@
+"""`parquet(paths, columns=...)`: Parquet files as a random-access source, row-group aware.
+
+Opening reads each file's footer and the numeric columns (labels, durations), never the
+media. A sample's media and text are read from its row group: the column chunk is read and
+decompressed once and kept in a per-process cache bounded in bytes, so reading the rows of
+a row group in turn costs one read. Parquet has no cheaper way to one row: a fully
+shuffled epoch decompresses a row group per sample. `RowGroupWindowSampler` (or
+``source.window_sampler(...)``) shuffles within a bounded window of row groups instead:
+the row groups are permuted, taken ``window`` at a time, and the rows of each window
+permuted, so each worker reads each row group of a window once.
+
+Column types: binary, or a struct with a ``bytes`` child (the Hugging Face ``Image``,
+``Audio`` and ``Video`` features, whose ``path`` child is read when ``bytes`` is null),
+become media blobs; strings become ``str`` fields; integers and floats become numbers. The
+field ``label`` is the sample's label; a Hugging Face ``ClassLabel`` gives ``classes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mediapipe.errors import SourceError
+from mediapipe.loaders.samplers import EpochBatchSampler, check_resume
+from mediapipe.loaders.sources import Source
+from mediapipe.sample import Blob, SampleMeta, SampleRef
+
+DEFAULT_CACHE_BYTES = 512 * 2**20
+META_KEYS = ("width", "height", "duration", "frames", "fps", "sample_rate", "num_samples", "channels")
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as err:
+        raise ImportError("reading Parquet and Hugging Face datasets needs pyarrow: "
+                          "pip install mediapipe-loader[hf]") from err
+    return pyarrow
+
+
+# -- what each column is -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """A column as a source reads it: ``kind`` "media" (bytes, or a struct with bytes and
+    path), "text" or "number"; ``field`` is its name in the batch."""
+
+    field: str
+    name: str
+    kind: str
+
+
+def column_kind(arrow_type: Any) -> str | None:
+    """"media", "text", "number" or None (not read) for an Arrow type."""
+    pa = _pyarrow()
+    t = pa.types
+    if t.is_struct(arrow_type):
+        names = {arrow_type.field(i).name for i in range(arrow_type.num_fields)}
+        if "bytes" in names and t.is_binary(arrow_type.field("bytes").type) or (
+                "bytes" in names and t.is_large_binary(arrow_type.field("bytes").type)):
+            return "media"
+        return None
+    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type):
+        return "media"
+    if t.is_string(arrow_type) or t.is_large_string(arrow_type):
+        return "text"
+    if t.is_integer(arrow_type) or t.is_floating(arrow_type) or t.is_boolean(arrow_type):
+        return "number"
+    return None
+
+
+def hf_features(metadata: Mapping[bytes, bytes] | None) -> dict[str, Any]:
+    """The Hugging Face features recorded in an Arrow schema's metadata (empty when none)."""
+    raw = (metadata or {}).get(b"huggingface")
+    if not raw:
+        return {}
+    try:
+        info = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    features = info.get("info", {}).get("features", {}) if isinstance(info, dict) else {}
+    return features if isinstance(features, dict) else {}
+
+
+def class_names(features: Mapping[str, Any], column: str) -> list[str] | None:
+    """A ``ClassLabel`` column's names."""
+    spec = features.get(column)
+    if isinstance(spec, dict) and spec.get("_type") == "ClassLabel" and isinstance(spec.get("names"), list):
+        return [str(n) for n in spec["names"]]
+    return None
+
+
+def plan_columns(schema: Any, columns: Mapping[str, str] | None, where: str) -> list[Column]:
+    """Each wanted column (``columns``: batch field -> column; None: every readable column
+    under its own name) with its kind; an unknown or unreadable column asked for is an error."""
+    names = {schema.field(i).name: schema.field(i).type for i in range(len(schema.names))}
+    wanted = dict(columns) if columns is not None else {n: n for n in names if column_kind(names[n])}
+    out = []
+    for field, name in wanted.items():
+        if name not in names:
+            raise SourceError(where, f"no column {name!r}; it has {sorted(names)}")
+        kind = column_kind(names[name])
+        if kind is None:
+            raise SourceError(where, f"column {name!r} has type {names[name]}, which is not media bytes, text "
+                              "or a number")
+        if field == "label" and kind != "number":
+            raise SourceError(where, f"label column {name!r} has type {names[name]}, expected integers")
+        out.append(Column(field, name, kind))
+    if not out:
+        raise SourceError(where, "no column to read")
+    return out
+
+
+def external_path(value: str, root: str | None, where: str) -> str:
+    """The file a media value names by path only (no bytes stored): it must resolve inside
+    ``media_root`` (relative paths are taken from there)."""
+    if root is None:
+        raise SourceError(where, f"the value has no bytes, only the path {value!r}; pass media_root= (the folder "
+                          "that holds such files) to read them")
+    base = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(base, value))
+    if os.path.commonpath([base, path]) != base:
+        raise SourceError(where, f"path {value!r} leaves media_root {root}")
+    return path
+
+
+def text_value(raw: Any, where: str, field: str) -> str:
+    if isinstance(raw, str):
+        return raw
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SourceError(where, f"{field!r} is not UTF-8 text (at byte {err.start})") from None
+
+
+# -- the per-process cache of decoded row groups -----------------------------------------
+class _RowGroupCache:
+    """Column chunks of recently read row groups, at most ``limit`` bytes, per process."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._chunks: OrderedDict[tuple[str, int, str], tuple[Any, int]] = OrderedDict()
+        self._files: OrderedDict[str, Any] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.reads = 0
+
+    def column(self, path: str, row_group: int, column: str, limit: int) -> Any:
+        key = (path, row_group, column)
+        with self._lock:
+            hit = self._chunks.get(key)
+            if hit is not None:
+                self._chunks.move_to_end(key)
+                return hit[0]
+        where = f"{path}: row group {row_group}"
+        try:
+            table = self._file(path).read_row_group(row_group, columns=[column])
+            chunk = table.column(0).combine_chunks()
+        except SourceError:
+            raise
+        except Exception as err:  # noqa: BLE001  pyarrow raises OSError, ArrowInvalid, ArrowException...
+            raise SourceError(where, f"cannot read column {column!r}: {type(err).__name__}: {err}") from None
+        size = int(chunk.nbytes)
+        with self._lock:
+            self.reads += 1
+            self._chunks[key] = (chunk, size)
+            self._bytes += size
+            while self._bytes > limit and len(self._chunks) > 1:
+                _, (_, dropped) = self._chunks.popitem(last=False)
+                self._bytes -= dropped
+        return chunk
+
+    def _file(self, path: str) -> Any:
+        pa = _pyarrow()
+        with self._lock:
+            f = self._files.get(path)
+            if f is not None:
+                self._files.move_to_end(path)
+                return f
+        try:
+            f = pa.parquet.ParquetFile(path, memory_map=True)
+        except Exception as err:  # noqa: BLE001
+            raise SourceError(path, f"not a readable Parquet file: {type(err).__name__}: {err}") from None
+        with self._lock:
+            self._files[path] = f
+            while len(self._files) > 64:
+                self._files.popitem(last=False)
+        return f
+
+
+ROW_GROUPS = _RowGroupCache()
+
+
+@dataclass(frozen=True)
+class ParquetBlob(Blob):
+    """One media value of a Parquet file: ``offset`` is the row group, ``size`` the row in it."""
+
+    column: str = ""
+    media_root: str | None = None
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+    def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        chunk = ROW_GROUPS.column(self.path, self.offset, self.column, self.cache_bytes)  # type: ignore[arg-type]
+        value = chunk[self.size]
+        if not value.is_valid:
+            raise SourceError(self.name, "the value is null")
+        if not hasattr(value, "keys"):
+            return value.as_py()
+        data = value["bytes"].as_py()  # a struct: {"bytes": ..., "path": ...} (Hugging Face media)
+        if data is not None:
+            return data
+        named = value["path"].as_py() if "path" in value.keys() else None
+        if not named:
+            raise SourceError(self.name, "the value has neither bytes nor a path")
+        return Blob(named, path=external_path(named, self.media_root, self.name)).read()
+
+    def nbytes(self) -> int:
+        return len(self.read())
+
+
+# -- the source ------------------------------------------------------------------------------
+class ParquetSource(Source):
+    """The rows of Parquet files (a file, a folder of ``*.parquet``, a glob or a list), in order.
+
+    ``columns`` maps batch fields to columns (default: every readable column under its own
+    name). ``media_root`` is where values that hold only a path are looked up.
+    ``cache_bytes`` bounds each process's cache of decoded row groups.
+    """
+
+    kind = "parquet"
+
+    def __init__(self, paths: str | os.PathLike | Iterable[str | os.PathLike], columns: Mapping[str, str] | None = None,
+                 media_root: str | os.PathLike | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 classes: list[str] | None = None) -> None:
+        from mediapipe.loaders.tfrecord import input_files
+
+        pa = _pyarrow()
+        self.paths = input_files(paths, ("*.parquet",))
+        self.column_map = dict(columns) if columns is not None else None
+        self.media_root = str(media_root) if media_root is not None else None
+        self.cache_bytes = int(cache_bytes)
+        self._given_classes = list(classes) if classes is not None else None
+        groups, numbers, files, rows_in_group = [], {}, [], []
+        self.columns: list[Column] | None = None
+        self._classes = self._given_classes
+        for n, path in enumerate(self.paths):
+            try:
+                f = pa.parquet.ParquetFile(path)
+                schema, meta = f.schema_arrow, f.metadata
+            except Exception as err:  # noqa: BLE001  a bad footer, not Parquet, unreadable
+                raise SourceError(path, f"not a readable Parquet file: {type(err).__name__}: {err}") from None
+            cols = plan_columns(schema, self.column_map, path)
+            if self.columns is None:
+                self.columns = cols
+            elif cols != self.columns:
+                raise SourceError(path, f"its columns {cols} differ from the first file's {self.columns}")
+            features = hf_features(schema.metadata)
+            if self._classes is None:
+                label = next((c for c in cols if c.field == "label"), None)
+                self._classes = class_names(features, label.name) if label is not None else None
+            counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            for g, count in enumerate(counts):
+                groups.append(np.full(count, len(rows_in_group), dtype=np.int32))
+                rows_in_group.append((n, g, count))
+            files.append(sum(counts))
+            wanted = [c for c in cols if c.kind == "number"]
+            if wanted:
+                try:
+                    table = f.read(columns=[c.name for c in wanted])
+                except Exception as err:  # noqa: BLE001
+                    raise SourceError(path, f"cannot read its numeric columns: {type(err).__name__}: {err}") \
+                        from None
+                for c in wanted:
+                    col = table.column(c.name)
+                    values = np.asarray(col.to_pylist(), dtype=object) if col.null_count else col.to_numpy()
+                    numbers.setdefault(c.field, []).append(values)
+        if not groups or sum(files) == 0:
+            raise SourceError(str(self.paths[0]), "no rows")
+        self._group = np.concatenate(groups)
+        self._groups = rows_in_group  # (file, row group, rows) per global row group
+        starts = np.cumsum([0] + [r for _, _, r in rows_in_group])
+        self._group_start = starts[:-1]
+        self._numbers = {k: np.concatenate(v) for k, v in numbers.items()}
+
+    def __len__(self) -> int:
+        return len(self._group)
+
+    @property
+    def classes(self) -> list[str] | None:
+        return None if self._classes is None else list(self._classes)
+
+    def row_groups(self) -> np.ndarray:
+        """The global row group of every sample (row groups numbered across files, in order)."""
+        return self._group.copy()
+
+    def locate(self, index: int) -> tuple[str, int, int, int]:
+        """(file, row group in it, row in the group, row in the file) of sample ``index``."""
+        g = int(self._group[index])
+        n, rg, _ = self._groups[g]
+        row = index - int(self._group_start[g])
+        first_of_file = int(self._group_start[g - rg])
+        return self.paths[n], rg, row, index - first_of_file
+
+    def _numbers_of(self, index: int) -> dict[str, Any]:
+        out = {}
+        for field, values in self._numbers.items():
+            v = values[index]
+            if v is None:
+                continue
+            out[field] = v.item() if hasattr(v, "item") else v
+        return out
+
+    def ref(self, index: int) -> SampleRef:
+        path, rg, row, file_row = self.locate(index)
+        where = f"{path}: row {file_row}"
+        numbers = self._numbers_of(index)
+        label = numbers.pop("label", None)
+        blobs: dict[str, Blob] = {}
+        fields: dict[str, Any] = dict(numbers)
+        for c in self.columns or []:
+            if c.kind == "media":
+                blobs[c.field] = ParquetBlob(f"{where}: {c.name}", path, rg, row, column=c.name,
+                                             media_root=self.media_root, cache_bytes=self.cache_bytes)
+            elif c.kind == "text":
+                value = ROW_GROUPS.column(path, rg, c.name, self.cache_bytes)[row]
+                if value.is_valid:
+                    fields[c.field] = text_value(value.as_buffer(), where, c.name)
+        return SampleRef(index, f"{os.path.basename(path)}:{file_row}", blobs,
+                         None if label is None else int(label), self.meta(index), fields)
+
+    def meta(self, index: int) -> SampleMeta:
+        numbers = self._numbers_of(index)
+        return {k: numbers[k] for k in META_KEYS if k in numbers}
+
+    def window_sampler(self, batch_size: int, window: int = 8, **kwargs: Any) -> RowGroupWindowSampler:
+        """A `RowGroupWindowSampler` over this source's row groups (``kwargs``: seed, rank...)."""
+        return RowGroupWindowSampler(self.row_groups(), batch_size, window=window, **kwargs)
+
+    def to_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"kind": self.kind, "paths": list(self.paths)}
+        if self.column_map is not None:
+            config["columns"] = dict(self.column_map)
+        if self.media_root is not None:
+            config["media_root"] = self.media_root
+        if self.cache_bytes != DEFAULT_CACHE_BYTES:
+            config["cache_bytes"] = self.cache_bytes
+        if self._given_classes is not None:
+            config["classes"] = list(self._given_classes)
+        return config
+
+
+class RowGroupWindowSampler(EpochBatchSampler):
+    """An `EpochBatchSampler` whose shuffle stays within ``window`` row groups at a time.
+
+    Each epoch permutes the row groups (keyed by seed and epoch), cuts them into windows of
+    ``window`` row groups and permutes the samples within each window. Ranks take contiguous
+    parts of that order (sizes differing by at most one), so each rank reads its own row
+    groups. Everything else (``last_batch``, ``valid``, resume) is `EpochBatchSampler`'s.
+    """
+
+    def __init__(self, groups: np.ndarray, batch_size: int, *, window: int = 8, shuffle: bool = True,
+                 seed: int = 0, rank: int = 0, world_size: int = 1, last_batch: str = "partial") -> None:
+        if window < 1:
+            raise ValueError(f"window={window}: expected >= 1 row groups")
+        groups = np.asarray(groups)
+        super().__init__(len(groups), batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
+                         last_batch=last_batch)
+        self.window = window
+        ids, self._starts, self._counts = np.unique(groups, return_index=True, return_counts=True)
+        if not np.array_equal(np.repeat(ids, self._counts), groups):
+            raise ValueError("groups: expected each group's samples to be contiguous")
+
+    def order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_samples)
+        rng = np.random.default_rng([self.seed, self.epoch, 1])
+        perm = rng.permutation(len(self._starts))
+        pieces = []
+        for w in range(0, len(perm), self.window):
+            chosen = perm[w:w + self.window]
+            rows = np.concatenate([np.arange(self._starts[g], self._starts[g] + self._counts[g]) for g in chosen])
+            pieces.append(rng.permutation(rows))
+        return np.concatenate(pieces)
+
+    def rank_indices(self) -> np.ndarray:
+        return np.array_split(self.order(), self.world_size)[self.rank]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "window": self.window}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        check_resume({"version": self.STATE_VERSION, "window": state.pop("window", None)},
+                     {"window": self.window}, self.STATE_VERSION)
+        super().load_state_dict(state)
+
+
+def parquet(paths: str | os.PathLike | Iterable[str | os.PathLike], columns: Mapping[str, str] | None = None, *,
+            media_root: str | os.PathLike | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+            classes: list[str] | None = None) -> ParquetSource:
+    """Parquet files as a source: media bytes columns, text, numbers (see `ParquetSource`)."""
+    return ParquetSource(paths, columns, media_root, cache_bytes, classes)
