@@ -64,11 +64,19 @@ def summarize(root: str | os.PathLike) -> dict[str, Any]:
         "shards": len([e for e in shards if e["samples"]]),
         "bytes": sum(e["bytes"] for e in shards), "fields": manifest.get("fields", []),
         "kinds": dict(kinds), "codecs": dict(codecs), "classes": per_class, "unlabelled": unlabelled,
-        "max_side": dict(sides), "duration": dict(durations), "fps": dict(fps),
+        "max_side": _ascending(sides), "duration": _ascending(durations), "fps": _ascending(fps),
         "gop": {str(n): gops[n] for n in sorted(gops)}, "single_keyframe_videos": single_keyframe,
         "total_duration_s": round(sum(r.get("duration", 0.0) for r in records), 3),
         "settings": manifest.get("plan", {}),
     }
+
+
+def _ascending(histogram: Counter) -> dict[str, int]:
+    """A histogram keyed by numbers or bins ("<=512px", ">4096px") in ascending order."""
+    def order(label: str) -> tuple[bool, float]:
+        return label.startswith(">"), float(label.lstrip("<=>").rstrip("pxs"))
+
+    return {k: histogram[k] for k in sorted(histogram, key=order)}
 
 
 def gop_lengths(keyframes: list[int], frames: int) -> list[int]:

@@ -89,6 +89,16 @@ def test_inspect_gop_wording_for_one_length_several_lengths_and_none() -> None:
     assert "GOP" not in format_summary({**base, "gop": {}, "single_keyframe_videos": 0})  # images: no line
 
 
+def test_inspect_histograms_run_in_ascending_order() -> None:
+    from collections import Counter
+
+    from mediapipe.inspect_dataset import _ascending
+
+    assert list(_ascending(Counter({"<=512px": 1, ">4096px": 1, "<=256px": 2}))) == ["<=256px", "<=512px", ">4096px"]
+    assert list(_ascending(Counter({"30": 4, "24": 1, "29.97": 2}))) == ["24", "29.97", "30"]
+    assert list(_ascending(Counter({">300s": 1, "<=5s": 3, "<=1s": 1}))) == ["<=1s", "<=5s", ">300s"]
+
+
 def test_inspect_of_a_flat_folder_says_there_are_no_classes(tmp_path: Path, capsys) -> None:
     flat = tmp_path / "flat"
     flat.mkdir()
