@@ -286,7 +286,7 @@ def _stray_bytes(path: str, members: list[sf.Member], size: int) -> list[tuple[i
     """(offset, member) of the first non-zero byte of each stretch that convert writes as zeros:
     the padding after each member's data (member None: the end-of-archive blocks)."""
     found = []
-    fd = os.open(path, os.O_RDONLY)
+    fd, _ = sf.open_regular(path, "shard")  # (no link followed, nothing but a regular file)
     try:
         stretches = [(m.offset + m.size, -(-(m.offset + m.size) // sf.BLOCK) * sf.BLOCK, m.name) for m in members]
         end = stretches[-1][1] if stretches else 0
