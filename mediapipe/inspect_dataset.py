@@ -256,7 +256,12 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
                 except Exception as err:  # noqa: BLE001  every decode failure is a reported problem
                     problem(name, f"cannot decode: {type(err).__name__}: {reasons.reason(err)}", m.offset, m.name)
         if damaged:
-            for offset, member in _stray_bytes(where.tar, [m for sample in scanned for m in sample], size):
+            try:
+                stray = _stray_bytes(where.tar, [m for sample in scanned for m in sample], size)
+            except SourceError as err:  # replaced while it was verified
+                problem(name, err.reason)
+                stray = []
+            for offset, member in stray:
                 what = f"the padding after {member}" if member else "the end-of-archive blocks"
                 problem(name, f"damaged: {what} should be zeros (first non-zero byte at offset {offset})", offset)
             if len(problems) == located:
