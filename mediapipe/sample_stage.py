@@ -11,13 +11,19 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from mediapipe.augment.base import Params
+from mediapipe.augment.base import CanvasError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
+from mediapipe.errors import DecodeError
 from mediapipe.host_batch import Deferred
 from mediapipe.plan import Plan
 from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
 from mediapipe.sample import SampleRef
 from mediapipe.stats import StageStats
+
+
+def canvas_key(op_index: int) -> tuple[str, int]:
+    """Where a params cache keeps the (H, W) an op fused into a decoder drew on."""
+    return ("canvas", op_index)
 
 
 class SampleStage:
@@ -40,29 +46,40 @@ class SampleStage:
         for field_index, name in self.plan.decode_order:
             self.decode_field(ref, name, field_index, decoders[name], epoch, data, params_cache, done, stats, spans)
         t0 = time.perf_counter()
-        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False)
+        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False, key=ref.key)
         stats.seconds["sample_ops"] += time.perf_counter() - t0
         return data
 
     def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
-                done: set, *, deferred: bool) -> None:
+                done: set, *, deferred: bool, key: str | None = None) -> None:
         """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
-        in a worker) or those after it (``deferred=True``, on the device)."""
+        in a worker) or those after it (``deferred=True``, on the device). An op's draw sees the
+        size of its canvas (its first raster input); an op fused into a decoder drew on the
+        decoded file's size, which its other fields (a mask, boxes) must then have too."""
         plan = self.plan
         for p in plan.sample_ops:
             if (p.index in plan.deferred_ops) != deferred:
                 continue
-            params = params_cache.get(p.index)
-            if params is None:
-                first = data[p.op.inputs[0]]
-                op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
-                params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
-            todo = [(s, d) for s, d in zip(p.op.inputs, p.op.outputs) if (p.index, s) not in done]
-            if len(todo) == len(p.op.inputs):
-                p.op.apply_fields(data, params)
-            else:
-                for src, dst in todo:
-                    data[dst] = p.op.apply_to(data[src], params, src)
+            todo = [s for s in p.op.inputs if (p.index, s) not in done]
+            try:
+                params = params_cache.get(p.index)
+                if params is None:
+                    first = data[p.size_field]
+                    op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
+                    params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+                    canvas = None
+                else:  # fused: drawn on the size the decoder saw
+                    canvas = params_cache.get(canvas_key(p.index))
+                    canvas = tuple(canvas) if canvas is not None else None
+                    here = p.op.canvas_of(data, todo)
+                    if here is not None and canvas is not None and here != canvas:
+                        raise CanvasError(f"{type(p.op).__name__} draws once for {list(p.op.inputs)}, but "
+                                          f"{[f for f in todo]} are {here}, not {canvas} as decoded")
+                p.op.apply_fields(data, params, only=None if len(todo) == len(p.op.inputs) else todo,
+                                  canvas_size=canvas)
+            except CanvasError as err:
+                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
+                                  category="fields of one draw differ in size") from None
 
     def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
                      data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
@@ -94,6 +111,7 @@ class SampleStage:
             if params is None:
                 params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), meta)
                 params_cache[fused.index] = params
+                params_cache[canvas_key(fused.index)] = meta.get("size")
             hint = fused.op.decode_hint(params, meta) or NO_HINT
         if source is not None:
             hint = replace(hint, span=spans.get(source))
