@@ -292,19 +292,24 @@ class Op:
     def canvas_of(self, data: dict[str, Any], fields: Collection[str] | None = None) -> Canvas:
         """The (H, W) shared by the raster fields among ``fields`` (default: the inputs), one per
         sample for lists; None when there is none. `CanvasError` when they differ."""
+        sizes = self.raster_sizes(data, fields)
+        if not sizes:
+            return None
+        first = next(iter(sizes.values()))
+        if any(s != first for s in sizes.values()):
+            raise CanvasError(f"{type(self).__name__} draws once for {list(self.inputs)}, but their sizes differ: "
+                              + ", ".join(f"{f} {s}" for f, s in sizes.items()))
+        return first
+
+    def raster_sizes(self, data: dict[str, Any], fields: Collection[str] | None = None) -> dict[str, Any]:
+        """field -> (H, W) (a list of them for a list batch) of the raster inputs among ``fields``."""
         b = self.binding
         sizes: dict[str, Any] = {}
         for f in fields if fields is not None else b.inputs:
             if f in b.inputs and b.type_of(f).kind in RASTER and f in data:
                 x = data[f]
                 sizes[f] = [tuple(v.shape[-2:]) for v in x] if isinstance(x, list) else tuple(x.shape[-2:])
-        if not sizes:
-            return None
-        first = next(iter(sizes.values()))
-        if any(s != first for s in sizes.values()):
-            raise CanvasError(f"{type(self).__name__} draws once for {list(sizes)}, but their sizes differ: "
-                              + ", ".join(f"{f} {s}" for f, s in sizes.items()))
-        return first
+        return sizes
 
     def _apply_list(self, xs: list, params: Params, ftype: FieldType, canvas: Canvas) -> list:
         """A list batch (one tensor per sample): each sample through the kernel as a batch of one."""
@@ -438,6 +443,12 @@ def check_probability(op: Op, p: float, name: str = "p") -> None:
     """Reject a probability outside [0, 1], naming the op, the argument and the value."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"{type(op).__name__}({name}={p}): expected 0 <= {name} <= 1")
+
+
+def check_choice(op: Op, name: str, value: Any, choices: Collection[Any]) -> None:
+    """Reject a value that is not one of ``choices``, naming the op and the argument."""
+    if value not in choices:
+        raise ValueError(f"{type(op).__name__}({name}={value!r}): expected one of {tuple(choices)}")
 
 
 def check_positive(op: Op, **values: float | None) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from mediapipe.augment.base import Op, Params, check_probability
+from mediapipe.augment.base import Op, Params, check_choice, check_probability
 from mediapipe.augment.functional import color as F
 from mediapipe.augment.geometry import HorizontalFlip, VerticalFlip
 from mediapipe.fields import FieldType
@@ -41,9 +41,9 @@ class Normalize(Op):
         super().__post_init__()
         object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
         object.__setattr__(self, "std", tuple(float(s) for s in self.std))
-        if len(self.mean) != len(self.std) or min(self.std) <= 0:
+        if not self.mean or len(self.mean) != len(self.std) or not min(self.std) > 0:
             raise ValueError(f"Normalize(mean={self.mean}, std={self.std}): one positive std per mean")
-        F.dtype_of(self.dtype)
+        check_choice(self, "dtype", self.dtype, F.FLOAT_DTYPES)
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         return self._normalize(x)
@@ -77,7 +77,7 @@ class ToDtype(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        F.dtype_of(self.dtype)
+        check_choice(self, "dtype", self.dtype, F.DTYPES)
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         return F.to_dtype(x, F.dtype_of(self.dtype), self.scale)

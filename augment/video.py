@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mediapipe.augment.base import Op, Params
+from mediapipe.augment.base import Op, Params, check_choice
 from mediapipe.augment.functional import color as C
 from mediapipe.augment.functional import video as F
 from mediapipe.augment.temporal import FrameDrop, TemporalJitter, TemporalReverse, UniformTemporalSubsample
@@ -49,9 +49,9 @@ class YUVToRGB(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        F.colour_code(F.MATRICES[0] if self.matrix == AUTO else self.matrix,
-                      F.RANGES[0] if self.range == AUTO else self.range)  # validates both
-        C.dtype_of(self.dtype)
+        check_choice(self, "matrix", self.matrix, (AUTO, *F.MATRICES))
+        check_choice(self, "range", self.range, (AUTO, *F.RANGES))
+        check_choice(self, "dtype", self.dtype, C.DTYPES)
 
     @property
     def auto(self) -> bool:
@@ -112,8 +112,7 @@ class ClipLayout(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"ClipLayout(layout={self.layout!r}): expected one of {LAYOUTS}")
+        check_choice(self, "layout", self.layout, LAYOUTS)
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         if self.layout == "TCHW":

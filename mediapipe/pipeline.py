@@ -65,8 +65,6 @@ class Pipeline:
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed={seed!r}: expected an int")
         if isinstance(augment, Op):
             raise ValueError(f"augment={augment!r}: expected a list of ops, e.g. [A.HorizontalFlip()]")
         self.source, self.batch_size, self.seed = source, batch_size, seed

@@ -71,10 +71,10 @@ class SampleStage:
                 else:  # fused: drawn on the size the decoder saw
                     canvas = params_cache.get(canvas_key(p.index))
                     canvas = tuple(canvas) if canvas is not None else None
-                    here = p.op.canvas_of(data, todo)
-                    if here is not None and canvas is not None and here != canvas:
-                        raise CanvasError(f"{type(p.op).__name__} draws once for {list(p.op.inputs)}, but "
-                                          f"{[f for f in todo]} are {here}, not {canvas} as decoded")
+                    off = {f: s for f, s in p.op.raster_sizes(data, todo).items() if s != canvas}
+                    if off and canvas is not None:
+                        raise CanvasError(f"{type(p.op).__name__} draws once for {list(p.op.inputs)} on the "
+                                          f"decoded {canvas}, but " + ", ".join(f"{f} is {s}" for f, s in off.items()))
                 p.op.apply_fields(data, params, only=None if len(todo) == len(p.op.inputs) else todo,
                                   canvas_size=canvas)
             except CanvasError as err:

@@ -128,9 +128,9 @@ class _Finalised:
 class _Collects(Op):
     """Runs the garbage collector in the worker, as any worker does once it has allocated enough."""
 
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    batched = False  # a per-sample kernel: runs in the workers
 
-    def apply(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: dict, field, canvas_size) -> torch.Tensor:
         import gc
 
         gc.collect()

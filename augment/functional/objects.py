@@ -175,19 +175,17 @@ def forward_matrices(inverse: torch.Tensor) -> torch.Tensor:
 
 def _warp_points(points: torch.Tensor, forward: torch.Tensor, canvas_size: tuple[int, int],
                  output_size: tuple[int, int] | None) -> torch.Tensor:
-    """(M, P, 2) points in canvas pixels through per-row ``forward`` (M, 2, 3). With
-    ``output_size`` (``expand``) the result is shifted so that the warped canvas's top-left
-    corner lands at (0, 0), as torchvision's expand does."""
+    """(M, P, 2) points in canvas pixels through per-row ``forward`` (M, 2, 3), into the pixels of
+    the output (``output_size`` with ``expand``, else the canvas). The image warp centres the
+    turned canvas in the output, so points are taken from the canvas's centre to the output's:
+    where the pixels land. (torchvision's boxes and keypoints under ``expand`` shift to the turned
+    canvas's corner instead, up to a pixel away from its own image, and may size their canvas
+    one pixel off it.)"""
     h, w = canvas_size
-    centre = points.new_tensor([w * 0.5, h * 0.5], dtype=torch.float64)
-    rel = points.to(torch.float64) - centre
+    oh, ow = output_size or canvas_size
+    rel = points.to(torch.float64) - points.new_tensor([w * 0.5, h * 0.5], dtype=torch.float64)
     out = rel @ forward[:, :, :2].transpose(1, 2) + forward[:, None, :, 2]
-    if output_size is None:
-        return out + centre
-    corners = torch.tensor([[-w * 0.5, -h * 0.5], [-w * 0.5, h * 0.5], [w * 0.5, h * 0.5], [w * 0.5, -h * 0.5]],
-                           dtype=torch.float64, device=points.device)
-    warped = corners @ forward[:, :, :2].transpose(1, 2) + forward[:, None, :, 2]
-    return out - warped.amin(dim=1, keepdim=True)
+    return out + out.new_tensor([ow * 0.5, oh * 0.5])
 
 
 def affine_boxes(boxes: torch.Tensor, inverse: torch.Tensor, *, canvas_size: tuple[int, int], format: str,
