@@ -26,7 +26,7 @@ import torch
 from mediapipe.augment.base import Op, Stage
 from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
-from mediapipe.fields import LABEL, OTHER, RASTER, FieldType, field_type, pad_axis
+from mediapipe.fields import LABEL, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources import Source
 
 ON_ERROR = ("raise", "skip", "replace")
@@ -101,6 +101,7 @@ class Plan:
         self.collate_policy = dict(collate or {})
         self.base_types = self._base_types()
         self.ops, self.types = self._bind(list(ops))
+        self.object_fields = tuple(n for n, t in self.base_types.items() if t.kind in OBJECTS)
         self.placed = self._place()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()

@@ -11,9 +11,12 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from mediapipe.augment.base import CanvasError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
 from mediapipe.errors import DecodeError
+from mediapipe.fields import BOXES
 from mediapipe.host_batch import Deferred
 from mediapipe.plan import Plan
 from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
@@ -40,6 +43,7 @@ class SampleStage:
         if ref.label is not None:
             data["label"] = ref.label
         data.update(ref.fields)
+        self.check_objects(data, ref.key)
         params_cache: dict[int, Params] = {}
         done: set[tuple[int, str]] = set()
         decoders, spans = self.plan.decoders(), {}
@@ -49,6 +53,28 @@ class SampleStage:
         self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False, key=ref.key)
         stats.seconds["sample_ops"] += time.perf_counter() - t0
         return data
+
+    def check_objects(self, data: dict[str, Any], key: str) -> None:
+        """A source's boxes and keypoints as float32 (N, 4) and (N, ..., 2) tensors (a JSON list of
+        lists too; none at all is (0, 4)); another shape is a bad annotation of this sample."""
+        for name in self.plan.object_fields:
+            if name not in data:
+                continue
+            try:
+                value = torch.as_tensor(data[name], dtype=torch.float32)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise DecodeError(key, "source", f"field {name!r}: not numbers ({err})", category="bad annotation") from None
+            kind = self.plan.base_types[name].kind
+            if value.numel() == 0:
+                value = value.reshape(0, 4) if kind == BOXES else value.reshape(0, *value.shape[1:] or (2,))
+            if (kind == BOXES and (value.ndim != 2 or value.shape[1] != 4)) or (kind != BOXES and value.shape[-1:] != (2,)):
+                expected = "(N, 4)" if kind == BOXES else "(N, ..., 2)"
+                raise DecodeError(key, "source", f"field {name!r} ({kind}) has shape {tuple(value.shape)}, expected "
+                                  f"{expected}", category="bad annotation")
+            if not bool(torch.isfinite(value).all()):
+                raise DecodeError(key, "source", f"field {name!r} ({kind}) holds NaN or infinite coordinates",
+                                  category="bad annotation")
+            data[name] = value
 
     def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
                 done: set, *, deferred: bool, key: str | None = None) -> None:

@@ -248,3 +248,37 @@ def test_list_boxes_cross_processes_packed():
     again = pickle.loads(pickle.dumps(boxes_))
     assert isinstance(again, TensorList) and [b.shape[0] for b in again] == [3, 0, 1]
     assert all(torch.equal(a, b) for a, b in zip(boxes_, again))
+
+
+class ListManifest(BoxManifest):
+    """Boxes straight from the JSON rows, as lists: whatever an annotation file holds."""
+
+    kind = "test-list-manifest"
+
+    def ref(self, index: int):
+        ref = ManifestSource.ref(self, index)
+        ref.fields["boxes"] = self._rows[index]["boxes"]
+        ref.fields["points"] = self._rows[index]["points"]
+        return ref
+
+
+def test_bad_annotations_name_the_sample_and_the_field(tmp_path):
+    rows = write_objects(tmp_path, count=4)
+    lines = [json.loads(line) for line in rows.read_text().splitlines()]
+    lines[1]["boxes"] = [[1, 2, 3]]  # three numbers
+    lines[2]["boxes"] = [[1, 2, float("nan"), 4]]
+    rows.write_text("\n".join(json.dumps(r) for r in lines))
+    ops = [A.Resize((32, 32)), A.HorizontalFlip()]
+    source = ListManifest(rows)
+    pipe = mp.Pipeline(source, {"image": mp.decoders.image(), "mask": mp.decoders.mask()}, ops, batch_size=4,
+                       device="cpu")
+    with pytest.raises(DecodeError, match=r"1\.jpg.*field 'boxes' \(boxes\) has shape \(1, 3\), expected \(N, 4\)"):
+        list(pipe.loader(num_workers=0, shuffle=False))
+    replacing = mp.Pipeline(source, {"image": mp.decoders.image(), "mask": mp.decoders.mask()}, ops, batch_size=4,
+                            device="cpu", on_error="replace", collate={"boxes": "pad"})
+    batch = next(iter(replacing.loader(num_workers=0, shuffle=False)))
+    assert batch["valid"].tolist() == [True, False, False, True]
+    assert batch["boxes_lengths"][1:3].tolist() == [0, 0]  # a failed sample has no objects
+    loader = replacing.loader(num_workers=0, shuffle=False)
+    list(loader)
+    assert loader.stats.errors == {"source: bad annotation": 2}
