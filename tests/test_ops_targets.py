@@ -292,3 +292,49 @@ def test_padding_modes_that_mirror_pixels_refuse_boxes(op) -> None:
     op.bind({"image": FieldType("image"), "mask": FieldType("mask")})  # pixels alone: fine
     with pytest.raises(PipelineError, match=r"cannot transform field 'boxes' of kind boxes \(xyxy\).*padding_mode"):
         op.bind(sample_types("xyxy"), where="augment[0] ")
+
+
+def test_each_kind_has_one_kernel_per_functional_named_after_it() -> None:
+    from mediapipe.augment.functional import spatial
+    from mediapipe.augment.functional.dispatch import Functional, register_kernel
+
+    for functional in (spatial.hflip, spatial.vflip, spatial.resize, spatial.crop, spatial.resized_crop, spatial.pad,
+                       spatial.affine):
+        assert functional.kinds == {"image", "video", "mask", "boxes", "keypoints"}
+        for kind in ("mask", "boxes", "keypoints"):  # images and videos share the image kernel
+            assert functional.kernel(kind).__name__ == f"{functional.name}_{kind}"
+        assert functional.kernel("video").__name__ == f"{functional.name}_image"
+    with pytest.raises(ValueError, match="hflip already has a kernel for 'boxes': hflip_boxes"):
+        register_kernel(spatial.hflip, "boxes")(lambda x, **kw: x)
+    with pytest.raises(ValueError, match="unknown kind"):
+        register_kernel(spatial.hflip, "pointcloud")
+    blur = Functional("blur")
+    register_kernel(blur, "image")(lambda x, sigma: x * sigma)
+    assert blur(torch.ones(2), 3.0, kind="image").tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match=r"blur has no kernel for 'mask' fields; it transforms \['image'\]"):
+        blur(torch.ones(2), 3.0, kind="mask")
+
+
+def test_an_op_gains_a_kind_when_a_kernel_is_registered_for_it() -> None:
+    from mediapipe.augment.functional.dispatch import Functional, register_kernel
+    from mediapipe.errors import PipelineError
+
+    shift = Functional("shift")
+    register_kernel(shift, "image")(lambda x, by, **_: x + by)
+
+    class _Shift(A.Op):  # (a leading underscore keeps it out of the op registry)
+        functional = shift
+
+        def transform(self, x, params, field, canvas_size):
+            return shift(x, 1, kind=field.kind)
+
+    Shift = _Shift
+    types = {"image": FieldType("image"), "mask": FieldType("mask")}
+    assert Shift().bind(types).inputs == ("image",)
+    with pytest.raises(PipelineError, match="_Shift cannot transform field 'mask' of kind mask"):
+        Shift(keys=("image", "mask")).bind(types)
+    register_kernel(shift, "mask")(lambda x, by, **_: x)  # masks do not shift
+    assert Shift().bind(types).inputs == ("image", "mask")
+    data = {"image": torch.zeros(1, 2, 2), "mask": torch.zeros(1, 2, 2)}
+    Shift().bind(types).apply_fields(data, {})
+    assert data["image"].sum() == 4 and data["mask"].sum() == 0

@@ -55,16 +55,23 @@ def _with_channel(x: torch.Tensor, dims: int) -> tuple[torch.Tensor, bool]:
 
 # -- flips (batched: one flag per sample) ------------------------------------------------------------
 register_kernel(hflip, IMAGE)(G.hflip_image)
-hflip_video = register_kernel(hflip, VIDEO)(G.hflip_image)
-hflip_mask = register_kernel(hflip, MASK)(G.hflip_image)  # dim -1 is the width for (B, H, W) too
+register_kernel(hflip, VIDEO)(G.hflip_image)
 register_kernel(hflip, BOXES)(O.hflip_boxes)
 register_kernel(hflip, KEYPOINTS)(O.hflip_keypoints)
-
 register_kernel(vflip, IMAGE)(G.vflip_image)
-vflip_video = register_kernel(vflip, VIDEO)(G.vflip_image)
-vflip_mask = register_kernel(vflip, MASK)(G.vflip_image)
+register_kernel(vflip, VIDEO)(G.vflip_image)
 register_kernel(vflip, BOXES)(O.vflip_boxes)
 register_kernel(vflip, KEYPOINTS)(O.vflip_keypoints)
+
+
+@register_kernel(hflip, MASK)
+def hflip_mask(x: torch.Tensor, flip: torch.Tensor, **_: Any) -> torch.Tensor:
+    return G.hflip_image(x, flip)  # dim -1 is the width for (B, H, W) masks too
+
+
+@register_kernel(vflip, MASK)
+def vflip_mask(x: torch.Tensor, flip: torch.Tensor, **_: Any) -> torch.Tensor:
+    return G.vflip_image(x, flip)
 
 
 # -- resize, crop, resized crop, pad (one sample) -----------------------------------------------------
@@ -74,7 +81,7 @@ def resize_image(x: torch.Tensor, size: tuple[int, int], interpolation: str = "b
     return G.resize_image(x, size, interpolation, antialias)
 
 
-resize_video = register_kernel(resize, VIDEO)(resize_image)
+register_kernel(resize, VIDEO)(resize_image)
 
 
 @register_kernel(resize, MASK)
@@ -97,10 +104,15 @@ def crop_image(x: torch.Tensor, top: int, left: int, height: int, width: int, **
     return G.crop_image(x, top, left, height, width)
 
 
-crop_video = register_kernel(crop, VIDEO)(crop_image)
-crop_mask = register_kernel(crop, MASK)(crop_image)  # a region of a mask is exact; outside is 0
+register_kernel(crop, VIDEO)(crop_image)
 register_kernel(crop, BOXES)(O.crop_boxes)
 register_kernel(crop, KEYPOINTS)(O.crop_keypoints)
+
+
+@register_kernel(crop, MASK)
+def crop_mask(x: torch.Tensor, top: int, left: int, height: int, width: int, **_: Any) -> torch.Tensor:
+    """The region, exact; outside the mask is 0 (background)."""
+    return G.crop_image(x, top, left, height, width)
 
 
 @register_kernel(resized_crop, IMAGE)
@@ -109,7 +121,7 @@ def resized_crop_image(x: torch.Tensor, top: int, left: int, height: int, width:
     return G.resized_crop_image(x, top, left, height, width, size, interpolation, antialias)
 
 
-resized_crop_video = register_kernel(resized_crop, VIDEO)(resized_crop_image)
+register_kernel(resized_crop, VIDEO)(resized_crop_image)
 
 
 @register_kernel(resized_crop, MASK)
@@ -128,7 +140,7 @@ def pad_image(x: torch.Tensor, left: int, top: int, right: int, bottom: int, fil
     return G.pad_image(x, left, top, right, bottom, fill, padding_mode)
 
 
-pad_video = register_kernel(pad, VIDEO)(pad_image)
+register_kernel(pad, VIDEO)(pad_image)
 
 
 @register_kernel(pad, MASK)
@@ -154,7 +166,7 @@ def affine_image(x: torch.Tensor, inverse: torch.Tensor, interpolation: str = "n
     return G.warp_affine(x, inverse, interpolation, fill, output_size)
 
 
-affine_video = register_kernel(affine, VIDEO)(affine_image)
+register_kernel(affine, VIDEO)(affine_image)
 
 
 @register_kernel(affine, MASK)
