@@ -282,3 +282,19 @@ def test_bad_annotations_name_the_sample_and_the_field(tmp_path):
     loader = replacing.loader(num_workers=0, shuffle=False)
     list(loader)
     assert loader.stats.errors == {"source: bad annotation": 2}
+
+
+def test_normalize_does_the_flip_on_the_image_and_the_flip_still_moves_the_rest(objects):
+    pipe = pipeline(objects, [A.Resize((64, 64)), A.HorizontalFlip(p=0.5), A.Normalize()], collate={"boxes": "pad"})
+    assert pipe.plan.absorbed == {2: pipe.plan.placed[1]}  # the flip is done by Normalize, on the CPU
+    flipped = 0
+    unflipped = pipeline(objects, [A.Resize((64, 64))], collate={"boxes": "pad"}).loader(num_workers=0, shuffle=False)
+    for batch, ref in zip(pipe.loader(num_workers=0, shuffle=False), unflipped, strict=True):
+        assert_boxes_follow_pixels(batch, tolerance=1.5)
+        red = batch["image"][:, 0]
+        for i in range(batch["image"].shape[0]):
+            for k in range(int(batch["boxes_lengths"][i])):  # the object's red pixels are under its mask
+                inside = batch["mask"][i, 0] == k + 1
+                assert red[i][inside].mean() > red[i][~inside].mean() + 0.8
+        flipped += sum(not torch.equal(a, b) for a, b in zip(batch["boxes"], ref["boxes"]))
+    assert flipped >= 1
