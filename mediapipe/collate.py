@@ -104,7 +104,8 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str, 
     if len(shapes) > 1:
         raise PipelineError(
             f"field {name!r} has shapes {sorted(shapes)[:4]} in one batch: add a sample-stage op that gives "
-            "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)"
+            "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop), or batch it as "
+            f"a list or padded: Pipeline(collate={{{name!r}: 'list'}}) or 'pad'"
         )
     shape = (len(values), *first.shape)
     out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)

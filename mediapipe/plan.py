@@ -26,7 +26,7 @@ import torch
 from mediapipe.augment.base import Op, Stage
 from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
-from mediapipe.fields import LABEL, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
+from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources import Source
 
 ON_ERROR = ("raise", "skip", "replace")
@@ -155,12 +155,30 @@ class Plan:
                     f"produces; fields here: {sorted(types)}"
                 )
             b = op.binding
+            self._check_moves_everything(op, types, i)
             for dst, t in zip(b.outputs, b.types):
                 types[dst] = op.output_type(t)
             for name in op.writes():
                 types.setdefault(name, FieldType(OTHER))
             bound.append(op)
         return bound, types
+
+    @staticmethod
+    def _check_moves_everything(op: Op, types: dict[str, FieldType], index: int) -> None:
+        """A geometric op that moves pixels in place must move the masks, boxes and keypoints of
+        the sample with them: left behind, they would silently stop matching the image."""
+        b = op.binding
+        geometric = OBJECTS <= op.kinds()
+        moved = [f for f, dst in zip(b.inputs, b.outputs) if f == dst and b.type_of(f).kind in RASTER]
+        if not geometric or not moved:
+            return
+        left = [f for f, t in types.items() if t.kind in OBJECTS | {MASK} and f not in b.inputs]
+        if left:
+            raise PipelineError(
+                f"augment[{index}] {type(op).__name__} moves {moved} but not {left}, which are drawn on it: leave "
+                f"keys unset (every spatial field moves with one draw), add them to keys, or write the moved "
+                f"pixels to a new field with out="
+            )
 
     def collate_of(self, name: str) -> tuple[str, int]:
         """How field ``name`` batches: ("stack" | "pad" | "list", the axis "pad" pads)."""

@@ -106,12 +106,17 @@ def assert_boxes_follow_pixels(batch: dict, tolerance: float = 2.5) -> int:
     return checked
 
 
-@pytest.mark.parametrize("collate", ["list", "pad"])
-def test_every_geometric_op_moves_mask_boxes_and_keypoints_with_the_pixels(objects, collate):
-    pipe = pipeline(objects, GEOMETRY, collate={"boxes": collate, "points": collate})
+OTHER_GEOMETRY = [A.Resize(72), A.RandomRotation(30, expand=True), A.Resize((80, 80), interpolation="nearest"),
+                  A.CenterCrop(64), A.VerticalFlip(), A.ColorJitter(0.3, 0.3), A.Normalize()]
+
+
+@pytest.mark.parametrize(("collate", "ops"), [("list", GEOMETRY), ("pad", GEOMETRY), ("list", OTHER_GEOMETRY)])
+def test_every_geometric_op_moves_mask_boxes_and_keypoints_with_the_pixels(objects, collate, ops):
+    pipe = pipeline(objects, ops, collate={"boxes": collate, "points": collate})
     plan = pipe.plan
-    assert "RandomResizedCrop: sample (fused into decode) on image, mask, boxes, points" in repr(pipe)
-    assert plan.ops[7].inputs == ("image",)  # colour: the image only
+    first = type(ops[0]).__name__
+    assert f"{first}: sample (fused into decode) on image, mask, boxes, points" in repr(pipe)
+    assert plan.ops[-2].inputs == ("image",)  # colour: the image only
     assert {n: str(t) for n, t in pipe.field_types.items() if n in ("image", "mask", "boxes")} == \
         {"image": "image", "mask": "mask", "boxes": "boxes (xyxy)"}
     checked = 0
@@ -125,7 +130,7 @@ def test_every_geometric_op_moves_mask_boxes_and_keypoints_with_the_pixels(objec
                 assert isinstance(batch["boxes"], list) and all(b.shape[1:] == (4,) for b in batch["boxes"])
             else:
                 assert batch["boxes"].ndim == 3 and batch["boxes_lengths"].shape == (4,)
-            checked += assert_boxes_follow_pixels(batch)
+            checked += assert_boxes_follow_pixels(batch, tolerance=2.5 if ops is GEOMETRY else 3.5)
             for i in range(4):  # each keypoint (an object's centre) sits inside its box
                 n = len(batch["boxes"][i]) if collate == "list" else int(batch["boxes_lengths"][i])
                 pts = batch["points"][i][:n]
@@ -232,6 +237,12 @@ def test_build_time_errors_name_the_op_the_field_and_its_kind(objects):
         pipeline(objects, [], collate={"nothing": "pad"})
     with pytest.raises(PipelineError, match=r"augment\[0\] Gain has no field to transform.*audio"):
         pipeline(objects, [A.Gain()])
+    # moving the pixels but not what is drawn on them would silently misalign them
+    with pytest.raises(PipelineError, match=r"augment\[0\] RandomResizedCrop moves \['image'\] but not \['mask', "
+                                            r"'boxes', 'points'\].*leave keys unset"):
+        pipeline(objects, [A.RandomResizedCrop(32, key="image")])
+    pipeline(objects, [A.RandomResizedCrop(32, key="image", out="crop")])  # a new field: the rest stays valid
+    pipeline(objects, [A.Resize((64, 64)), A.ColorJitter(0.2, key="image")])  # colour moves nothing
 
 
 def test_dali_refuses_boxes_at_build_time(objects):
@@ -298,3 +309,26 @@ def test_normalize_does_the_flip_on_the_image_and_the_flip_still_moves_the_rest(
                 assert red[i][inside].mean() > red[i][~inside].mean() + 0.8
         flipped += sum(not torch.equal(a, b) for a, b in zip(batch["boxes"], ref["boxes"]))
     assert flipped >= 1
+
+
+def test_images_of_several_sizes_batch_as_lists_with_their_boxes(objects):
+    """No size-equalising op: images, masks and boxes batch as lists, and the batch ops run on each
+    sample with its own canvas."""
+    pipe = pipeline(objects, [A.Resize(48), A.HorizontalFlip(), A.RandomRotation(10), A.Normalize()],
+                    collate={"image": "list", "mask": "list"})
+    assert pipe.plan.absorbed == {}  # Normalize's flip-while-writing needs a stacked batch
+    shapes = set()
+    for batch in pipe.loader(num_workers=2, shuffle=False):
+        assert isinstance(batch["image"], list) and isinstance(batch["boxes"], list)
+        for image, mask in zip(batch["image"], batch["mask"]):
+            assert image.dtype == torch.float32 and image.shape[-2:] == mask.shape[-2:] and min(image.shape[-2:]) == 48
+            shapes.add(tuple(image.shape))
+        for mask, boxes_ in zip(batch["mask"], batch["boxes"]):
+            assert_boxes_follow_pixels({"mask": mask[None], "boxes": [boxes_]})
+    assert len(shapes) > 1
+
+
+def test_boxes_stacked_by_mistake_say_how_to_batch_them(objects):
+    pipe = pipeline(objects, [A.Resize((32, 32))], collate={"boxes": "stack"})
+    with pytest.raises(PipelineError, match=r"field 'boxes' has shapes .*collate=\{'boxes': 'list'\}"):
+        list(pipe.loader(num_workers=0, shuffle=False))
