@@ -332,3 +332,27 @@ def test_boxes_stacked_by_mistake_say_how_to_batch_them(objects):
     pipe = pipeline(objects, [A.Resize((32, 32))], collate={"boxes": "stack"})
     with pytest.raises(PipelineError, match=r"field 'boxes' has shapes .*collate=\{'boxes': 'list'\}"):
         list(pipe.loader(num_workers=0, shuffle=False))
+
+
+def test_dali_resamples_a_mask_as_a_mask(tmp_path):
+    """The lowering asks the kernels' rule: nearest and fill 0 for a mask, whatever the op's
+    interpolation and fill for the image. The photo and its mask are one PNG of class ids here
+    (a folder source gives both fields the same file)."""
+    pytest.importorskip("nvidia.dali")
+    (tmp_path / "c").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        ids = np.zeros((120, 160), np.uint8)
+        for k in range(1, 4):
+            y, x = rng.integers(0, 80), rng.integers(0, 110)
+            ids[y : y + 40, x : x + 50] = k
+        Image.fromarray(ids).save(tmp_path / "c" / f"{i}.png")
+    ops = [A.RandomResizedCrop(48, scale=(0.4, 1.0), interpolation="bicubic"), A.HorizontalFlip(),
+           A.RandomRotation(20, interpolation="bilinear", fill=128)]
+    pipe = mp.Pipeline(mp.loaders.folder(tmp_path), {"image": mp.decoders.image(), "mask": mp.decoders.mask()},
+                       ops, batch_size=4, seed=3, device="cpu")
+    dali = next(iter(pipe.loader(backend="dali", rng="keyed", shuffle=False)))
+    ours = next(iter(pipe.loader(shuffle=False)))
+    assert set(dali["mask"].unique().tolist()) <= {0, 1, 2, 3}  # never blended, and filled with 0, not 128
+    assert not set(dali["image"].unique().tolist()) <= {0, 1, 2, 3, 128}  # the image is: bicubic and bilinear
+    assert (dali["mask"] == ours["mask"]).float().mean() > 0.9  # the same draws (borders round apart)
