@@ -119,12 +119,15 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str, 
 
 def _collate_padded(name: str, values: list[torch.Tensor | None], first: torch.Tensor, axis: int,
                     private: bool) -> dict[str, torch.Tensor]:
-    """(B, ...) with ``axis`` padded to the longest sample: audio's time (last), boxes' objects (first)."""
-    others = {tuple(s for d, s in enumerate(v.shape) if d != axis) for v in values if v is not None}
+    """(B, ...) with ``axis`` padded to the longest sample: audio's time (last), boxes' objects (first).
+    A sample with nothing on that axis (no boxes) may have any other shape: it only gets zeros."""
+    present = [v for v in values if v is not None and v.shape[axis] > 0]
+    first = present[0] if present else first
+    others = {tuple(s for d, s in enumerate(v.shape) if d != axis) for v in present}
     if len(others) > 1:
         raise PipelineError(f"field {name!r} has shapes {sorted(others)[:4]} besides its padded axis {axis} "
                             "in one batch: only that axis may vary")
-    length = max(v.shape[axis] for v in [v for v in values if v is not None] or [first])
+    length = max(v.shape[axis] for v in present or [first])
     shape = list(first.shape)
     shape[axis] = length
     shape = (len(values), *shape)
@@ -132,7 +135,7 @@ def _collate_padded(name: str, values: list[torch.Tensor | None], first: torch.T
     out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
     lengths = torch.zeros(len(values), dtype=torch.int64)
     for i, v in enumerate(values):
-        n = 0 if v is None else v.shape[axis]
+        n = 0 if v is None else min(v.shape[axis], length) if v.ndim == first.ndim else 0
         row = out[i]
         if n:
             row.narrow(axis, 0, n).copy_(v)

@@ -56,12 +56,11 @@ class SampleStage:
 
     def check_objects(self, data: dict[str, Any], key: str) -> None:
         """A source's boxes and keypoints as float32 (N, 4) and (N, ..., 2) tensors (a JSON list of
-        lists too; none at all is (0, 4)); another shape is a bad annotation of this sample."""
+        lists too; a sample without the field, or with an empty list, has none: (0, 4) or (0, 2));
+        another shape is a bad annotation of this sample."""
         for name in self.plan.object_fields:
-            if name not in data:
-                continue
             try:
-                value = torch.as_tensor(data[name], dtype=torch.float32)
+                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32)
             except (TypeError, ValueError, RuntimeError) as err:
                 raise DecodeError(key, "source", f"field {name!r}: not numbers ({err})", category="bad annotation") from None
             kind = self.plan.base_types[name].kind

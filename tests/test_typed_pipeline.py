@@ -356,3 +356,30 @@ def test_dali_resamples_a_mask_as_a_mask(tmp_path):
     assert set(dali["mask"].unique().tolist()) <= {0, 1, 2, 3}  # never blended, and filled with 0, not 128
     assert not set(dali["image"].unique().tolist()) <= {0, 1, 2, 3, 128}  # the image is: bicubic and bilinear
     assert (dali["mask"] == ours["mask"]).float().mean() > 0.9  # the same draws (borders round apart)
+
+
+class SparseManifest(BoxManifest):
+    """Rows that leave out boxes and keypoints when an image has no object (as annotation files
+    often do); keypoints of 2 per object."""
+
+    kind = "test-sparse-manifest"
+
+    def ref(self, index: int):
+        ref = ManifestSource.ref(self, index)
+        row = self._rows[index]
+        if row["boxes"]:
+            ref.fields["boxes"] = row["boxes"]
+            ref.fields["points"] = [[p, p] for p in row["points"]]  # (N, 2, 2)
+        return ref
+
+
+@pytest.mark.parametrize("collate", ["list", "pad"])
+def test_a_sample_without_the_field_has_no_objects(objects, collate):
+    pipe = mp.Pipeline(SparseManifest(objects), {"image": mp.decoders.image(), "mask": mp.decoders.mask()},
+                       [A.RandomResizedCrop(40), A.HorizontalFlip()], batch_size=4, device="cpu",
+                       collate={"boxes": collate, "points": collate})
+    batch = next(iter(pipe.loader(num_workers=0, shuffle=False)))  # samples 0 (none), 1, 2, 3
+    n = [len(b) for b in batch["boxes"]] if collate == "list" else batch["boxes_lengths"].tolist()
+    assert n[0] == 0 and all(k > 0 for k in n[1:])
+    points = batch["points"]
+    assert (points[0].shape == (0, 2)) if collate == "list" else (points.shape[2:] == (2, 2) and not points[0].any())
