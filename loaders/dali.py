@@ -6,7 +6,7 @@ each decoded field reads (`Plan.blob`: files, a manifest's named columns, byte r
 converted shards) are fed to DALI in that order through ``fn.external_source``; DALI decodes
 (``mixed`` = nvJPEG on a GPU, ``cpu`` with ``device_id=None``) and runs the lowered ops (see
 `dali_lowering`). A batch holds the fields the plan lists (`Plan.batch_fields`), as the torch
-backend's do; index, label and manifest fields (`sample_fields`) never enter DALI: they are
+backend's do; index, label and manifest fields (`SampleStage.source_fields`) never enter DALI: they are
 attached on the host from the planned batch, so they cannot drift from the images.
 
 Random parameters: ops whose draws DALI has no operator for (ColorJitter, GaussianBlur,
@@ -53,9 +53,10 @@ from mediapipe.loaders.dali_lowering import (
 from mediapipe.loaders.loader import SamplerDriven
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import build_sampler, may_pad, resolve_ranks
-from mediapipe.plan import BatchField, sample_fields
+from mediapipe.plan import BatchField
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleRef
+from mediapipe.sample_stage import SampleStage
 
 if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
@@ -256,7 +257,8 @@ class DaliLoader(SamplerDriven):
             pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
         self.fields: list[BatchField] = self.plan.batch_fields()
-        self._policies = self.plan.collate_policies()  # the sample fields' (token ids: padded)
+        self._policies = self.plan.collate_policies()  # the source's fields' (boxes: lists, token ids: padded)
+        self._source_fields = SampleStage(self.plan).source_fields
         self.stats = StageStats()
         self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
         decoders = self.plan.decoders()
@@ -406,7 +408,7 @@ class DaliLoader(SamplerDriven):
         # the plan's fields: the samples' own (collated as the torch backend collates them), the
         # DALI outputs (a pad-collated field with its lengths), valid
         out: dict[str, Any] = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v
-                               for k, v in collate([sample_fields(r) for r in refs], self._policies).items()}
+                               for k, v in collate([self._source_fields(r) for r in refs], self._policies).items()}
         padded = {f.field for f in self.fields if f.origin == "lengths"}
         for (name, f), tl in zip(fields.items(), outputs):
             if name in padded:

@@ -12,9 +12,8 @@ the draws are exactly this library's.
 
 Resampling: DALI's nearest samples pixel centres, which is torch's "nearest-exact";
 torch's "nearest" (source pixel floor(dst * in / out)) is DALI's nearest over a region
-shifted by half an output pixel (`nearest_roi`). Mask fields (``mask_keys``) are resampled
-with "nearest" and no antialias, as the torch backend does; a field resampled with either
-nearest takes the keyed crop window, whatever ``rng`` says.
+shifted by half an output pixel (`nearest_roi`). A field resampled with either nearest (a
+mask always is) takes the keyed crop window, whatever ``rng`` says.
 
 Approximations, stated where they apply: ColorJitter follows each sample's drawn order of
 brightness, contrast and saturation (``hue`` is refused: DALI turns hue in YIQ, not HSV);
@@ -23,6 +22,13 @@ ties; bilinear also at the borders, where torchvision blends the fill by the int
 mask); nearest resizes differ where torch's float32 index rounds down at an exact pixel
 edge; Resample uses DALI's windowed sinc, not torchaudio's; decoding is DALI's libjpeg-turbo /
 nvJPEG (our decoder's reduced-size DCT decode is not used, so resized pixels differ by rounding).
+
+The ops come bound to their fields (`Op.bind`), with each field's kind: the lowering applies
+what the op does to each kind as the torch kernels do, asking the same place
+(`mediapipe.augment.functional.spatial.sampling`: a mask is resampled with nearest, never
+antialiased, and filled with 0). The lowerings handle images, masks, audio and features
+(`LOWERED_KINDS`); an op given a field of another kind (boxes, keypoints, video) is refused
+at build time, naming the op, the field and its kind.
 
 An op whose class is not in the table, whose fields no longer match what its lowering
 consumes, with an argument changed from its default that the lowering does not consume, or
@@ -40,6 +46,8 @@ import numpy as np
 
 from mediapipe.augment.base import Op
 from mediapipe.augment.functional.color import JITTER_ORDER
+from mediapipe.augment.functional.spatial import sampling
+from mediapipe.fields import AUDIO, FEATURES, IMAGE, MASK
 
 # Values of a field as it flows through the DALI graph.
 UINT8_UNITS, UNIT_FLOAT = 255.0, 1.0
@@ -166,15 +174,13 @@ def _copy(f: FieldNode) -> FieldNode:
     return FieldNode(**{k.name: getattr(f, k.name) for k in fields(f)})
 
 
+def _sampling(op: Any, src: str, interpolation: str | None = None, antialias: bool = False,
+              fill: Any = 0) -> tuple[str, bool, Any]:
+    """What field ``src`` of the (bound) op is resampled with, by its kind: the torch kernels' rule."""
+    return sampling(op.binding.type_of(src).kind, interpolation or "nearest", antialias, fill)
+
+
 # -- geometry -------------------------------------------------------------------------------
-def resampling(op: Any, src: str) -> tuple[str, bool]:
-    """(interpolation, antialias) with which ``op`` resamples input ``src``: a mask field
-    (``mask_keys``) with "nearest" and no antialias, as the torch backend's ops do."""
-    if src in getattr(op, "mask_keys", ()):
-        return "nearest", False
-    return op.interpolation, op.antialias
-
-
 def nearest_roi(interpolation: str, in_size: tuple[int, int], out_size: tuple[int, int]
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(roi_start, roi_end) that make DALI's nearest, which samples at pixel centres
@@ -210,13 +216,15 @@ def _interp(ctx: LoweringContext, interpolation: str, antialias: bool) -> dict[s
 def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
     fn, types = ctx.fn, ctx.types
     height, width = op.size
+    sampled = {src: _sampling(op, src, op.interpolation, op.antialias)[:2] for src in op.inputs}
     # the torch backend's window, drawn on the host from the header's size: with rng="keyed",
     # for several fields (one window for all), and for nearest (its region needs the window)
-    keyed = ctx.keyed or len(op.inputs) > 1 or any(resampling(op, src)[0].startswith("nearest") for src in op.inputs)
+    keyed = ctx.keyed or len(op.inputs) > 1 or any(i.startswith("nearest") for i, _ in sampled.values())
     for src in op.inputs:
-        interpolation, antialias = resampling(op, src)
+        interpolation, antialias = sampled[src]
         in_place = op.outputs[op.inputs.index(src)] == src
-        fuse = not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
+        fuse = (not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
+                and op.fusable(op.binding.type_of(src)))
         decoder = dict(device="mixed" if ctx.device == "gpu" else "cpu")
         if keyed:
             f = ctx.fields[src]
@@ -251,7 +259,7 @@ def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
 
 def lower_resize(op: Any, ctx: LoweringContext) -> None:
     for src in op.inputs:
-        interpolation, antialias = resampling(op, src)
+        interpolation, antialias, _ = _sampling(op, src, op.interpolation, op.antialias)
         f = _copy(ctx.decoded(src))
         ctx.flush_mirror(f)
         before = f.size_of
@@ -353,8 +361,9 @@ def lower_random_crop(op: Any, ctx: LoweringContext) -> None:
         # the padded image's (top, left) is the source's (top - pad_top, left - pad_left); slice pads
         start = ctx.drawn(op, f, "start", lambda p: (p["top"] - p["padding"][1], p["left"] - p["padding"][0]),
                           np.int32)
+        fill = _sampling(op, src, fill=op.fill)[2]
         f.node = ctx.fn.slice(f.node, start=start, shape=[height, width], axis_names="HW",
-                              out_of_bounds_policy="pad", fill_values=[float(op.fill)])
+                              out_of_bounds_policy="pad", fill_values=[float(fill)])
         f.size_of = lambda sample, s=(height, width): s
         _write(ctx, op, src, f)
 
@@ -371,8 +380,9 @@ def lower_pad(op: Any, ctx: LoweringContext) -> None:
             return h + top + bottom, w + left + right
 
         shape = ctx.host_input("Pad.shape", lambda s, g=size_of: np.array(g(s), np.int32))
+        fill = _sampling(op, src, fill=op.fill)[2]
         f.node = ctx.fn.slice(f.node, start=[-top, -left], shape=shape, axis_names="HW",
-                              out_of_bounds_policy="pad", fill_values=[float(op.fill)])
+                              out_of_bounds_policy="pad", fill_values=[float(fill)])
         f.size_of = size_of
         _write(ctx, op, src, f)
 
@@ -491,10 +501,7 @@ def dali_affine(inverse: Any, size: tuple[int, int]) -> np.ndarray:
 
 def _warp(op: Any, ctx: LoweringContext, matrix_of: Callable[[dict[str, Any], tuple[int, int]], Any]) -> None:
     for src in op.inputs:
-        # a mask field (mask_keys): nearest and fill 0, as the torch backend warps it
-        mask = src in op.mask_keys
-        interpolation = "nearest" if mask else op.interpolation
-        fill = 0.0 if mask or op.fill is None else op.fill
+        interpolation, _, fill = _sampling(op, src, op.interpolation, fill=op.fill if op.fill is not None else 0.0)
         f = _copy(ctx.decoded(src))
         ctx.flush_mirror(f)
         index, size_of = ctx.op_index, f.size_of
@@ -509,29 +516,19 @@ def _warp(op: Any, ctx: LoweringContext, matrix_of: Callable[[dict[str, Any], tu
         _write(ctx, op, src, f)
 
 
+def _inverse(op: Any, p: dict[str, Any], size: tuple[int, int]) -> np.ndarray:
+    """The op's own inverse matrix for one sample's draw (the torch kernels use the same)."""
+    from mediapipe.augment.base import promote
+
+    return op.inverse_matrices(promote(None, p)[1], size)[0].numpy()
+
+
 def lower_random_rotation(op: Any, ctx: LoweringContext) -> None:
-    import torch
-
-    from mediapipe.augment.functional.geometry import affine_matrix
-
-    def matrix_of(p: dict[str, Any], size: tuple[int, int]) -> Any:
-        zeros = torch.zeros(1, 2, dtype=torch.float64)  # torchvision's rotate passes -angle
-        return affine_matrix(torch.tensor([-p["angle"]]), zeros, torch.ones(1), zeros, zeros)[0].numpy()
-
-    _warp(op, ctx, matrix_of)
+    _warp(op, ctx, lambda p, size: _inverse(op, p, size))
 
 
 def lower_random_affine(op: Any, ctx: LoweringContext) -> None:
-    import torch
-
-    from mediapipe.augment.functional.geometry import affine_matrix
-
-    def matrix_of(p: dict[str, Any], size: tuple[int, int]) -> Any:
-        return affine_matrix(torch.tensor([p["angle"]]), torch.tensor([[p["translate_x"], p["translate_y"]]]),
-                             torch.tensor([p["scale"]]), torch.tensor([[p["shear_x"], p["shear_y"]]]),
-                             torch.zeros(1, 2, dtype=torch.float64))[0].numpy()
-
-    _warp(op, ctx, matrix_of)
+    _warp(op, ctx, lambda p, size: _inverse(op, p, size))
 
 
 def _cubic_check(op: Any) -> str | None:
@@ -714,6 +711,10 @@ def _entry(lower: Callable, consumes: str, dali_ops: str, check: Callable[[Any],
     return Lowering(lower, frozenset(f"{FIELD_ARGS} {consumes}".split()), dali_ops, check or (lambda op: None))
 
 
+# The field kinds the lowerings handle: an op on boxes, keypoints or a video is refused.
+LOWERED_KINDS = frozenset({IMAGE, MASK, AUDIO, FEATURES})
+
+
 def _float_dtype(op: Any) -> str | None:
     return None if op.dtype in ("float32", "float16") else f"dtype={op.dtype!r} (DALI writes float32 or float16)"
 
@@ -724,10 +725,10 @@ MEL_ARGS = f"{STFT_ARGS} sample_rate n_mels f_min f_max norm mel_scale"
 # op class name -> lowering. Ops added to the library later get an entry here once their
 # DALI counterpart is written; until then they are reported by `unsupported`.
 LOWERINGS: dict[str, Lowering] = {
-    "RandomResizedCrop": _entry(lower_random_resized_crop, "size scale ratio interpolation antialias mask_keys",
+    "RandomResizedCrop": _entry(lower_random_resized_crop, "size scale ratio interpolation antialias",
                                 "decoders.image_random_crop + resize (fused), else random_resized_crop",
                                 _cubic_check),
-    "Resize": _entry(lower_resize, "size max_size interpolation antialias mask_keys", "resize (per-sample size)",
+    "Resize": _entry(lower_resize, "size max_size interpolation antialias", "resize (per-sample size)",
                      _cubic_check),
     "CenterCrop": _entry(lower_center_crop, "size", "slice (per-sample start, pad out of bounds)"),
     "HorizontalFlip": _entry(lower_horizontal_flip, "p", "random.coin_flip -> crop_mirror_normalize(mirror) or flip"),
@@ -746,10 +747,10 @@ LOWERINGS: dict[str, Lowering] = {
     "RandomGrayscale": _entry(lower_random_grayscale, "p", "arithmetic blend with the luma"),
     "GaussianBlur": _entry(lower_gaussian_blur, "kernel_size sigma", "gaussian_blur (keyed sigma)"),
     "RandomErasing": _entry(lower_random_erasing, "p scale ratio value", "erase (keyed boxes)"),
-    "RandomAffine": _entry(lower_random_affine, "degrees translate scale shear interpolation fill center mask_keys",
+    "RandomAffine": _entry(lower_random_affine, "degrees translate scale shear interpolation fill center",
                            "warp_affine (keyed matrices)",
                            lambda op: (f"center={op.center}" if op.center is not None else None) or _scalar_fill(op)),
-    "RandomRotation": _entry(lower_random_rotation, "degrees interpolation expand center fill mask_keys",
+    "RandomRotation": _entry(lower_random_rotation, "degrees interpolation expand center fill",
                              "warp_affine (keyed matrices)",
                              lambda op: ("expand=True" if op.expand else None) or
                              (f"center={op.center}" if op.center is not None else None) or _scalar_fill(op)),
@@ -812,7 +813,9 @@ def unconsumed(op: Op) -> list[str]:
 
 def unsupported(ops: list[Op]) -> list[str]:
     """``"augment[i] Name(why)"`` for each op that has no DALI lowering (or one that no longer
-    fits), has arguments the lowering does not consume, or has settings without a counterpart."""
+    fits), has arguments the lowering does not consume, or has settings without a counterpart;
+    and ``"augment[i] Name(field 'boxes' of kind boxes ...)"`` for each field of a kind no
+    lowering handles (the ops come bound to their fields, as the pipeline's plan holds them)."""
     out = []
     for i, op in enumerate(ops):
         name = type(op).__name__
@@ -824,6 +827,11 @@ def unsupported(ops: list[Op]) -> list[str]:
             out.append(f"augment[{i}] {name}({args}: arguments the DALI lowering does not read)")
         elif (why := entry.check(op)) is not None:
             out.append(f"augment[{i}] {name}({why})")
+        b = op.binding
+        for field_name, t in zip(b.inputs, b.types):
+            if t.kind not in LOWERED_KINDS:
+                out.append(f"augment[{i}] {name}(field {field_name!r} of kind {t}: DALI lowers "
+                           f"{sorted(LOWERED_KINDS)} fields)")
     return out
 
 

@@ -366,12 +366,12 @@ def test_audio_resample_approximates_torch_backend(wav_manifest):
 
 
 def test_audio_settings_without_counterpart_are_listed(wav_manifest):
-    pipe = _audio_pipe(wav_manifest, [A.SpecAugment(), A.AmplitudeToDB(top_db=80.0), A.Spectrogram(win_length=200)],
+    pipe = _audio_pipe(wav_manifest, [A.Spectrogram(win_length=200), A.SpecAugment(), A.AmplitudeToDB(top_db=80.0)],
                        mono=False)
     with pytest.raises(PipelineError) as info:
         pipe.loader(backend="dali")
     message = str(info.value)
-    for part in ("augment[0] SpecAugment", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
+    for part in ("augment[1] SpecAugment", "augment[2] AmplitudeToDB(top_db=80.0", "augment[0] Spectrogram(win_length=200",
                  "decode['audio'] audio(mono=False"):
         assert part in message
 
@@ -421,10 +421,7 @@ def mask_manifest(tmp_path_factory):
 
 def _mask_pipe(manifest, augment, batch_size=4, seed=3):
     return mp.Pipeline(source=mp.loaders.manifest(manifest), device="cpu", batch_size=batch_size, seed=seed,
-                       decode={"image": mp.decoders.image(), "mask": mp.decoders.image(mode="L")}, augment=augment)
-
-
-BOTH = ("image", "mask")
+                       decode={"image": mp.decoders.image(), "mask": mp.decoders.mask()}, augment=augment)
 
 
 def test_a_source_split_by_rank_is_not_split_again(image_folder, tmp_path):
@@ -464,7 +461,7 @@ def test_valid_is_on_every_batch_when_some_rank_may_pad(image_folder):
 
 def test_a_manifests_mask_column_is_decoded_from_its_own_file(mask_manifest):
     # main: the feed read ref.blob("image") for every image field: "mask" got the photo's bytes
-    pipe = _mask_pipe(mask_manifest, [A.CenterCrop(48, keys=BOTH)])
+    pipe = _mask_pipe(mask_manifest, [A.CenterCrop(48)])
     for a, b in zip(pipe.loader(backend="dali", shuffle=False), pipe.loader(backend="torch", shuffle=False),
                     strict=True):
         assert set(a) == set(b) == {"image", "mask", "label", "index", "weight"}
@@ -474,13 +471,14 @@ def test_a_manifests_mask_column_is_decoded_from_its_own_file(mask_manifest):
 
 
 @pytest.mark.parametrize("ops", [
-    [A.Resize((40, 52), keys=BOTH, mask_keys=("mask",))],
-    [A.RandomResizedCrop(44, scale=(0.3, 1.0), keys=BOTH, mask_keys=("mask",)), A.HorizontalFlip(keys=BOTH)],
-    [A.Resize((40, 52), keys=BOTH, mask_keys=("mask",)),
-     A.RandomRotation(25, interpolation="bilinear", fill=128, keys=BOTH, mask_keys=("mask",))],
+    [A.Resize((40, 52))],
+    [A.RandomResizedCrop(44, scale=(0.3, 1.0)), A.HorizontalFlip()],
+    [A.Resize((40, 52)),
+     A.RandomRotation(25, interpolation="bilinear", fill=128)],
 ])
 def test_masks_are_resampled_with_nearest_as_the_torch_backend_does(mask_manifest, ops):
-    # main: mask_keys was accepted and the mask resized (and warped) bilinearly: blended values
+    # main: mask_keys was accepted and the mask resized (and warped) bilinearly: blended values;
+    # now the mask is a mask by its kind (mp.decoders.mask()), resampled nearest, filled with 0
     pipe = _mask_pipe(mask_manifest, ops)
     for a, b in zip(pipe.loader(backend="dali", rng="keyed"), pipe.loader(backend="torch"), strict=True):
         assert torch.equal(a["index"], b["index"]) and a["mask"].shape == b["mask"].shape
@@ -524,7 +522,7 @@ def test_color_jitter_follows_each_samples_drawn_order(png_folder, jitter):
 
 
 def test_batch_fields_are_the_plans(mask_manifest, monkeypatch):
-    pipe = _mask_pipe(mask_manifest, [A.Resize((32, 32), keys=BOTH, mask_keys=("mask",)),
+    pipe = _mask_pipe(mask_manifest, [A.Resize((32, 32)),
                                       A.Normalize(out="normalized")])
     fields = pipe.plan.batch_fields()
     assert [(f.name, f.origin) for f in fields] == [("image", "decoder"), ("mask", "decoder"), ("normalized", "op")]

@@ -14,6 +14,7 @@ from torchvision.transforms import InterpolationMode
 from mediapipe import augment as A
 from mediapipe.augment.base import Stage, op_from_config
 from mediapipe.collate import stack_params
+from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.synthetic import photo_like
 
@@ -195,7 +196,7 @@ def _tv_rotate(img, p, op):
 def test_random_rotation_matches_torchvision(interpolation, center, fill) -> None:
     x = images(6)
     op = A.RandomRotation(45, interpolation=interpolation, center=center, fill=fill)
-    assert op.stage is Stage.BATCH
+    assert op.placement() is Stage.BATCH
     _, params = draw(op, x)
     out = op.apply(x, params)
     for i in range(6):
@@ -215,7 +216,7 @@ def test_random_rotation_float_input() -> None:
 def test_random_rotation_expand_runs_per_sample() -> None:
     x = images(2, 30, 50)
     op = A.RandomRotation(60, expand=True, interpolation="bilinear")
-    assert op.stage is Stage.SAMPLE
+    assert op.placement() is Stage.SAMPLE
     for i in range(2):
         p = op.sample_params(SampleRNG(0, 0, i, 0), {"size": (30, 50)})
         ref = TF.rotate(x[i], float(torch.tensor(p["angle"], dtype=torch.float32)), InterpolationMode.BILINEAR,
@@ -281,11 +282,14 @@ def test_keys_share_params_across_fields() -> None:
     assert torch.equal(data["image"], data["mask"])
 
 
-def test_mask_keys_warp_masks_with_nearest_and_zero_fill() -> None:
+IMAGE_AND_MASK = {"image": FieldType("image"), "mask": FieldType("mask")}
+
+
+def test_a_mask_is_warped_with_nearest_and_zero_fill_because_it_is_a_mask() -> None:
     x = images(4)
     mask = (x[:, :1] > 128).to(torch.uint8) * 3  # class ids 0 and 3
-    op = A.RandomAffine(25, scale=(0.8, 1.2), interpolation="bilinear", fill=100, keys=("image", "mask"),
-                        mask_keys=("mask",))
+    op = A.RandomAffine(25, scale=(0.8, 1.2), interpolation="bilinear", fill=100).bind(IMAGE_AND_MASK)
+    assert op.inputs == ("image", "mask")
     _, params = draw(op, x)
     data = {"image": x, "mask": mask}
     op.apply_fields(data, params)
@@ -293,13 +297,11 @@ def test_mask_keys_warp_masks_with_nearest_and_zero_fill() -> None:
     assert torch.equal(data["mask"], nearest.apply(mask, params))
     assert set(data["mask"].unique().tolist()) <= {0, 3}  # no blended class ids
     assert torch.equal(data["image"], op.apply(x, params))
-    with pytest.raises(ValueError, match="mask_keys"):
-        A.RandomRotation(5, mask_keys=("mask",))  # not an input
 
 
-@pytest.mark.parametrize("op", [A.RandomResizedCrop(24, keys=("image", "mask"), mask_keys=("mask",)),
-                                A.Resize((20, 30), keys=("image", "mask"), mask_keys=("mask",))])
-def test_mask_keys_resize_masks_with_nearest(op) -> None:
+@pytest.mark.parametrize("op", [A.RandomResizedCrop(24), A.Resize((20, 30))])
+def test_a_mask_is_resized_with_nearest(op) -> None:
+    op = op.bind(IMAGE_AND_MASK)
     x = images(1, 48, 64)[0]
     mask = (x[:1] > 128).to(torch.uint8) * 7
     p = op.sample_params(SampleRNG(0, 0, 0, 0), {"size": (48, 64)})
@@ -312,7 +314,15 @@ def test_mask_keys_resize_masks_with_nearest(op) -> None:
     else:
         ref = TF.resized_crop(mask, p["top"], p["left"], p["height"], p["width"], [24, 24], InterpolationMode.NEAREST)
         assert torch.equal(data["mask"], ref)
-    assert op.fusable("image") and not op.fusable("mask")  # the mask's decoder never smooths it
+    assert op.fusable(FieldType("image")) and not op.fusable(FieldType("mask"))  # a mask's decoder never smooths it
+
+
+def test_mask_keys_is_gone_with_an_error_that_says_what_to_do() -> None:
+    with pytest.raises(TypeError, match=r"mask_keys= is gone: decode the mask with mp.decoders.mask\(\)"):
+        A.RandomRotation(5, keys=("image", "mask"), mask_keys=("mask",))
+    config = {"op": "RandomResizedCrop", "size": [24, 24], "keys": ["image", "mask"], "mask_keys": ["mask"]}
+    with pytest.raises(ValueError, match="RandomResizedCrop config has 'mask_keys'.*mp.decoders.mask"):
+        op_from_config(config)
 
 
 def test_out_writes_a_new_field() -> None:
@@ -354,3 +364,65 @@ def test_config_round_trip(op) -> None:
 def test_argument_validation(make, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# -- a fractional box (a crop drawn on the full image, seen on a DCT-reduced decode) -------------------
+def _triangle_resample(x: torch.Tensor, box: tuple[float, float, float, float], size: tuple[int, int]) -> torch.Tensor:
+    """The definition, in float64: output sample i of an axis sits at start + (i + 0.5) * scale and
+    averages the pixels within one scale of it (pixel centres at x + 0.5), weighted by a triangle
+    of half-width max(scale, 1) - torchvision's antialiased bilinear, placed at fractional coordinates."""
+    def weights(start: float, length: float, out: int, extent: int) -> torch.Tensor:
+        scale = length / out
+        support = max(scale, 1.0)
+        centres = start + (torch.arange(out, dtype=torch.float64) + 0.5) * scale
+        pixels = torch.arange(extent, dtype=torch.float64) + 0.5
+        w = (1 - (pixels[None, :] - centres[:, None]).abs() / support).clamp(min=0)
+        return w / w.sum(1, keepdim=True)
+
+    top, left, height, width = box
+    wy = weights(top, height, size[0], x.shape[-2])
+    wx = weights(left, width, size[1], x.shape[-1])
+    return torch.einsum("ih,chw,jw->cij", wy, x.double(), wx)
+
+
+@pytest.mark.parametrize("box", [(10.5, 3.25, 200.5, 150.75), (0.5, 0.25, 180.0, 230.5), (33.75, 47.5, 131.25, 160.0)])
+def test_a_fractional_box_is_resampled_where_it_lies(box) -> None:
+    from mediapipe.augment.functional import geometry as G
+
+    x = images(1, 240, 280, seed=3)[0]
+    size = (56, 64)
+    got = G.resize_box(x, box, size)
+    expected = _triangle_resample(x, box, size)
+    # inside, the grid is within 1/32 output pixel of the box (the borders may see the pixels
+    # just outside the box, which a crop would cut off); uint8 rounding and torch's fixed-point
+    # weights add about half a level
+    inner = (got.double() - expected)[:, 1:-1, 1:-1]
+    assert inner.abs().mean() < 0.6 and inner.abs().max() <= 6
+    # against the box rounded to whole pixels, which the old fused path resampled
+    rounded = G.resized_crop_image(x, round(box[0]), round(box[1]), round(box[2]), round(box[3]), size)
+    assert (rounded.double() - expected)[:, 1:-1, 1:-1].abs().mean() > 2 * inner.abs().mean()
+
+
+def test_an_integer_box_is_the_crop_and_resize() -> None:
+    from mediapipe.augment.functional import geometry as G
+
+    x = images(1, 120, 160, seed=4)[0]
+    expected = TF.resized_crop(x, 7, 9, 90, 100, [40, 48], antialias=True)
+    assert torch.equal(G.resize_box(x, (7.0, 9.0, 90.0, 100.0), (40, 48)), expected)
+
+
+def test_axis_windows_reach_the_box_near_the_edge_too() -> None:
+    from mediapipe.augment.functional import geometry as G
+
+    rng = torch.Generator().manual_seed(0)
+    missed = 0
+    for _ in range(300):  # boxes of whole full-resolution pixels, on a decode at 1/2 scale
+        extent = int(torch.randint(200, 1300, (1,), generator=rng))
+        length = float(torch.randint(100, extent, (1,), generator=rng)) / 2
+        start = float(torch.randint(0, 2 * int(extent / 2 - length) + 1, (1,), generator=rng)) / 2
+        window = G.axis_window(start, length, 64, -(-extent // 2))
+        assert window.first + window.skip * window.scale == pytest.approx(start, abs=window.error * window.scale + 1e-9)
+        missed += window.error > G.BOX_TOLERANCE  # plan_decode then decodes at a larger scale
+    assert missed < 15  # a scale of a whole number of pixels cannot reach a half-pixel start
+    near_edge = G.axis_window(0.5, 300.0, 64, 400)  # half a pixel in: the grid starts before the image
+    assert near_edge.first < 0 and near_edge.error <= G.BOX_TOLERANCE
