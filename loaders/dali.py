@@ -31,6 +31,7 @@ import copy
 import importlib.util
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ from mediapipe.sample_stage import SampleStage
 
 if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
+    from mediapipe.plan import Plan
 
 INSTALL_HINT = "pip install mediapipe-loader[dali]"
 RNG_MODES = ("dali", "keyed")
@@ -144,8 +146,16 @@ class _Feed:
     prefetches across an epoch's end as its own readers do (no bubble, no reset).
     """
 
-    def __init__(self, loader: DaliLoader) -> None:
-        self.loader = loader
+    def __init__(self, plan: Plan) -> None:
+        # the plan, never the loader: DALI holds these callbacks, so a feed that held the loader
+        # would close a cycle (loader -> pipeline -> callbacks -> loader) that only the cyclic
+        # GC frees, maybe in a forked child, where DALI's teardown waits on the parent's threads
+        self.plan = plan
+        decoders = plan.decoders()
+        self.probes = {name: (lambda s, d=decoders[name], n=name: d.probe(s.blobs[n])) for name in plan.decode}
+        # image fields whose header is probed (raising LimitError) before DALI decodes them
+        self.checked = [name for name, spec in plan.decode.items()
+                        if spec.kind == "image" and plan.limits.max_pixels is not None]
         self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
         self.queues: dict[str, collections.deque] = {}
         self.fields: dict[str, FieldNode] = {}  # the pipeline's outputs, in order
@@ -156,10 +166,10 @@ class _Feed:
         self.inputs[name] = compute
         self.queues[name] = collections.deque()
 
+        feed = weakref.ref(self)  # DALI holds this callback, and the feed holds DALI's graph nodes
+
         def source() -> list[np.ndarray]:
-            if not self.queues[name]:
-                self._next_batch()
-            return self.queues[name].popleft()
+            return _pull(feed, name)
 
         return source
 
@@ -168,19 +178,30 @@ class _Feed:
 
     def _next_batch(self) -> None:
         epoch, batch = next(self.planned)
-        source, plan = self.loader.pipeline.source, self.loader.plan
-        refs = [source.ref(int(i)) for i in batch.indices]
+        plan = self.plan
+        refs = [plan.source.ref(int(i)) for i in batch.indices]
         samples = []
         for ref in refs:
             blobs = {name: plan.blob(ref, name) for name in plan.decode}
             blobs = {name: replace(blob, data=blob.read()) for name, blob in blobs.items()}
-            sample = HostSample(ref, blobs, self.loader._probes, self.loader.pipeline.seed, epoch)
-            for name in self.loader._checked:  # max_pixels on the header, before DALI spends memory
+            sample = HostSample(ref, blobs, self.probes, plan.seed, epoch)
+            for name in self.checked:  # max_pixels on the header, before DALI spends memory
                 sample.size(name)
             samples.append(sample)
         for name, compute in self.inputs.items():
             self.queues[name].append([compute(s) for s in samples])
         self.host.append((batch, refs))
+
+
+def _pull(feed_ref: weakref.ref, name: str) -> list[np.ndarray]:
+    """The next batch of input ``name`` from the feed DALI's callback holds weakly (the loader's
+    live pipeline keeps the feed, and the feed goes with it)."""
+    feed = feed_ref()
+    if feed is None:
+        raise RuntimeError("the DALI loader this pipeline fed was dropped")
+    if not feed.queues[name]:
+        feed._next_batch()
+    return feed.queues[name].popleft()
 
 
 def _plans(sampler: BatchSampler, epoch: int, position: int) -> Iterator[tuple[int, PlannedBatch]]:
@@ -261,12 +282,6 @@ class DaliLoader(SamplerDriven):
         self._source_fields = SampleStage(self.plan).source_fields
         self.stats = StageStats()
         self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
-        decoders = self.plan.decoders()
-        self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.blobs[n]))
-                        for name in self.plan.decode}
-        # image fields whose header the feed probes (raising LimitError) before DALI decodes them
-        self._checked = [name for name, spec in self.plan.decode.items()
-                         if spec.kind == "image" and self.plan.limits.max_pixels is not None]
         self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
 
@@ -329,11 +344,18 @@ class DaliLoader(SamplerDriven):
 
     def close(self) -> None:
         """Let the DALI pipeline (its threads and memory) go now; a later pass starts a fresh
-        one where this one stopped (from its checkpoint)."""
+        one where this one stopped (from its checkpoint). Closing twice does nothing more.
+        Dropping the loader does the same: nothing but the loader holds its pipeline."""
         here = (self.sampler.epoch, self.sampler.position)
         if (checkpoint := self._current_checkpoint()) is not None:
             self._checkpoint = (checkpoint, *here)
         self._live = None
+
+    def __enter__(self) -> DaliLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- DALI graph -------------------------------------------------------------------
     def _current_checkpoint(self) -> str | None:
@@ -352,7 +374,7 @@ class DaliLoader(SamplerDriven):
 
     def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:
         DaliPipeline, fn, types = self._dali
-        feed = _Feed(self)
+        feed = _Feed(self.plan)
         seed = dali_seed(self.pipeline.seed, self.ranks.rank, epoch)
         pipe = DaliPipeline(batch_size=self.pipeline.batch_size, num_threads=self.num_threads,
                             device_id=self.device_id, seed=seed, prefetch_queue_depth=self.prefetch,

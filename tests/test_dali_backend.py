@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
+import multiprocessing
 import subprocess
 import sys
+import weakref
 from dataclasses import dataclass
 
 import pytest
@@ -646,6 +649,62 @@ def test_close_lets_the_pipeline_go_and_the_next_pass_goes_on_where_it_stopped(i
     assert loader._live is None
     for a, b in zip(loader, full[2:], strict=True):  # a fresh pipeline from the closed one's checkpoint
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+
+
+def _dropped_loader(root, rng="dali"):
+    """Weak references to a DALI loader that delivered a batch, and to its DALI pipeline, once
+    the loader is dropped (it goes out of scope here)."""
+    loader = _pipe(root, [A.RandomResizedCrop(32), A.HorizontalFlip(), A.ColorJitter(brightness=0.4),
+                          A.Resize(24, interpolation="nearest"), A.Normalize()], batch_size=4).loader(
+        backend="dali", rng=rng)
+    next(iter(loader))
+    return weakref.ref(loader), weakref.ref(loader._live.pipe)
+
+
+@pytest.mark.parametrize("rng", ["dali", "keyed"])
+def test_a_dropped_loader_frees_its_dali_pipeline_at_once(image_folder, rng):
+    # main: the feed's callbacks held the loader (loader -> pipeline -> callbacks -> loader), so
+    # only the cyclic GC freed the pipeline, at a moment of its choosing
+    gc.collect()
+    gc.disable()  # freed by reference counting alone
+    try:
+        loader, pipeline = _dropped_loader(image_folder, rng)
+        assert loader() is None and pipeline() is None
+    finally:
+        gc.enable()
+
+
+def _collect_and_exit():
+    gc.collect()
+
+
+def test_a_child_forked_after_a_loader_was_dropped_exits_promptly(image_folder):
+    # main: the dropped loader's pipeline waited in a reference cycle; a forked child's GC then
+    # ran DALI's teardown, which waits on threads that exist only in the parent (a hang, or SIGSEGV)
+    gc.collect()  # no garbage of earlier tests for the child to find
+    gc.disable()
+    try:
+        _, pipeline = _dropped_loader(image_folder)
+        child = multiprocessing.get_context("fork").Process(target=_collect_and_exit)
+        child.start()
+    finally:
+        gc.enable()
+    child.join(timeout=30)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("a child forked after a DALI loader was dropped hung in its garbage collection")
+    assert child.exitcode == 0 and pipeline() is None
+
+
+def test_close_is_idempotent_and_a_with_block_closes(image_folder):
+    pipe = _pipe(image_folder, [A.Resize((32, 32))], batch_size=4)
+    with pipe.loader(backend="dali", shuffle=False) as loader:
+        first = next(iter(loader))["index"].tolist()
+        pipeline = weakref.ref(loader._live.pipe)
+    assert loader._live is None and pipeline() is None
+    loader.close()
+    assert [b["index"].tolist() for b in loader][0] == [4, 5, 6, 7] != first  # goes on after the delivered batch
 
 
 def test_a_file_gone_mid_epoch_is_named_when_its_batch_is_due(image_folder, tmp_path):
