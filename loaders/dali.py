@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from mediapipe.plan import Plan
 
 INSTALL_HINT = "pip install mediapipe-loader[dali]"
+WHOLE = 2**31 - 1  # an audio window's count to the file's end (DALI's slice trims it)
 RNG_MODES = ("dali", "keyed")
 
 
@@ -128,6 +129,17 @@ class HostSample:
             rng = SampleRNG(self.seed, self.epoch, self.ref.index, op_index)
             self._params[op_index] = op.sample_params(rng, {**self.ref.meta, "size": size})
         return self._params[op_index]
+
+    def window(self, name: str, sample_rate: int | None) -> tuple[int, int]:
+        """(first, count) of the audio samples of field ``name`` the torch backend's decoder
+        gives: the source's segment (an ASR manifest's utterance) on the output rate's grid, as
+        `AudioDecoder.grid_windows` rounds it; the whole file without one."""
+        segment = self.ref.meta.get("segment")
+        if segment is None:
+            return 0, WHOLE
+        start, length = segment
+        rate = sample_rate or int(self._probe[name](self)["sample_rate"])
+        return round(max(0.0, float(start)) * rate), WHOLE if length is None else round(float(length) * rate)
 
     def size(self, name: str) -> tuple[int, int]:
         """(height, width) of field ``name`` as decoded, from its header (no decoding)."""
@@ -402,7 +414,9 @@ class DaliLoader(SamplerDriven):
                 encoded = ctx.host_input(f"{name}.bytes", lambda s, n=name: s.data[n])
                 ctx.fields[name] = FieldNode(encoded, spec.kind, decoded=False, options=dict(spec.options),
                                              size_of=(lambda s, n=name: s.size(n)) if spec.kind == "image" else None,
-                                             channels=1 if spec.options.get("mode") == "L" else 3)
+                                             channels=1 if spec.options.get("mode") == "L" else 3,
+                                             window_of=(lambda s, n=name, r=spec.options.get("sample_rate"):
+                                                        s.window(n, r)) if spec.kind == "audio" else None)
             for ctx.op_index, op in enumerate(self.plan.ops):
                 try:
                     LOWERINGS[type(op).__name__].lower(op, ctx)

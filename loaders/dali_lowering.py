@@ -74,6 +74,7 @@ class FieldNode:
     channels: int = 3  # image: 1 for a grey decode (mode="L")
     pad_value: float = 0.0  # audio: what the host pads each sample's time axis with
     pad_to: int | None = None  # audio: the padded length at least this (PadTrim)
+    window_of: Callable[[Any], tuple[int, int]] | None = None  # audio, host: a sample's (first, count) decoded
 
 
 HostFn = Callable[[Any], np.ndarray]
@@ -124,6 +125,11 @@ class LoweringContext:
         if f.kind == "audio":  # libsndfile on the CPU; mono (N,) float32 in [-1, 1]
             rate = opts.get("sample_rate") or 0.0
             f.node = self.fn.decoders.audio(f.node, downmix=True, dtype=self.types.FLOAT, sample_rate=float(rate))[0]
+            if f.window_of is not None:  # a manifest's utterance within its file, on the output rate's grid
+                first = self.host_input("audio.first", lambda s, w=f.window_of: np.array([w(s)[0]], np.int32))
+                count = self.host_input("audio.count", lambda s, w=f.window_of: np.array([w(s)[1]], np.int32))
+                f.node = self.fn.slice(f.node, first, count, axes=[0], normalized_anchor=False,
+                                       normalized_shape=False, out_of_bounds_policy="trim_to_shape")
             f.layout, f.dtype, f.units = "N", "float32", UNIT_FLOAT
         elif fused is not None:
             f.node = fused(f)

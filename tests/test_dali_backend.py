@@ -368,6 +368,29 @@ def test_audio_resample_approximates_torch_backend(wav_manifest):
         assert (a["audio"] - b["audio"]).abs().mean().item() < 0.02
 
 
+def test_asr_segments_and_transcripts_equal_the_torch_backends(wav_manifest, tmp_path):
+    # an ASR manifest's utterance is a segment of its file, its transcript a str (issue 17);
+    # main: DALI decoded the whole file (0.5 to 0.85 s where the torch backend gave the segment)
+    import json
+
+    paths = [json.loads(line)["path"] for line in wav_manifest.read_text().splitlines()]
+    rows = [{"audio_filepath": p, "offset": 0.05 * i, "duration": 0.3 + 0.01 * i, "text": f"utterance {i}"}
+            for i, p in enumerate(paths)]
+    rows[0].pop("offset")  # from the file's start
+    manifest = tmp_path / "asr.json"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for rate in (None, 16000):
+        pipe = mp.Pipeline(source=mp.loaders.nemo(manifest), decode={"audio": mp.decoders.audio(mono=True, sample_rate=rate)},
+                           augment=[A.LogMelSpectrogram(n_mels=40)], batch_size=3, device="cpu")
+        dali, torch_ = _both(pipe, shuffle=False)
+        assert len(dali) == len(torch_) == 2
+        for a, b in zip(dali, torch_):
+            assert set(a) == set(b) == {"audio", "audio_lengths", "text", "index"}
+            assert a["text"] == b["text"] and all(isinstance(t, str) for t in a["text"])
+            assert torch.equal(a["audio_lengths"], b["audio_lengths"]) and a["audio"].shape == b["audio"].shape
+            assert (a["audio"] - b["audio"]).abs().max().item() <= 1e-3
+
+
 def test_audio_settings_without_counterpart_are_listed(wav_manifest):
     pipe = _audio_pipe(wav_manifest, [A.Spectrogram(win_length=200), A.SpecAugment(), A.AmplitudeToDB(top_db=80.0)],
                        mono=False)
