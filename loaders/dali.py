@@ -412,11 +412,12 @@ class DaliLoader(SamplerDriven):
         with pipe:
             for name, spec in self.plan.decode.items():
                 encoded = ctx.host_input(f"{name}.bytes", lambda s, n=name: s.data[n])
+                rate = spec.options.get("sample_rate")
                 ctx.fields[name] = FieldNode(encoded, spec.kind, decoded=False, options=dict(spec.options),
                                              size_of=(lambda s, n=name: s.size(n)) if spec.kind == "image" else None,
                                              channels=1 if spec.options.get("mode") == "L" else 3,
-                                             window_of=(lambda s, n=name, r=spec.options.get("sample_rate"):
-                                                        s.window(n, r)) if spec.kind == "audio" else None)
+                                             window_of=(lambda s, n=name, r=rate: s.window(n, r))
+                                             if spec.kind == "audio" else None)
             for ctx.op_index, op in enumerate(self.plan.ops):
                 try:
                     LOWERINGS[type(op).__name__].lower(op, ctx)
