@@ -37,7 +37,7 @@ from mediapipe.errors import SourceError
 REMOTE_SCHEMES = ("http", "https", "s3", "gs", "gcs")
 REMOTE_HINT = 'remote datasets need fsspec and its protocol packages: pip install "mediapipe-loader[remote]"'
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # one path component: no '/', '%', '?', '#', ':'
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")  # one path component: no '/', '%', '?', '#', ':'
 CHUNK = 1 << 20
 PERMANENT_STATUS = {400: "bad request", 401: "authentication required", 403: "access denied",
                     404: "not found", 410: "gone", 416: "range not satisfiable"}

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_image_folder
-from range_server import RangeServer
 
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe import shard_format as sf
+from mediapipe.bench.http_server import RangeServer
 from mediapipe.convert import convert
 from mediapipe.errors import SourceError
 from mediapipe.remote import Retry, ShardCache, is_remote, remote_name
@@ -208,26 +208,69 @@ def test_a_corrupt_shard_never_enters_the_cache(served, tmp_path):
     assert not list((tmp_path / "c").glob("*.tar"))
 
 
-def test_s3_through_the_same_code_path(served, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def s3():
+    """moto's S3 server on 127.0.0.1 and the storage options that reach it (as environment
+    variables too, for the command line)."""
     pytest.importorskip("s3fs")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # never ask a metadata service for anything
     moto_server = pytest.importorskip("moto.server")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {"endpoint_url": f"http://{host}:{port}", "key": "test", "secret": "test",
-                   "client_kwargs": {"region_name": "eu-west-1"}}
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "eu-west-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    with pytest.MonkeyPatch.context() as mp_env:
+        for k, v in env.items():
+            mp_env.setenv(k, v)
         import s3fs
 
-        fs = s3fs.S3FileSystem(**options)
-        fs.mkdir("bucket")
-        _, top = served
-        fs.put(str(top / "ds") + "/", "bucket/ds/", recursive=True)
-        source = mp.loaders.shards("s3://bucket/ds", storage_options=options, retry=FAST)
-        local = mp.loaders.shards(top / "ds")
-        assert_same(batches(local), batches(source))
-        with pytest.raises(SourceError, match=r"not found \(404\)"):
-            mp.loaders.shards("s3://bucket/missing", storage_options=options, retry=FAST)
-    finally:
-        server.stop()
+        options = {"endpoint_url": endpoint, "key": "test", "secret": "test",
+                   "client_kwargs": {"region_name": "eu-west-1"}}
+        s3fs.S3FileSystem(**options).mkdir("bucket")
+        try:
+            yield options, env
+        finally:
+            server.stop()
+
+
+def test_s3_through_the_same_code_path(served, s3):
+    options, _ = s3
+    import s3fs
+
+    _, top = served
+    s3fs.S3FileSystem(**options).put(str(top / "ds") + "/", "bucket/ds/", recursive=True)
+    source = mp.loaders.shards("s3://bucket/ds", storage_options=options, retry=FAST)
+    local = mp.loaders.shards(top / "ds")
+    assert_same(batches(local), batches(source))
+    with pytest.raises(SourceError, match=r"not found \(404\)"):
+        mp.loaders.shards("s3://bucket/missing", storage_options=options, retry=FAST)
+
+
+def test_convert_into_s3_killed_then_resumed_equals_a_local_conversion(s3, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import s3fs
+
+    options, env = s3
+    src = write_image_folder(tmp_path / "src", 9, scale=0.25)
+    convert(src, tmp_path / "local", shard_size=3, seed=2)
+    url = "s3://bucket/converted"
+    killed = subprocess.run([sys.executable, "-m", "mediapipe.cli", "convert", str(src), url, "--shard-size", "3",
+                             "--seed", "2", "--no-progress"], env={**os.environ, **env,
+                            "MEDIAPIPE_CONVERT_KILL_AT": "commit:2"}, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    fs = s3fs.S3FileSystem(**options)
+    manifest = json.loads(fs.cat_file("bucket/converted/manifest.json"))
+    assert not manifest["complete"] and [e["shard"] for e in manifest["shards"]] == [0]  # shard 1: not uploaded
+    with pytest.raises(FileExistsError, match="resume"):
+        convert(src, url, shard_size=3, seed=2, storage_options=options)
+    result = convert(src, url, shard_size=3, seed=2, resume=True, storage_options=options)
+    assert result.resumed_shards == 1 and result.num_samples == 9 and result.out == url
+    for path in sorted((tmp_path / "local").iterdir()):
+        assert fs.cat_file(f"bucket/converted/{path.name}") == path.read_bytes(), path.name
+    assert not fs.exists("bucket/converted/.parts")
+    source = mp.loaders.shards(url, storage_options=options, retry=FAST)
+    assert_same(batches(mp.loaders.shards(tmp_path / "local")), batches(source))

@@ -1,5 +1,8 @@
 """A small HTTP/1.1 file server on 127.0.0.1 that honours Range requests, with injected faults.
 
+The bench serves converted shards with it (``mediapipe-http``: shards over HTTP against the
+same shards on disk, same run), and the tests inject faults into it. Loopback only.
+
 ``server.fail("shard-000000.tar", "500", "drop")`` makes the next two requests for a path
 ending so fail: with an HTTP 500, then by closing the connection halfway through the body.
 Faults: "500", "503", "403", "404", "drop" (half the body, then the connection closes),
@@ -10,7 +13,6 @@ with the whole file), "huge-length" (announces 10**15 bytes, sends a few, closes
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import threading
@@ -22,6 +24,8 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
 class RangeServer:
+    """Serves ``root`` at ``url`` (127.0.0.1, a free port) from a thread until `close`."""
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
         self.faults: dict[str, list[str]] = defaultdict(list)
@@ -109,5 +113,3 @@ class RangeServer:
         h.wfile.write(body)
 
 
-def tree_bytes(folder: Path) -> int:
-    return sum(os.path.getsize(p) for p in Path(folder).rglob("*") if p.is_file())
