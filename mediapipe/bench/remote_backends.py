@@ -4,8 +4,8 @@ local loader has workers) and ``mediapipe-http`` (a converted dataset read over 
 a server on 127.0.0.1 in the backend's process, against the same shards on disk).
 
 Neither runs unless asked for (``--backend ray``, ``--backends mediapipe,mediapipe-http``).
-The HTTP server's threads run in the backend's process: its CPU time counts against the
-backend, as a real server's would not.
+The HTTP server runs in a child process of the backend's (its own interpreter, so it takes
+no GIL from the loader): its CPU time counts against the backend, as a real server's would not.
 """
 
 from __future__ import annotations
@@ -49,19 +49,37 @@ def open_mediapipe_http(scenario: str, data: Path, *, device: str, workers: int,
     """The same pipeline as ``mediapipe`` on a converted dataset, its shards read over HTTP
     (one ranged read per sample, a batch's reads together) from a local server."""
     import mediapipe as mp
-    from mediapipe.bench.http_server import RangeServer
     from mediapipe.bench.images import TRAIN, _touch_image, dataset_layout, loader_stages, mediapipe_pipeline
 
     if dataset_layout(data) != "converted":
         raise NotImplementedError("not applicable: shards over HTTP need a converted dataset (--as-shards, or "
                                   "--data of a converted dataset)")
-    server = RangeServer(data.parent)
-    source = mp.loaders.shards(f"{server.url}/{data.name}")
+    import multiprocessing
+
+    ours, theirs = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(str(data.parent), theirs),
+                                                          daemon=True, name="mediapipe-bench-http")
+    server.start()
+    url = ours.recv()
+    source = mp.loaders.shards(f"{url}/{data.name}")
     pipe = mediapipe_pipeline(scenario, data, device, batch_size, options=options, source=source)
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
     loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
     return EpochStream(lambda: loader, buffered=max(1, workers) * getattr(loader, "prefetch", 2) + 1,
-                       stats=lambda: loader_stages(loader), samples=_touch_image, on_close=server.close)
+                       stats=lambda: loader_stages(loader), samples=_touch_image, on_close=server.kill)
+
+
+def _serve(root: str, conn: Any) -> None:
+    """The HTTP server's process: serve ``root`` until the backend goes away."""
+    from mediapipe.bench.http_server import RangeServer
+
+    server = RangeServer(Path(root))
+    conn.send(server.url)
+    try:
+        conn.recv()  # EOF when the backend's process ends
+    except EOFError:
+        pass
+    server.close()
 
 
 OPENERS = {"mediapipe-ray": open_mediapipe_ray, "mediapipe-http": open_mediapipe_http}
