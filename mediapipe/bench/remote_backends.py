@@ -66,7 +66,8 @@ def open_mediapipe_http(scenario: str, data: Path, *, device: str, workers: int,
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
     loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
     return EpochStream(lambda: loader, buffered=max(1, workers) * getattr(loader, "prefetch", 2) + 1,
-                       stats=lambda: loader_stages(loader), samples=_touch_image, on_close=server.kill)
+                       stats=lambda: loader_stages(loader), samples=_touch_image,
+                        on_close=lambda: (ours.close(), server.kill()))  # (holds the pipe open: the server's life)
 
 
 def _serve(root: str, conn: Any) -> None:
