@@ -61,7 +61,8 @@ class Normalize(Op):
 
 @dataclass(frozen=True)
 class ToDtype(Op):
-    """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] (and back: rounded, saturated).
+    """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] (and back as torchvision:
+    ``x * 255.999`` truncated, saturated outside [0, 1]).
 
     Input/Output: (..., C, H, W) of any dtype -> ``dtype``. Stage: batch.
     Args: dtype: "float32", "float16", "bfloat16", "float64" or "uint8"; scale: rescale the range.

@@ -124,6 +124,8 @@ class RandomResizedCrop(_Resample):
                           antialias=self.antialias)
 
     def apply_decoded(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        """Resize the decoded region; a no-op where the decoder already resampled it to ``size``
+        (a JPEG decoded at a reduced DCT scale: see `mediapipe.decoders.image.plan_decode`)."""
         return F.resize_image(x, self.size, self.interpolation, self.antialias)
 
 

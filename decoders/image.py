@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import torch
 
+from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.errors import LimitError
 
@@ -67,27 +68,86 @@ class ImageDecoder(Decoder):
             )
 
 
-def reduced_scale(hint: DecodeHint, full: tuple[int, int]) -> tuple[int, int] | None:
-    """The smallest (height, width) of the whole image that keeps the hinted region at
-    least as large as the hinted output size, or None when no reduction is asked."""
-    if hint.size is None:
-        return None
-    height, width = full
-    top, left, rh, rw = hint.roi if hint.roi is not None else (0, 0, height, width)
-    return (math.ceil(height * hint.size[0] / rh), math.ceil(width * hint.size[1] / rw))
+# A decode at a reduced DCT scale keeps the region at least this many times the output size
+# in both dimensions: the scaled IDCT is a cruder low-pass than an antialiased resize, and
+# the resize that follows must have room to filter what it lets through.
+REDUCTION_MARGIN = 2.0
+DCT_DENOMINATORS = (8, 4, 2)  # 1/8, 1/4, 1/2: libjpeg's fast scaled IDCTs (3/8, 5/8... alias more)
 
 
-def scaled_roi(
-    roi: tuple[int, int, int, int] | None, full: tuple[int, int], decoded: tuple[int, int]
-) -> tuple[int, int, int, int] | None:
-    """Map a region of the full-size image onto an image decoded at a reduced scale."""
-    if roi is None or decoded == full:
-        return roi
-    sy, sx = decoded[0] / full[0], decoded[1] / full[1]
-    top, left = math.floor(roi[0] * sy), math.floor(roi[1] * sx)
-    bottom = min(decoded[0], max(top + 1, round((roi[0] + roi[2]) * sy)))
-    right = min(decoded[1], max(left + 1, round((roi[1] + roi[3]) * sx)))
-    return top, left, bottom - top, right - left
+@dataclass(frozen=True)
+class ScaledDecode:
+    """How a JPEG is decoded for a hint: at 1/``denominator`` scale and, when reduced, resampled
+    straight to the hinted size through ``rows`` and ``cols`` (the drawn region, carried onto
+    the reduced grid with sub-pixel precision)."""
+
+    denominator: int = 1
+    rows: AxisWindow | None = None
+    cols: AxisWindow | None = None
+
+    def reduced_size(self, full: tuple[int, int]) -> tuple[int, int]:
+        """(height, width) of the whole image at this scale (libjpeg rounds up)."""
+        return (-(-full[0] // self.denominator), -(-full[1] // self.denominator))
+
+
+FULL_SCALE = ScaledDecode()
+
+
+def plan_decode(hint: DecodeHint, full: tuple[int, int]) -> ScaledDecode:
+    """The smallest DCT scale that keeps the hinted region `REDUCTION_MARGIN` times the output
+    size and on which the resampling grid reaches the region's edges (see `axis_window`); full
+    scale when none does, when no size is hinted, or when the resize is not antialiased (then a
+    reduced decode would not equal a resize of the full one)."""
+    if hint.size is None or not hint.antialias or hint.interpolation not in ("bilinear", "bicubic"):
+        return FULL_SCALE
+    top, left, height, width = hint.roi if hint.roi is not None else (0, 0, *full)
+    out_h, out_w = hint.size
+    for d in DCT_DENOMINATORS:
+        if height < REDUCTION_MARGIN * out_h * d or width < REDUCTION_MARGIN * out_w * d:
+            continue
+        plan = ScaledDecode(d)
+        reduced = plan.reduced_size(full)
+        rows = axis_window(top / d, height / d, out_h, reduced[0])
+        cols = axis_window(left / d, width / d, out_w, reduced[1])
+        if max(rows.error, cols.error) <= BOX_TOLERANCE:
+            return ScaledDecode(d, rows, cols)
+    return FULL_SCALE
+
+
+def finish_decode(array: np.ndarray, hint: DecodeHint, plan: ScaledDecode) -> torch.Tensor:
+    """(C, H, W) from a decoded (H, W[, C]) array: the hinted region, or at a reduced scale the
+    region already resampled to the hinted size."""
+    x = hwc_to_chw(array)
+    if plan.rows is None or plan.cols is None:
+        return crop_chw(x, hint.roi)
+    return resample_windows(x, plan.rows, plan.cols, hint.interpolation, hint.antialias)
+
+
+_PROGRESSIVE_SOF = {0xC2, 0xC6, 0xCA, 0xCE}  # start-of-frame markers of progressive JPEGs
+_FRAME_SOF = {0xC0, 0xC1, 0xC3, 0xC5, 0xC7, 0xC9, 0xCB, 0xCD} | _PROGRESSIVE_SOF
+_STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
+
+
+def jpeg_is_progressive(data: bytes) -> bool:
+    """Whether a JPEG's frame is progressive: its start-of-frame marker, found by walking the
+    segments before it (bounded by the data; malformed data reads as not progressive)."""
+    i, end = 2, len(data)
+    while i + 4 <= end:
+        if data[i] != 0xFF:
+            return False
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _FRAME_SOF:
+            return marker in _PROGRESSIVE_SOF
+        if marker == 0xDA:  # start of scan before any frame: malformed
+            return False
+        if marker in _STANDALONE:
+            i += 2
+            continue
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return False
 
 
 def hwc_to_chw(array: np.ndarray) -> torch.Tensor:
@@ -97,11 +157,11 @@ def hwc_to_chw(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array).permute(2, 0, 1)
 
 
-def crop_hwc(array: np.ndarray, roi: tuple[int, int, int, int] | None) -> np.ndarray:
+def crop_chw(x: torch.Tensor, roi: tuple[int, int, int, int] | None) -> torch.Tensor:
     if roi is None:
-        return array
+        return x
     top, left, height, width = roi
-    return array[top : top + height, left : left + width]
+    return x[:, top : top + height, left : left + width]
 
 
 def check_hint(hint: DecodeHint) -> None:

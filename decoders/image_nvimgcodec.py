@@ -2,20 +2,27 @@
 
 nvImageCodec (installed with the ``dali`` extra) decodes only the rows and columns of
 the hinted region: rows below it are never entropy-decoded, and the IDCT and colour
-conversion run for the region alone (DALI's ROI decode). On the CPU it runs per sample
-in our workers. On a CUDA device it runs as a device decoder: the workers read the
-bytes and draw the crop, and the training process decodes the whole batch with one
-call into GPU memory (nvJPEG, the hardware JPEG decoder where the GPU has one).
-Non-JPEG formats and anything it cannot read go to the turbo/Pillow path.
+conversion run for the region alone (DALI's ROI decode). On the CPU (chosen by name:
+"auto" picks it on CUDA devices) it runs per sample in our workers, for the crops of
+baseline JPEGs at full scale; progressive JPEGs (whose every scan is entropy-decoded
+whole, region or not), whole images and crops that `plan_decode` lets decode at a
+reduced DCT scale go to the turbo backend. On a CUDA
+device it runs as a device decoder: the workers read the bytes and draw the crop, and the
+training process decodes the whole batch with one call into GPU memory (nvJPEG, the
+hardware JPEG decoder where the GPU has one). Non-JPEG formats and anything it cannot
+read go to the turbo/Pillow path.
 """
 
 from __future__ import annotations
+
+import os
+import threading
 
 import numpy as np
 import torch
 
 from mediapipe.decoders.base import _NO_RNG, DecodeHint
-from mediapipe.decoders.image import ImageDecoder, check_hint, hwc_to_chw, reduced_scale
+from mediapipe.decoders.image import ImageDecoder, check_hint, hwc_to_chw, jpeg_is_progressive, plan_decode
 from mediapipe.decoders.image_turbo import TurboImageDecoder
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
@@ -35,14 +42,14 @@ def _nvimgcodec():
 
 @register("image", "nvimgcodec")
 class NvImageCodecImageDecoder(ImageDecoder):
-    """nvImageCodec on the CPU (libjpeg-turbo, region-of-interest decode) for JPEG."""
+    """nvImageCodec for JPEG: nvJPEG on a GPU, libjpeg-turbo region-of-interest decode on the CPU."""
 
     priority = 40
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._fallback = TurboImageDecoder(**kwargs)
-        self._decoder = None
+        self._local = threading.local()  # a decoder per thread and process (thread workers, forks)
         self._params = None
 
     @classmethod
@@ -51,8 +58,8 @@ class NvImageCodecImageDecoder(ImageDecoder):
 
     @classmethod
     def preferred(cls, device: torch.device | None) -> bool:
-        # On the CPU its region decode saved decode time but not end-to-end time against
-        # the turbo backend (per-call overhead), so "auto" picks it for CUDA devices only.
+        # On the CPU "auto" keeps turbo: with the region decode as the default, forked loader
+        # workers hung in full test-suite runs (cause not found; issue 11's fork safety).
         return device is not None and device.type == "cuda"
 
     @classmethod
@@ -67,36 +74,39 @@ class NvImageCodecImageDecoder(ImageDecoder):
         return self.device is not None and self.device.type == "cuda"
 
     def _lazy_decoder(self):
-        if self._decoder is None:  # created in the process that uses it, never before a fork
+        """This thread's decoder, created in the process that uses it (never one a fork inherited)."""
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
             nc = _nvimgcodec()
             if self.on_gpu:
                 index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-                self._decoder = nc.Decoder(device_id=index)  # GPU backends first, CPU for what they refuse
+                local.decoder = nc.Decoder(device_id=index)  # GPU backends first, CPU for what they refuse
             else:
                 threads = 1 if self.device is None else max(1, torch.get_num_threads())
-                self._decoder = nc.Decoder(device_id=nc.NVIMGCODEC_DEVICE_CPU_ONLY,
+                local.decoder = nc.Decoder(device_id=nc.NVIMGCODEC_DEVICE_CPU_ONLY,
                                            backends=[nc.Backend(nc.BackendKind.CPU_ONLY)],
                                            max_num_cpu_threads=threads)
+            local.pid = os.getpid()
             self._params = nc.DecodeParams(apply_exif_orientation=self.exif_transpose,
                                            color_spec=nc.ColorSpec.GRAY if self.mode == "L" else nc.ColorSpec.SRGB)
-        return self._decoder
+        return local.decoder
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         return self._fallback.probe(blob, data)
 
-    def _roi_decodes(self, data: bytes, hint: DecodeHint, name: str) -> bool:
-        """Whether this backend's region decode handles the sample; else the turbo/Pillow path.
-
-        A region at least twice the output size decodes faster through DCT scaling (turbo)."""
+    def _roi_decodes(self, data: bytes, hint: DecodeHint, name: str, meta: SampleMeta) -> bool:
+        """Whether nvImageCodec decodes the sample; else the turbo/Pillow path (see the module's
+        docstring for which samples that is)."""
         if not data.startswith(_JPEG_MAGIC) or self.exif_transpose:
             return False
-        header = self._fallback._header(data, name)
+        header = meta.get("jpeg_header") or self._fallback._header(data, name)  # the probe's, if it ran
         if header is None:
             return False
         height, width, _ = header
         self.check_pixels(width, height, name)
-        target = reduced_scale(hint, (height, width))
-        return target is None or min(height / target[0], width / target[1]) < 2.0
+        if plan_decode(hint, (height, width)).denominator != 1:
+            return False
+        return self.on_gpu or (hint.roi is not None and not jpeg_is_progressive(data))
 
     def _stream(self, data: bytes, hint: DecodeHint):
         nc = _nvimgcodec()
@@ -109,7 +119,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         check_hint(hint)
         data = blob.read()
-        if hint.roi is None or not self._roi_decodes(data, hint, blob.name):
+        if hint.roi is None or not self._roi_decodes(data, hint, blob.name, meta):
             return self._fallback.decode(blob, hint, rng, meta)
         decoder = self._lazy_decoder()
         try:
@@ -136,7 +146,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
         for i, (blob, hint) in enumerate(zip(blobs, hints)):
             try:
                 data = blob.read()
-                if self._roi_decodes(data, hint, blob.name):
+                if self._roi_decodes(data, hint, blob.name, metas[i]):
                     batch.append(self._stream(data, hint))
                     where.append(i)
                 else:

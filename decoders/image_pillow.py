@@ -1,5 +1,10 @@
 """Pillow image backend: every format Pillow reads; DCT-reduced JPEG decode via `draft`;
-16-bit grayscale scaled to 8 bits by keeping the high byte (`to_8_bits`)."""
+16-bit grayscale scaled to 8 bits by keeping the high byte (`to_8_bits`).
+
+A JPEG in ``mode="L"`` is decoded to its own luma plane (libjpeg's grayscale output, as the
+turbo backend, torchvision's ``decode_jpeg(mode=GRAY)`` and DALI give it), not converted from
+the decoded RGB; other formats become L through Pillow's ITU-R 601-2 conversion.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,14 @@ import torch
 from PIL import Image, ImageOps
 
 from mediapipe.decoders.base import DecodeHint
-from mediapipe.decoders.image import ImageDecoder, check_hint, crop_hwc, hwc_to_chw, reduced_scale, scaled_roi
+from mediapipe.decoders.image import (
+    FULL_SCALE,
+    ImageDecoder,
+    ScaledDecode,
+    check_hint,
+    finish_decode,
+    plan_decode,
+)
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
@@ -37,7 +49,7 @@ def to_8_bits(im: Image.Image) -> Image.Image:
 @register("image", "pillow")
 class PillowImageDecoder(ImageDecoder):
     """Pillow on the CPU: the fallback for every format; JPEG downscaled in the DCT domain
-    (``Image.draft``, factors 1/2, 1/4, 1/8) when the hinted output is at most half the region."""
+    (``Image.draft``, factors 1/2, 1/4, 1/8) as `plan_decode` allows, like the turbo backend."""
 
     priority = 100
 
@@ -80,11 +92,12 @@ class PillowImageDecoder(ImageDecoder):
 
     def _decode(self, im: Image.Image, hint: DecodeHint) -> torch.Tensor:
         full = (im.size[1], im.size[0])
+        plan = FULL_SCALE
         if self._oriented(im):
             im = ImageOps.exif_transpose(im)
             full = (im.size[1], im.size[0])
-        elif im.format == "JPEG" and (target := reduced_scale(hint, full)) is not None:
-            im.draft("RGB" if self.mode == "RGB" else "L", (target[1], target[0]))
+        elif im.format == "JPEG":
+            plan = self._draft(im, plan_decode(hint, full), full)
         im.load()
         if im.mode in SIXTEEN_BIT_MODES:
             im = to_8_bits(im)
@@ -93,7 +106,22 @@ class PillowImageDecoder(ImageDecoder):
                 im = im.convert("RGBA").convert("RGB") if im.mode in ("P", "PA") else im.convert("RGB")
             else:
                 im = im.convert(self.mode)
+        # at full scale the resize to hint.size is left to the op (torch's uint8 antialiased
+        # kernel, faster than Pillow's); a reduced decode is resampled here, on the box drawn
+        return finish_decode(np.asarray(im), hint, plan)
+
+    def _draft(self, im: Image.Image, plan: ScaledDecode, full: tuple[int, int]) -> ScaledDecode:
+        """Ask libjpeg for the plan's scale (and for a JPEG's luma plane in mode L); the plan
+        that the decode will follow (full scale where Pillow declines)."""
+        if plan.denominator == 1 and self.mode != "L":
+            return plan
+        d = plan.denominator
+        # draft picks the largest of 8, 4, 2, 1 not above min(W // w, H // h): exactly d here
+        size = (max(1, full[1] // d), max(1, full[0] // d)) if d > 1 else None
+        im.draft(self.mode if self.mode == "L" else "RGB", size)
         decoded = (im.size[1], im.size[0])
-        # The resize to hint.size is left to the op: torch's uint8 antialiased kernel is
-        # about twice as fast as Pillow's on the same region.
-        return hwc_to_chw(crop_hwc(np.asarray(im), scaled_roi(hint.roi, full, decoded)))
+        if decoded == plan.reduced_size(full):
+            return plan
+        if decoded == full:  # Pillow declined to scale this one
+            return FULL_SCALE
+        raise RuntimeError(f"JPEG draft gave {decoded[1]}x{decoded[0]}, expected 1/{d} of {full[1]}x{full[0]}")

@@ -1,16 +1,25 @@
 """libjpeg-turbo backend through simplejpeg: JPEG straight into an RGB array.
 
 Faster than Pillow on JPEG (no 4-byte intermediate, no copy out), with DCT-domain
-downscaling when the hinted output is at most half the region. Every other format,
-CMYK JPEGs and EXIF-rotated JPEGs go to the Pillow backend.
+downscaling (1/2, 1/4, 1/8) when the hinted region is large against the output size (see
+`plan_decode`). Every other format, CMYK JPEGs and EXIF-rotated JPEGs go to the Pillow
+backend.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from mediapipe.decoders.base import DecodeHint
-from mediapipe.decoders.image import ImageDecoder, check_hint, crop_hwc, hwc_to_chw, reduced_scale, scaled_roi
+from mediapipe.decoders.image import (
+    FULL_SCALE,
+    ImageDecoder,
+    ScaledDecode,
+    check_hint,
+    finish_decode,
+    plan_decode,
+)
 from mediapipe.decoders.image_pillow import PillowImageDecoder
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
@@ -23,9 +32,6 @@ except ImportError:  # pragma: no cover - simplejpeg is a dependency, but a brok
     simplejpeg = None
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
-# Scaled IDCT pays from a factor of 2; smaller factors (7/8, 3/4...) take libjpeg-turbo's
-# slower non-SIMD path, so they are not asked for.
-_MIN_DCT_FACTOR = 2.0
 
 
 @register("image", "turbo")
@@ -70,16 +76,20 @@ class TurboImageDecoder(ImageDecoder):
             return self._fallback.decode(blob, hint, rng, meta)
         height, width, _ = header
         self.check_pixels(width, height, blob.name)
-        min_height = min_width = 0
-        target = reduced_scale(hint, (height, width))
-        if target is not None and min(height / target[0], width / target[1]) >= _MIN_DCT_FACTOR:
-            min_height, min_width = target
+        plan = plan_decode(hint, (height, width))
+        array = self.decode_array(data, blob.name, plan, (height, width))
+        if array.shape[:2] != plan.reduced_size((height, width)):  # a tiny image: libjpeg chose another scale
+            plan = FULL_SCALE
+            array = self.decode_array(data, blob.name, plan, (height, width))
+        return finish_decode(array, hint, plan)
+
+    def decode_array(self, data: bytes, path: str, plan: ScaledDecode, full: tuple[int, int]) -> np.ndarray:
+        """The whole JPEG as an (H, W[, C]) array, at the plan's scale."""
+        # simplejpeg picks the smallest scale M/8 whose image is at least min_height x
+        # min_width: the reduced size itself asks for exactly 1/denominator
+        min_height, min_width = plan.reduced_size(full) if plan.denominator > 1 else (0, 0)
         try:
-            array = simplejpeg.decode_jpeg(
-                data, colorspace="GRAY" if self.mode == "L" else "RGB",
-                min_height=min_height, min_width=min_width, strict=True,
-            )
+            return simplejpeg.decode_jpeg(data, colorspace="GRAY" if self.mode == "L" else "RGB",
+                                          min_height=min_height, min_width=min_width, strict=True)
         except ValueError as err:
-            raise DecodeError(blob.name, self.name, str(err)) from err
-        roi = scaled_roi(hint.roi, (height, width), array.shape[:2])
-        return hwc_to_chw(crop_hwc(array, roi))
+            raise DecodeError(path, self.name, str(err)) from err

@@ -26,8 +26,10 @@ def _value_noise(rng: np.random.Generator, height: int, width: int, cells: int) 
     return (a * (1 - fx) + b * fx) * (1 - fy) + (c * (1 - fx) + d * fx) * fy
 
 
-def photo_like(height: int, width: int, seed: int) -> np.ndarray:
-    """A uint8 (height, width, 3) image that compresses like a photograph."""
+def photo_like(height: int, width: int, seed: int, detail: float = 1.0) -> np.ndarray:
+    """A uint8 (height, width, 3) image that compresses like a photograph. ``detail`` scales the
+    fine texture and the grain: below 1 a smoother picture (fewer JPEG bytes per pixel), above 1
+    a busier one."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     yy /= height
@@ -53,10 +55,10 @@ def photo_like(height: int, width: int, seed: int) -> np.ndarray:
     # per pixel as a large one (about 0.4 JPEG bytes per pixel at quality 90; ImageNet: ~0.5)
     for period, amp in ((24, 0.12), (8, 0.18), (3, 0.22), (1.5, 0.16)):
         noise = _value_noise(rng, height, width, max(2, round(height / period))) - 0.5
-        img = img + amp * noise[None] * rng.uniform(0.6, 1.0, (3, 1, 1)).astype(np.float32)
+        img = img + (amp * detail) * noise[None] * rng.uniform(0.6, 1.0, (3, 1, 1)).astype(np.float32)
     stripes = 0.04 * np.sin(2 * np.pi * (xx * rng.uniform(20, 80) + yy * rng.uniform(5, 40)))
     img = img + stripes[None] * (rng.random() < 0.5)
-    img = img + rng.normal(0, 0.035, img.shape).astype(np.float32)  # sensor grain
+    img = img + rng.normal(0, 0.035 * detail, img.shape).astype(np.float32)  # sensor grain
     return (np.clip(img, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0).copy()
 
 

@@ -97,6 +97,19 @@ def test_outputs_written(bench_run: dict) -> None:
     assert "mediapipe / peer" in text and "samples/s" in text
 
 
+def test_the_fused_paths_psnr_stands_next_to_its_speed(bench_run: dict) -> None:
+    rep = bench_run["report"]
+    for scenario, op in (("image-train", "RandomResizedCrop"), ("image-eval", "Resize")):
+        quality = rep["datasets"][scenario]["fused_psnr"][scenario]
+        assert quality["samples"] == 24 and quality["op"] == op  # the fixture's 24 images
+        assert 38.0 <= quality["median_db"] <= 100.0 and quality["min_db"] >= 28.0
+    rows = {(r["scenario"], r["backend"]): r for r in rep["results"]}
+    assert report._psnr(rep, rows["image-train", "mediapipe"]) != "-"
+    assert report._psnr(rep, rows["image-train", "torchvision"]) == "-"  # the peers' paths are not fused
+    text = report.render_table(rep)
+    assert "PSNR med/min" in text
+
+
 def test_missing_backend_is_reported_with_its_reason(image_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = scenarios._installed
     monkeypatch.setattr(scenarios, "_installed", lambda m: False if m.startswith("nvidia.dali") else real(m))
@@ -164,6 +177,47 @@ def test_sample_images_are_deterministic_and_imagenet_like(tmp_path: Path) -> No
     assert info["samples"] == 6 and 0.08 < info["mean_megapixels"] < 0.8 and info["mean_bytes"] > 5000
     assert datasets.sample_images(tmp_path / "a", count=6, seed=3, progress=False) == a  # cached: not redone
     assert not list((tmp_path / "a").glob("*.tmp-*"))
+
+
+def test_sample_photos_vary_as_photo_collections_do(tmp_path: Path) -> None:
+    import io
+
+    from PIL import Image
+
+    plan = [item for items in datasets._photo_plan(300, seed=0) for item in items]
+    sides = [side for item in plan for side in (item["height"], item["width"])]
+    assert min(sides) >= 300 and max(sides) <= 1200 and max(sides) - min(sides) > 700
+    assert {item["subsampling"] for item in plan} == {0, 1, 2}
+    for trait in ("progressive", "restart", "exif", "grey"):
+        assert 0 < sum(item[trait] for item in plan) < len(plan), trait
+    a = datasets.sample_photos(tmp_path / "a", count=8, seed=1, progress=False, processes=1)
+    b = datasets.sample_photos(tmp_path / "b", count=8, seed=1, progress=False, processes=1)
+    files = sorted(p.relative_to(a) for p in a.rglob("*.jpg"))
+    assert len(files) == 8 and all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    for f in files:
+        data = (a / f).read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
+            assert 300 <= min(im.size) and max(im.size) <= 1200
+    assert datasets.prepare("sample-photos", root=tmp_path / "a", count=8, seed=1, progress=False).parent == tmp_path / "a"
+
+
+def test_fused_psnr_sees_a_fused_path_that_is_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's PSNR measures something that can fail: a fused output shifted by a pixel shows."""
+    import torch
+
+    from mediapipe import augment as A
+    from mediapipe.bench.images import fused_psnr
+    from mediapipe.synthetic import jpeg_bytes, photo_like
+
+    for i in range(6):
+        (tmp_path / f"img{i}.jpg").write_bytes(jpeg_bytes(photo_like(520, 700, seed=i)))
+    good = fused_psnr("image-train", tmp_path, samples=6)
+    assert good["samples"] == 6 and good["min_db"] >= 28.0 and good["backend"] in ("nvimgcodec", "turbo")
+    shifted = A.RandomResizedCrop.apply_decoded
+    monkeypatch.setattr(A.RandomResizedCrop, "apply_decoded",
+                        lambda self, x, params: torch.roll(shifted(self, x, params), 1, dims=-1))
+    bad = fused_psnr("image-train", tmp_path, samples=6)
+    assert bad["median_db"] < 35.0 < good["median_db"]
 
 
 def test_process_tree_memory_and_cpu() -> None:

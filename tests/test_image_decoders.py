@@ -36,7 +36,41 @@ def photo() -> np.ndarray:
 
 def test_auto_prefers_a_fast_jpeg_backend():
     assert "turbo" in BACKENDS and "pillow" in BACKENDS
-    assert create("image").name == "turbo"  # nvimgcodec is preferred on CUDA devices only
+    assert create("image").name == "turbo"  # nvimgcodec is picked on CUDA devices, by name on the CPU
+
+
+def test_progressive_frames_are_recognised(photo):
+    from mediapipe.decoders.image import jpeg_is_progressive
+
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 5000  # a long segment before the frame
+    assert jpeg_is_progressive(jpeg_bytes(photo, progressive=True, exif=exif.tobytes()))
+    assert not jpeg_is_progressive(jpeg_bytes(photo, exif=exif.tobytes()))
+    assert not jpeg_is_progressive(jpeg_bytes(photo, restart_marker_rows=1))
+    assert not jpeg_is_progressive(b"\xff\xd8\xff\xe0\x00")  # truncated: read as not progressive
+
+
+def test_nvimgcodec_region_decodes_baseline_crops_only(photo, monkeypatch):
+    """On the CPU nvImageCodec takes full-scale crops of baseline JPEGs; progressive JPEGs,
+    whole images and crops that decode at a reduced DCT scale go to the turbo path."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    decoder = create("image", "nvimgcodec")
+    taken = []
+    fallback = decoder._fallback.decode
+    monkeypatch.setattr(decoder._fallback, "decode", lambda *a: taken.append("turbo") or fallback(*a))
+    large = photo_like(480, 640, seed=2)
+    crop = DecodeHint(roi=(10, 20, 100, 120), size=(96, 96))
+    for data, hint, path in [
+        (jpeg_bytes(large), crop, "nvimgcodec"),
+        (jpeg_bytes(large, progressive=True), crop, "turbo"),
+        (jpeg_bytes(large), DecodeHint(size=(96, 96)), "turbo"),  # no region: reduced whole image
+        (jpeg_bytes(large), DecodeHint(roi=(0, 0, 400, 600), size=(64, 64)), "turbo"),  # reduced crop
+    ]:
+        taken.clear()
+        got = decoder.decode(Blob("x.jpg", data=data), hint, RNG, {})
+        assert (taken[0] if taken else "nvimgcodec") == path
+        expected = create("image", "turbo").decode(Blob("x.jpg", data=data), hint, RNG, {})
+        assert got.shape == expected.shape and (got.int() - expected.int()).abs().float().mean() < 0.5
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -112,3 +146,20 @@ def test_exif_orientation_is_applied_when_asked(photo):
         assert (turned.int() - torch.rot90(plain, k=-1, dims=(1, 2)).int()).abs().float().mean() < 1.0
     probe = create("image", "turbo", exif_transpose=True).probe(Blob("x.jpg", data=data))
     assert (probe["height"], probe["width"]) == (160, 120)
+
+
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+def test_grayscale_mode_is_the_jpeg_luma_plane_on_every_backend(subsampling):
+    """mode="L" on a colour JPEG is its Y plane, as libjpeg's grayscale output and torchvision's
+    decode_jpeg(mode=GRAY) give it, on every backend, at full and at reduced DCT scale."""
+    torchvision_io = pytest.importorskip("torchvision.io")
+    data = jpeg_bytes(photo_like(300, 400, seed=3), subsampling=subsampling)
+    expected = torchvision_io.decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                                          mode=torchvision_io.ImageReadMode.GRAY)
+    reduced = DecodeHint(roi=(0, 0, 300, 400), size=(60, 80))
+    outs = {}
+    for backend in BACKENDS:
+        assert torch.equal(decode(backend, data, mode="L"), expected), backend
+        outs[backend] = decode(backend, data, reduced, mode="L")
+        assert outs[backend].shape == (1, 60, 80)
+    assert all(torch.equal(out, outs["turbo"]) for out in outs.values())

@@ -354,3 +354,65 @@ def test_config_round_trip(op) -> None:
 def test_argument_validation(make, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# -- a fractional box (a crop drawn on the full image, seen on a DCT-reduced decode) -------------------
+def _triangle_resample(x: torch.Tensor, box: tuple[float, float, float, float], size: tuple[int, int]) -> torch.Tensor:
+    """The definition, in float64: output sample i of an axis sits at start + (i + 0.5) * scale and
+    averages the pixels within one scale of it (pixel centres at x + 0.5), weighted by a triangle
+    of half-width max(scale, 1) - torchvision's antialiased bilinear, placed at fractional coordinates."""
+    def weights(start: float, length: float, out: int, extent: int) -> torch.Tensor:
+        scale = length / out
+        support = max(scale, 1.0)
+        centres = start + (torch.arange(out, dtype=torch.float64) + 0.5) * scale
+        pixels = torch.arange(extent, dtype=torch.float64) + 0.5
+        w = (1 - (pixels[None, :] - centres[:, None]).abs() / support).clamp(min=0)
+        return w / w.sum(1, keepdim=True)
+
+    top, left, height, width = box
+    wy = weights(top, height, size[0], x.shape[-2])
+    wx = weights(left, width, size[1], x.shape[-1])
+    return torch.einsum("ih,chw,jw->cij", wy, x.double(), wx)
+
+
+@pytest.mark.parametrize("box", [(10.5, 3.25, 200.5, 150.75), (0.5, 0.25, 180.0, 230.5), (33.75, 47.5, 131.25, 160.0)])
+def test_a_fractional_box_is_resampled_where_it_lies(box) -> None:
+    from mediapipe.augment.functional import geometry as G
+
+    x = images(1, 240, 280, seed=3)[0]
+    size = (56, 64)
+    got = G.resize_box(x, box, size)
+    expected = _triangle_resample(x, box, size)
+    # inside, the grid is within 1/32 output pixel of the box (the borders may see the pixels
+    # just outside the box, which a crop would cut off); uint8 rounding and torch's fixed-point
+    # weights add about half a level
+    inner = (got.double() - expected)[:, 1:-1, 1:-1]
+    assert inner.abs().mean() < 0.6 and inner.abs().max() <= 6
+    # against the box rounded to whole pixels, which the old fused path resampled
+    rounded = G.resized_crop_image(x, round(box[0]), round(box[1]), round(box[2]), round(box[3]), size)
+    assert (rounded.double() - expected)[:, 1:-1, 1:-1].abs().mean() > 2 * inner.abs().mean()
+
+
+def test_an_integer_box_is_the_crop_and_resize() -> None:
+    from mediapipe.augment.functional import geometry as G
+
+    x = images(1, 120, 160, seed=4)[0]
+    expected = TF.resized_crop(x, 7, 9, 90, 100, [40, 48], antialias=True)
+    assert torch.equal(G.resize_box(x, (7.0, 9.0, 90.0, 100.0), (40, 48)), expected)
+
+
+def test_axis_windows_reach_the_box_near_the_edge_too() -> None:
+    from mediapipe.augment.functional import geometry as G
+
+    rng = torch.Generator().manual_seed(0)
+    missed = 0
+    for _ in range(300):  # boxes of whole full-resolution pixels, on a decode at 1/2 scale
+        extent = int(torch.randint(200, 1300, (1,), generator=rng))
+        length = float(torch.randint(100, extent, (1,), generator=rng)) / 2
+        start = float(torch.randint(0, 2 * int(extent / 2 - length) + 1, (1,), generator=rng)) / 2
+        window = G.axis_window(start, length, 64, -(-extent // 2))
+        assert window.first + window.skip * window.scale == pytest.approx(start, abs=window.error * window.scale + 1e-9)
+        missed += window.error > G.BOX_TOLERANCE  # plan_decode then decodes at a larger scale
+    assert missed < 15  # a scale of a whole number of pixels cannot reach a half-pixel start
+    near_edge = G.axis_window(0.5, 300.0, 64, 400)  # half a pixel in: the grid starts before the image
+    assert near_edge.first < 0 and near_edge.error <= G.BOX_TOLERANCE

@@ -50,7 +50,10 @@ def normalize(
 
 
 def to_dtype(x: torch.Tensor, dtype: torch.dtype, scale: bool = True) -> torch.Tensor:
-    """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] and back (as torchvision)."""
+    """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] and back, as torchvision's
+    ``to_dtype``: float to uint8 truncates ``x * 255.999`` (each level takes an equal share of
+    [0, 1], and a uint8 image comes back unchanged); values outside [0, 1] saturate, where
+    torchvision's cast would wrap around."""
     if x.dtype == dtype:
         return x
     if not scale:
@@ -58,7 +61,7 @@ def to_dtype(x: torch.Tensor, dtype: torch.dtype, scale: bool = True) -> torch.T
     if x.dtype == torch.uint8 and dtype.is_floating_point:
         return memory.empty(x.shape, dtype, x.device).copy_(x).mul_(1.0 / 255.0)
     if x.dtype.is_floating_point and dtype == torch.uint8:
-        return x.mul(255.0).round_().clamp_(0, 255).to(dtype)
+        return x.mul(255.999).clamp_(0, 255).to(dtype)
     return x.to(dtype)
 
 

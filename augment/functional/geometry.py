@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -65,6 +68,98 @@ def resized_crop_image(
     antialias: bool = True,
 ) -> torch.Tensor:
     return resize_image(crop_image(x, top, left, height, width), size, interpolation, antialias)
+
+
+# -- a fractional box, resampled as the crop of an exact box would be ----------------------------
+# torch's resampling kernels place output sample i of a resize at input coordinate
+# first + (i + 0.5) * scale, where ``first`` is the first row (column) they are given: an
+# integer. A box that starts between pixels (a box drawn on the full image, seen on a decode at
+# a reduced DCT scale) is reached by giving the kernel ``skip`` more output samples in front and
+# starting the input ``skip * scale`` earlier: first + skip * scale lands on the box's start.
+BOX_TOLERANCE = 1 / 32  # largest offset of the resampling grid from the box, in output pixels
+MAX_SKIP = 64  # leading output samples the kernel may compute and drop to reach the box
+
+
+@dataclass(frozen=True)
+class AxisWindow:
+    """How one axis of a fractional box is resampled: input[first:stop] to ``skip + size``
+    samples at ``scale`` input pixels apart, the first ``skip`` dropped. ``error``: how far the
+    sampling grid is from the box's start, in output pixels."""
+
+    first: int
+    stop: int
+    skip: int
+    size: int
+    scale: float
+    error: float
+
+
+def axis_window(start: float, length: float, size: int, extent: int) -> AxisWindow:
+    """The window that resamples [start, start + length) of an axis of ``extent`` pixels to
+    ``size`` samples: the fewest leading samples whose grid lands within `BOX_TOLERANCE` of the
+    box's start (before the image, where the box starts near its edge: the edge pixel is
+    repeated), else the closest grid found. The input stops at the box's end (rounded), where
+    a crop would cut the filter off."""
+    scale = length / size
+    stop = min(extent, max(1, round(start + length)))
+    best: AxisWindow | None = None
+    for skip in range(MAX_SKIP + 1):
+        first = min(math.floor(start - skip * scale + 0.5), stop - 1)
+        error = abs(first + skip * scale - start) / scale
+        if best is None or error < best.error:
+            best = AxisWindow(first, stop, skip, size, scale, error)
+        if best.error <= BOX_TOLERANCE:
+            break
+    return best
+
+
+def _window(x: torch.Tensor, window: AxisWindow, dim: int) -> torch.Tensor:
+    """x[first:stop] along ``dim``; rows before the image repeat its first row."""
+    if window.first >= 0:
+        return x.narrow(dim, window.first, window.stop - window.first)
+    index = torch.arange(window.first, window.stop, device=x.device).clamp_(min=0)
+    return x.index_select(dim, index)
+
+
+def resample_windows(x: torch.Tensor, rows: AxisWindow, cols: AxisWindow, interpolation: str = "bilinear",
+                     antialias: bool = True) -> torch.Tensor:
+    """Resample x (..., C, H, W) through one window per axis (see `axis_window`); the output is
+    (..., C, rows.size, cols.size) and equals ``resize_image`` of the crop for an exact box."""
+    if interpolation not in ("bilinear", "bicubic"):
+        raise ValueError(f"interpolation={interpolation!r}: a fractional box takes 'bilinear' or 'bicubic'")
+    x4, lead = _as_4d(_window(_window(x, rows, -2), cols, -1))
+    if x.dim() >= 3 and x.stride(-3) == 1:  # channels last (a decoder's HWC array): the fast layout
+        x4 = x4.contiguous(memory_format=torch.channels_last)
+    size = [rows.skip + rows.size, cols.skip + cols.size]
+    scales = (1.0 / rows.scale, 1.0 / cols.scale)  # torch's scale factors: output over input
+    if antialias and interpolation == "bilinear":
+        kernel = torch.ops.aten._upsample_bilinear2d_aa
+    elif antialias:
+        kernel = torch.ops.aten._upsample_bicubic2d_aa
+    else:
+        kernel = torch.ops.aten.upsample_bilinear2d if interpolation == "bilinear" else torch.ops.aten.upsample_bicubic2d
+    if x4.dtype == torch.uint8 and x4.device.type == "cpu":
+        out = kernel(x4, size, False, *scales)
+    else:
+        dtype = x4.dtype
+        out = kernel(x4 if x4.is_floating_point() else x4.float(), size, False, *scales)
+        if not dtype.is_floating_point:
+            out = out.clamp_(0, 255).round_().to(dtype)
+    out = out[..., rows.skip :, cols.skip :]
+    return out.reshape(*lead, *out.shape[-3:])
+
+
+def resize_box(x: torch.Tensor, box: tuple[float, float, float, float], size: tuple[int, int],
+               interpolation: str = "bilinear", antialias: bool = True) -> torch.Tensor:
+    """The region ``box`` = (top, left, height, width) of x (..., C, H, W), in pixels that may be
+    fractional, resampled to ``size``: `resized_crop_image` for an integer box, and otherwise the
+    same filter placed on the box to within `BOX_TOLERANCE` of an output pixel."""
+    top, left, height, width = box
+    if all(float(v).is_integer() for v in box):
+        return resized_crop_image(x, int(top), int(left), int(height), int(width), size, interpolation, antialias)
+    rows = axis_window(top, height, size[0], x.shape[-2])
+    cols = axis_window(left, width, size[1], x.shape[-1])
+    return resample_windows(x, rows, cols, interpolation, antialias)
 
 
 def pad_image(

@@ -4,7 +4,10 @@
 folders, with ImageNet-like sizes (shorter side 300-500, common aspect ratios), 4:2:0 chroma
 and ImageNet-like qualities. To keep the first run short, each of a few dozen large base
 pictures yields many images by cropping, scaling and mirroring, so files differ in content,
-size and quality as a real dataset's do. ``sample-video`` (a key frame every 60 frames),
+size and quality as a real dataset's do. ``sample-photos``: the same kind of pictures, more
+varied, as real photo collections are: sizes from 300 to 1200 px, smooth to busy content,
+4:2:0, 4:2:2 and 4:4:4 chroma and grey, baseline and progressive, some with restart markers
+or camera EXIF. ``sample-video`` (a key frame every 60 frames),
 ``sample-video-gop16`` (the same clips, a key frame every 16), ``sample-video-varied`` (short
 clips of 48-120 frames, 240p-720p, four containers, a key frame every 48-60 frames, as real video
 datasets have) and ``sample-audio`` are made by
@@ -14,6 +17,8 @@ when complete, so an interrupted generation never leaves a half dataset behind.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import multiprocessing
 import os
@@ -34,8 +39,8 @@ QUALITY_WEIGHTS = (0.15, 0.2, 0.3, 0.2, 0.15)
 VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
 AUDIO_COUNT = 200
 VARIED_VIDEO_COUNT = 64
-BUILTIN = {"sample-images": "image", "sample-video": "video", "sample-video-gop16": "video",
-           "sample-video-varied": "video", "sample-audio": "audio"}
+BUILTIN = {"sample-images": "image", "sample-photos": "image", "sample-video": "video",
+           "sample-video-gop16": "video", "sample-video-varied": "video", "sample-audio": "audio"}
 # frames between key frames: 2 s at 30 fps, as camera and web video; 16, as `mediapipe convert
 # --keyframe-interval 16` writes, so a random clip decodes a short lead-in
 VIDEO_GOPS = {"sample-video": 60, "sample-video-gop16": 16}
@@ -66,6 +71,8 @@ def prepare(name: str, *, root: Path | None = None, count: int | None = None, se
     root = Path(root) if root is not None else cache_dir() / "bench"
     if name == "sample-images":
         return sample_images(root, count or IMAGE_COUNT, seed, progress)
+    if name == "sample-photos":
+        return sample_photos(root, count or IMAGE_COUNT, seed, progress)
     return _sample_media(name, root, count, seed, progress)
 
 
@@ -114,31 +121,127 @@ def sample_images(root: Path, count: int = IMAGE_COUNT, seed: int = 0, progress:
                   processes: int | None = None) -> Path:
     """``count`` JPEGs under ``root/sample-images-v<version>-n<count>-s<seed>``, made once."""
     dest = Path(root) / f"sample-images-v{SAMPLE_IMAGES_VERSION}-n{count}-s{seed}"
+    tasks = [(seed, b, items) for b, items in enumerate(_image_plan(count, seed))]
+    info = {"name": "sample-images", "version": SAMPLE_IMAGES_VERSION, "count": count, "seed": seed,
+            "classes": IMAGE_CLASSES}
+    return _generate(dest, _make_base, tasks, count, info, progress, processes)
+
+
+def _generate(dest: Path, make: Any, tasks: list[tuple], count: int, info: dict[str, Any], progress: bool,
+              processes: int | None) -> Path:
+    """Run ``make((folder, *task))`` for every task into a temporary folder, then rename it to
+    ``dest`` with its completion marker; an existing complete ``dest`` is returned as it is."""
     if (dest / MARKER).is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    plan = _image_plan(count, seed)
-    tasks = [(tmp, seed, b, items) for b, items in enumerate(plan)]
     bar = _progress(count, "images", f"generating {dest.name}", progress)
     try:
-        for done, nbytes in _map(_make_base, tasks, processes):
+        for done, nbytes in _map(make, [(tmp, *task) for task in tasks], processes):
             bar.update(done, bytes=nbytes)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         bar.close()
-    info = {"name": "sample-images", "version": SAMPLE_IMAGES_VERSION, "count": count, "seed": seed,
-            "classes": IMAGE_CLASSES}
     (tmp / MARKER).write_text(json.dumps(info))
     try:
         tmp.rename(dest)
     except OSError:  # another process finished first: keep its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+# -- varied photos --------------------------------------------------------------------------------
+SAMPLE_PHOTOS_VERSION = 1
+PHOTO_BASE_SIZE = 1200  # base pictures are 1200 x 1200: images are cut at native resolution
+PHOTO_SIDES = (300, 1200)  # both sides of every image within this range, in pixels
+PHOTO_ASPECTS = (1.0, 4 / 3, 3 / 2, 16 / 9)
+PHOTO_DETAIL = (0.4, 1.5)  # photo_like's detail, drawn per base picture: smooth to busy
+PHOTO_SUBSAMPLING = ((2, 0.6), (1, 0.2), (0, 0.2))  # Pillow's 4:2:0, 4:2:2, 4:4:4 and their shares
+PHOTO_SHARES = {"progressive": 0.3, "restart": 0.2, "exif": 0.3, "grey": 0.08}  # independent draws
+
+
+def _photo_plan(count: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Per base picture: the images cut from it, each with its size and encoding."""
+    rng = np.random.default_rng([seed, SAMPLE_PHOTOS_VERSION])
+    bases = max(1, -(-count // IMAGES_PER_BASE))
+    plan: list[list[dict[str, Any]]] = [[] for _ in range(bases)]
+    sampling, weights = zip(*PHOTO_SUBSAMPLING)
+    for i in range(count):
+        long = int(rng.integers(PHOTO_SIDES[0], PHOTO_SIDES[1] + 1))
+        short = max(PHOTO_SIDES[0], round(long / float(rng.choice(PHOTO_ASPECTS))))
+        height, width = (short, long) if rng.random() < 0.6 else (long, short)
+        item = {"index": i, "height": height, "width": width,
+                "quality": int(rng.choice(QUALITIES, p=QUALITY_WEIGHTS)),
+                "subsampling": int(rng.choice(sampling, p=weights)),
+                **{trait: bool(rng.random() < share) for trait, share in PHOTO_SHARES.items()}}
+        plan[i % bases].append(item)
+    return plan
+
+
+def _photo_exif(rng: np.random.Generator) -> bytes:
+    """A camera-like EXIF block (make, model, date, orientation 1 and a few KB of notes)."""
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x010F] = str(rng.choice(["Canon", "NIKON CORPORATION", "SONY", "Apple", "FUJIFILM"]))
+    exif[0x0110] = f"Model {int(rng.integers(1, 99))}"
+    exif[0x0131] = "mediapipe sample-photos"
+    exif[0x0132] = f"20{int(rng.integers(10, 25))}:0{int(rng.integers(1, 9))}:1{int(rng.integers(0, 9))} 12:00:00"
+    exif[0x0112] = 1
+    exif[0x010E] = "notes " * int(rng.integers(100, 2000))  # camera blocks carry kilobytes of maker data
+    return exif.tobytes()
+
+
+def _make_photo_base(args: tuple[Path, int, int, list[dict[str, Any]]]) -> tuple[int, int]:
+    """Draw one base picture and write the varied JPEGs cut from it; returns (images, bytes)."""
+    from PIL import Image
+
+    from mediapipe.synthetic import photo_like
+
+    dest, seed, base, items = args
+    detail = float(np.random.default_rng([seed, SAMPLE_PHOTOS_VERSION, 1_000_000 + base]).uniform(*PHOTO_DETAIL))
+    picture = Image.fromarray(photo_like(PHOTO_BASE_SIZE, PHOTO_BASE_SIZE, seed * 1_000_033 + base, detail))
+    total = 0
+    for item in items:
+        rng = np.random.default_rng([seed, SAMPLE_PHOTOS_VERSION, item["index"]])
+        height, width = item["height"], item["width"]
+        top = int(rng.integers(0, PHOTO_BASE_SIZE - height + 1))
+        left = int(rng.integers(0, PHOTO_BASE_SIZE - width + 1))
+        image = picture.crop((left, top, left + width, top + height))
+        if rng.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        if item["grey"]:
+            image = image.convert("L")
+        options: dict[str, Any] = {"quality": item["quality"], "progressive": item["progressive"]}
+        if not item["grey"]:
+            options["subsampling"] = item["subsampling"]
+        if item["restart"]:
+            options["restart_marker_rows" if rng.random() < 0.5 else "restart_marker_blocks"] = int(rng.integers(1, 8))
+        if item["exif"]:
+            options["exif"] = _photo_exif(rng)
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", **options)
+        folder = dest / f"class{item['index'] % IMAGE_CLASSES:02d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"img{item['index']:06d}.jpg").write_bytes(buf.getvalue())
+        total += buf.tell()
+    return len(items), total
+
+
+def sample_photos(root: Path, count: int = IMAGE_COUNT, seed: int = 0, progress: bool = True,
+                  processes: int | None = None) -> Path:
+    """``count`` varied JPEGs under ``root/sample-photos-v<version>-n<count>-s<seed>``, made once:
+    sizes from 300 to 1200 px, 4:2:0, 4:2:2 and 4:4:4 chroma and grey, baseline and
+    progressive, some with restart markers or camera EXIF, smooth to busy content."""
+    dest = Path(root) / f"sample-photos-v{SAMPLE_PHOTOS_VERSION}-n{count}-s{seed}"
+    tasks = [(seed, b, items) for b, items in enumerate(_photo_plan(count, seed))]
+    info = {"name": "sample-photos", "version": SAMPLE_PHOTOS_VERSION, "count": count, "seed": seed,
+            "classes": IMAGE_CLASSES}
+    return _generate(dest, _make_photo_base, tasks, count, info, progress, processes)
 
 
 def _map(fn: Any, tasks: list[Any], processes: int | None) -> Iterator[Any]:
@@ -281,7 +384,8 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
 
         files = [Path(p) for p, _ in manifest_rows(path)]
     elif (path / "manifest.json").is_file():
-        return _describe_converted(path, kind, info)
+        info = _describe_converted(path, kind, info)
+        return {**info, **fused_quality(path)} if kind == "image" else info
     else:
         files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
                        and kind_of_extension(p.suffix) == kind)
@@ -304,4 +408,18 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
             except OSError:
                 continue
         info["mean_megapixels"] = float(np.mean(pixels)) / 1e6 if pixels else None
+    if kind == "image":
+        info.update(fused_quality(path))
     return info
+
+
+@functools.lru_cache(maxsize=16)
+def fused_quality(path: Path) -> dict[str, Any]:
+    """``fused_psnr``: per image scenario, the fused decode's PSNR against the unfused path
+    (`mediapipe.bench.images.fused_psnr`), for the report's PSNR column; made once per dataset."""
+    from mediapipe.bench.images import EVAL, TRAIN, fused_psnr
+
+    try:
+        return {"fused_psnr": {scenario: fused_psnr(scenario, Path(path)) for scenario in (TRAIN, EVAL)}}
+    except Exception as err:  # noqa: BLE001 - the speed rows do not depend on it
+        return {"fused_psnr_error": f"{type(err).__name__}: {err}"}

@@ -101,13 +101,45 @@ VIDEO_COLUMNS: list[Column] = [
 ]
 
 
+PSNR_CAP = 100.0  # what the benchmark gives a bit-exact output (mediapipe.bench.images.PSNR_CAP)
+
+
+def _fused_psnr(report: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
+    """The fused decode's quality on the row's dataset (`mediapipe.bench.images.fused_psnr`),
+    for this library's CPU rows: what the speed was bought at."""
+    if row.get("backend") != "mediapipe" or row.get("device") != "cpu":
+        return None
+    by_label = (report.get("data") or {}).get(row["scenario"]) or {}
+    info = by_label.get(row.get("data")) or (report.get("datasets") or {}).get(row["scenario"]) or {}
+    quality = (info.get("fused_psnr") or {}).get(row["scenario"])
+    return quality if quality and quality.get("samples") else None
+
+
+def _psnr(report: dict[str, Any], row: dict[str, Any]) -> str:
+    """Median and minimum PSNR in dB against the unfused path; "exact" where every sample was."""
+    quality = _fused_psnr(report, row)
+    if quality is None:
+        return "-"
+    if quality["min_db"] >= PSNR_CAP:
+        return "exact"
+    median = "exact" if quality["median_db"] >= PSNR_CAP else f"{quality['median_db']:.1f}"
+    return f"{median}/{quality['min_db']:.1f} dB"
+
+
+# images: the fused decode's PSNR (median/min) next to the speed it bought
+PSNR_COLUMN: Column = ("PSNR med/min", _psnr)
+
+
 def _columns(report: dict[str, Any], scenario: str) -> list[Column]:
-    """COLUMNS (for video, with `VIDEO_COLUMNS` for "decoded"), plus the dataset and the ratio to
-    the first dataset where a scenario ran on several."""
+    """COLUMNS (for video, with `VIDEO_COLUMNS` for "decoded"; for images with the fused path's
+    PSNR after it), plus the dataset and the ratio to the first dataset where a scenario ran on
+    several."""
     columns = COLUMNS
+    at = [h for h, _ in COLUMNS].index("decoded")
     if any(r.get("decoded_frames_per_s") is not None for r in report["results"] if r["scenario"] == scenario):
-        at = [h for h, _ in COLUMNS].index("decoded")
         columns = [*COLUMNS[:at], *VIDEO_COLUMNS, *COLUMNS[at + 1 :]]
+    elif any(_fused_psnr(report, r) for r in report["results"] if r["scenario"] == scenario):
+        columns = [*COLUMNS[: at + 1], PSNR_COLUMN, *COLUMNS[at + 1 :]]
     labels = _labels(report, scenario)
     if len(labels) < 2:
         return columns
