@@ -10,15 +10,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits, size_of
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
+from mediapipe.sample import Blob
 
-try:  # libsoxr: about 4x swresample's speed at 48 -> 16 kHz, and closer to an ideal filter
+try:  # libsoxr: faster than swresample, and closer to an ideal filter
     import soxr as _soxr
 except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
     _soxr = None
 
+# more samples per byte than any codec's stream holds (FLAC's longest block, 65535 samples of
+# silence, still takes a frame of several bytes): a header that claims more is corrupt
+MAX_SAMPLES_PER_BYTE = 1 << 16
 SHORTFALL_TOLERANCE = (0.05, 0.01)  # seconds, fraction: decoding may end this much early
 RESAMPLE_MARGIN = 0.02  # seconds decoded either side of a resampled window, for the filter to settle
 ABSENT_CHANNELS = 2  # channels of the empty result for a video without audio (1 with mono=True)
@@ -118,10 +122,18 @@ class AudioDecoder(Decoder):
     def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
         return ("present",) if options.get("from_field") else ()
 
-    def check_duration(self, seconds: float | None, path: str) -> None:
-        if seconds is not None and self.max_duration is not None and seconds > self.max_duration:
-            raise LimitError(path, self.name, f"header declares {seconds:.1f} s of audio, "
-                                              f"above max_duration={self.max_duration:g} s")
+    def check_duration(self, seconds: float | None, path: str, rate: int = 0, blob: Blob | None = None) -> None:
+        """`LimitError` when the header declares more than ``max_duration``; a `DecodeError` saying
+        the file is truncated or corrupt when that claim is more than its size could hold."""
+        if seconds is None or self.max_duration is None or seconds <= self.max_duration:
+            return
+        nbytes = size_of(blob)
+        if rate > 0 and nbytes is not None and seconds * rate > nbytes * MAX_SAMPLES_PER_BYTE:
+            raise DecodeError(path, self.name, f"truncated or corrupt: the header declares {seconds * rate:.0f} "
+                                               f"samples ({seconds:.1f} s at {rate} Hz) in a file of {nbytes} bytes, "
+                                               f"more than any audio codec stores in so few")
+        raise LimitError(path, self.name, f"header declares {seconds:.1f} s of audio, "
+                                          f"above max_duration={self.max_duration:g} s")
 
     def check_shortfall(self, path: str, declared: int | None, rate: int, first: int, last: int | None,
                         got: int) -> None:
@@ -230,10 +242,10 @@ class AudioDecoder(Decoder):
 def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
     """float32 (C, N) from ``rate`` to ``target`` Hz: round(N * target / rate) samples per channel.
 
-    libsoxr's HQ filter where the soxr package is installed (0.07 ms per second of 48 kHz
-    mono on one core, and within 3e-7 of the ideal band-limited result on a chirp), else
-    FFmpeg's swresample (0.65 ms). Both are single-threaded. (torchaudio's sinc resampler costs
-    0.3 ms on one thread, and its OpenMP threads make it dearer in a process with several.)
+    libsoxr's HQ filter where the soxr package is installed (faster, and closer to the ideal
+    band-limited result), else FFmpeg's swresample. Both are single-threaded, which suits a
+    loader worker. (torchaudio's sinc resampler is not used: its OpenMP threads compete with
+    the other workers' in a process with several.)
     """
     n = round(x.shape[1] * target / rate)
     if x.shape[1] == 0:

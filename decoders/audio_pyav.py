@@ -17,6 +17,7 @@ from mediapipe.decoders.audio import AudioDecoder, audio, resample  # noqa: F401
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError, LimitError
+from mediapipe.reasons import reason
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
@@ -45,10 +46,8 @@ class PyAVAudioDecoder(AudioDecoder):
             source = blob.open()
         try:
             container = av.open(source, metadata_errors="ignore")
-        except av.FFmpegError as err:
-            raise DecodeError(blob.name, self.name, f"cannot open: {err}") from err
-        except (OSError, ValueError) as err:
-            raise DecodeError(blob.name, self.name, f"cannot open: {err}") from err
+        except (av.FFmpegError, OSError, ValueError) as err:
+            raise DecodeError(blob.name, self.name, f"cannot open: {reason(err)}") from err
         if not container.streams.audio:
             kinds = ", ".join(sorted({st.type for st in container.streams})) or "none"
             container.close()
@@ -93,7 +92,7 @@ class PyAVAudioDecoder(AudioDecoder):
             return self.absent(hint)
         try:
             header = self._header(container)
-            self.check_duration(header.get("duration"), blob.name)
+            self.check_duration(header.get("duration"), blob.name, header["sample_rate"], blob)
             rate = header["sample_rate"]
             if rate <= 0:
                 raise DecodeError(blob.name, self.name, f"the header gives no sample rate ({rate})")
@@ -112,7 +111,7 @@ class PyAVAudioDecoder(AudioDecoder):
         except (DecodeError, LimitError):
             raise
         except av.FFmpegError as err:  # FFmpeg refused a packet: a damaged stream
-            raise DecodeError(blob.name, self.name, f"truncated or corrupt: {err}") from err
+            raise DecodeError(blob.name, self.name, f"truncated or corrupt: {reason(err)}") from err
         finally:
             container.close()
         if x.shape[1] == 0 and self.from_field is None:

@@ -175,3 +175,11 @@ class DecoderSpec:
         from mediapipe.decoders.registry import decoder_class
 
         return decoder_class(self.kind, self.backend, device).placement(device, self.options)
+
+
+def size_of(blob: Blob | None) -> int | None:
+    """The blob's size in bytes, to weigh a header's claims against; None when unknown."""
+    try:
+        return None if blob is None else blob.nbytes()
+    except OSError:
+        return None

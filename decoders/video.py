@@ -231,7 +231,7 @@ class PackedPlanes:
     planes have the region's luma size and are resized alike.
 
     torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from Pillow-SIMD)
-    are vectorised for 4-channel images and about 9x slower on single planes, so planes
+    are vectorised for 4-channel images and much slower on single planes, so planes
     4g..4g+3 are resized as the channels of image g. The values are the same as resizing each
     plane alone. Plane i is Y of frame slot i, plane count + i its U, plane 2 count + i its V.
     """

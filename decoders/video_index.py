@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from mediapipe.decoders.base import Limits
+from mediapipe.decoders.base import Limits, size_of
 from mediapipe.errors import DecodeError, LimitError
+from mediapipe.reasons import reason
 from mediapipe.sample import Blob, SampleMeta
 
 # AVColorSpace / AVColorRange values (libavutil/pixfmt.h), as PyAV reports them.
@@ -30,6 +31,7 @@ _FULL_RANGE = 2  # AVCOL_RANGE_JPEG
 MATRICES = ("bt601", "bt709", "bt2020")
 RANGES = ("limited", "full")
 CACHE_SIZE = 4096
+MAX_FRAME_INTERVAL = 3600.0  # seconds between frames past which a file's timestamps are corrupt, not slow
 
 
 @dataclass(frozen=True)
@@ -167,10 +169,24 @@ def colour_of(colorspace: int | None, color_range: int | None, pix_fmt: str) -> 
     return matrix, "full" if full else "limited"
 
 
-def check_limits(index: VideoIndex, limits: Limits, path: str, decoder: str) -> None:
-    if limits.max_frames is not None and index.frames > limits.max_frames:
+def check_limits(index: VideoIndex, limits: Limits, path: str, decoder: str, blob: Blob | None = None) -> None:
+    """`LimitError` when the video is over a limit; a `DecodeError` saying it is truncated or
+    corrupt when what puts it over is impossible: more frames than the file (``blob``) has
+    bytes, or timestamps that leave more than `MAX_FRAME_INTERVAL` between frames."""
+    over_frames = limits.max_frames is not None and index.frames > limits.max_frames
+    over_duration = limits.max_duration is not None and index.duration > limits.max_duration
+    if over_frames or over_duration:
+        nbytes = size_of(blob)
+        if nbytes is not None and index.frames > nbytes:
+            raise DecodeError(path, decoder, f"truncated or corrupt: {index.frames} frames declared in a file of "
+                                             f"{nbytes} bytes (a frame takes at least one)")
+        interval = index.duration / max(index.frames, 1)
+        if over_duration and interval > MAX_FRAME_INTERVAL:
+            raise DecodeError(path, decoder, f"truncated or corrupt: its timestamps spread {index.frames} frames "
+                                             f"over {index.duration:.1f} s (a frame every {interval:.1f} s)")
+    if over_frames:
         raise LimitError(path, decoder, f"video has {index.frames} frames, above max_frames={limits.max_frames}")
-    if limits.max_duration is not None and index.duration > limits.max_duration:
+    if over_duration:
         raise LimitError(path, decoder, f"video lasts {index.duration:.1f} s, above max_duration={limits.max_duration}")
     if limits.max_pixels is not None and index.width * index.height > limits.max_pixels:
         raise LimitError(path, decoder, f"frames are {index.width}x{index.height}, above max_pixels={limits.max_pixels}")
@@ -260,7 +276,7 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
             count += 1
     except Exception as err:  # av.error.FFmpegError and friends: keep what was read when it is usable
         if not pts_list:
-            raise DecodeError(path, decoder, f"cannot read packets: {err}") from err
+            raise DecodeError(path, decoder, f"cannot read packets: {reason(err)}") from err
     if not pts_list:
         raise DecodeError(path, decoder, "video stream has no frames")
     pts = np.unique(np.asarray(pts_list, dtype=np.int64))  # presentation order

@@ -12,9 +12,9 @@ converted to RGB in one batched product (or not at all, for ``output="yuv"``): n
 
 Non-reference frames: FFmpeg's libdav1d wrapper reads ``skip_frame`` only when the decoder
 opens (dav1d's ``decode_frame_type``), so setting ``"NONREF"`` mid-stream changes nothing
-(PyAV 18: 300 of 300 frames still come out), and a decoder reopened after the lead-in would
-lack the reference frames. Set at open it skips the frames that refresh no reference slot
-(libsvtav1 streams: the odd frames, 140 of 300, about 30% of the decode CPU). So the index
+(every frame still comes out), and a decoder reopened after the lead-in would lack the
+reference frames. Set at open it skips the frames that refresh no reference slot (in
+libsvtav1 streams, most odd frames). So the index
 reads each AV1 frame header's ``refresh_frame_flags`` (`VideoIndex.references`), and a clip
 whose wanted frames are all reference frames (about half of the stride-2 clips) opens
 libdav1d with ``"NONREF"``: its lead-in and the frames between its picks that nothing
@@ -46,6 +46,7 @@ from mediapipe.decoders.video_index import (
     video_stream,
 )
 from mediapipe.errors import DecodeError, MediapipeError
+from mediapipe.reasons import reason
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
@@ -74,7 +75,7 @@ def open_container(blob: Blob, path: str, decoder: str) -> Any:
     except MediapipeError:
         raise
     except Exception as err:  # av.error.FFmpegError (InvalidDataError...), OSError
-        raise DecodeError(path, decoder, f"cannot open: {err}") from err
+        raise DecodeError(path, decoder, f"cannot open: {reason(err)}") from err
 
 
 def plane_array(plane: Any, dtype: Any = np.uint8) -> np.ndarray:
@@ -117,7 +118,7 @@ class PyAVVideoDecoder(VideoDecoder):
             else:
                 container.close()
             remember(blob, index)
-        check_limits(index, self.limits, blob.name, self.name)
+        check_limits(index, self.limits, blob.name, self.name, blob)
         return index
 
     @property
@@ -254,7 +255,7 @@ class PyAVVideoDecoder(VideoDecoder):
             except MediapipeError:
                 raise
             except Exception as err:  # av.error.FFmpegError: corrupt or truncated data
-                raise DecodeError(path, self.name, f"decoding failed: {err}") from err
+                raise DecodeError(path, self.name, f"decoding failed: {reason(err)}") from err
         finally:
             container.close()
         missing = [f for f, ok in zip(wanted, done) if not ok]

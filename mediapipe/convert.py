@@ -39,6 +39,7 @@ import numpy as np
 from mediapipe import shard_format as sf
 from mediapipe.errors import MediapipeError
 from mediapipe.progress import Progress
+from mediapipe.reasons import readable, reason
 from mediapipe.sample import kind_of_bytes, kind_of_extension
 from mediapipe.transcode import TranscodeError, TranscodeOptions, transcode
 
@@ -200,9 +201,9 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
     try:
         ext, out, meta = transcode(data, kind, item.ext, options)
     except TranscodeError as err:
-        return ItemResult(item, error=str(err))
+        return ItemResult(item, error=readable(str(err), err.__cause__))
     except Exception as err:  # noqa: BLE001  every failure is reported with its reason, none is dropped
-        return ItemResult(item, error=f"{type(err).__name__}: {err}")
+        return ItemResult(item, error=f"{type(err).__name__}: {reason(err)}")
     return ItemResult(item, ext, out, {"kind": kind, **meta}, extra=extra)
 
 
@@ -250,7 +251,8 @@ def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemR
         else:
             committed = writer.commit()
             entry = {"shard": task.index, "name": committed["name"], "idx": committed["index"],
-                     "samples": committed["samples"], "bytes": committed["bytes"], "sha256": committed["sha256"]}
+                     "digests": committed["digests"], "samples": committed["samples"], "bytes": committed["bytes"],
+                     "sha256": committed["sha256"]}
             _kill_hook("shard")
     except BaseException:
         if writer is not None:
@@ -362,13 +364,39 @@ class ConversionResult:
     bytes_in: int
     bytes_out: int
     seconds: float
-    resumed_shards: int = 0
+    resumed_shards: int = 0  # shards an earlier run had finished (resume); the counts below are theirs
+    resumed_inputs: int = 0
+    resumed_samples: int = 0
+    run_failures: list[dict[str, str]] | None = None  # this run's failures (None: every one of `failures`)
+
+    @property
+    def new_failures(self) -> list[dict[str, str]]:
+        """The inputs this run failed to convert (`failures` also holds an earlier run's)."""
+        return self.failures if self.run_failures is None else self.run_failures
 
     def summary(self) -> str:
-        rate = self.num_inputs / self.seconds if self.seconds else 0.0
-        return (f"{self.num_samples}/{self.num_inputs} inputs converted into {self.num_shards} shards "
-                f"({self.bytes_in / 1e6:.1f} MB in, {self.bytes_out / 1e6:.1f} MB out) in {self.seconds:.1f} s "
-                f"({rate:.1f} files/s); {len(self.failures)} failed")
+        """What this run did; after a resume, what the earlier run had done and what the dataset holds."""
+        inputs, samples = self.num_inputs - self.resumed_inputs, self.num_samples - self.resumed_samples
+        rate = inputs / self.seconds if self.seconds else 0.0
+        shards = self.num_shards - self.resumed_shards
+        work = (f"{samples}/{inputs} inputs converted into {_plural(shards, 'shard')} "
+                f"({self.bytes_in / 1e6:.1f} MB in") + (")" if self.resumed_shards else
+                                                          f", {self.bytes_out / 1e6:.1f} MB out)")
+        work += f" in {self.seconds:.1f} s ({rate:.1f} files/s); {len(self.new_failures)} failed"
+        if not self.resumed_shards:
+            return work
+        earlier_failed = self.resumed_inputs - self.resumed_samples
+        lines = [f"resumed: {self.resumed_inputs} of {self.num_inputs} inputs already converted by an earlier run "
+                 f"({self.resumed_shards} of {_plural(self.num_shards, 'shard')}"
+                 + (f"; {earlier_failed} of those failed)" if earlier_failed else ")"),
+                 f"this run: {work}" if inputs else f"this run converted nothing: no input was left ({self.seconds:.1f} s)",
+                 f"dataset: {self.num_samples} samples in {_plural(self.num_shards, 'shard')}, "
+                 f"{self.bytes_out / 1e6:.1f} MB; {_plural(len(self.failures), 'input')} failed in all"]
+        return "\n".join(lines)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str | int = "256MB",
@@ -402,9 +430,10 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str |
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest, done = _start_or_resume(out, plan, resume)
+    earlier = _earlier_work(plan, manifest, done)
     if manifest["complete"]:
         shutil.rmtree(out / sf.PARTS, ignore_errors=True)  # killed between the last two steps of `finish`
-        return _result(out, plan, manifest, 0, start, len(done))
+        return _result(out, plan, manifest, 0, start, earlier, [])
     pending = [t for t in plan.tasks if t.index not in done]
     total_in = sum(i.size for t in pending for i in t.items)
     bar = Progress(sum(len(t.items) for t in pending), unit="files", desc="convert") if progress else None
@@ -413,10 +442,11 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str |
 
     def on_item(result: ItemResult) -> None:
         if result.error is not None:  # reported once, with the others, in the result (and report.json)
-            log.info("cannot convert %s: %s", result.item.name, result.error)
+            log.debug("cannot convert %s: %s", result.item.name, result.error)
         if bar is not None:
             bar.update(1, bytes=result.item.size)
 
+    failed_now: list[dict[str, str]] = []
     try:
         if engine == "ray":
             from mediapipe.convert_ray import run_ray
@@ -431,21 +461,31 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str |
             commit_shard(out, manifest, result)
             if on_commit is not None:
                 on_commit(manifest, result)
+            failed_now += result.failures
     finally:
         if bar is not None:
             bar.close()
     finished = finish(out, manifest)
     if on_commit is not None:
         on_commit(finished, None)
-    return _result(out, plan, finished, total_in, start, len(done))
+    return _result(out, plan, finished, total_in, start, earlier, failed_now)
+
+
+def _earlier_work(plan: ConversionPlan, manifest: dict[str, Any], done: set[int]) -> tuple[int, int, int]:
+    """(shards, inputs, samples) that an earlier run of a resumed conversion finished."""
+    inputs = sum(len(t.items) for t in plan.tasks if t.index in done)
+    samples = sum(e["samples"] for e in manifest["shards"] if e["shard"] in done)
+    return len(done), inputs, samples
 
 
 def _result(out: Path, plan: ConversionPlan, manifest: dict[str, Any], bytes_in: int, start: float,
-            resumed: int) -> ConversionResult:
+            earlier: tuple[int, int, int], failed_now: list[dict[str, str]]) -> ConversionResult:
     report = json.loads((out / sf.REPORT).read_text())
+    shards, inputs, samples = earlier
     return ConversionResult(str(out), plan.num_inputs, manifest["num_samples"], len(plan.tasks),
                             report["failures"], bytes_in, manifest["bytes"], time.monotonic() - start,
-                            resumed_shards=resumed)
+                            resumed_shards=shards, resumed_inputs=inputs, resumed_samples=samples,
+                            run_failures=sorted(failed_now, key=lambda f: f["input"]))
 
 
 def _start_or_resume(out: Path, plan: ConversionPlan, resume: bool) -> tuple[dict[str, Any], set[int]]:

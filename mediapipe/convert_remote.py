@@ -57,7 +57,7 @@ def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_option
                     store.fs.rm(store.child(sf.PARTS), recursive=True)
                 return
             entry = result.entry
-            for name in (entry["name"], entry["idx"]):
+            for name in (entry["name"], entry["idx"], entry.get("digests")):
                 if name is not None:
                     store.put_file(folder / name, name)
             store.put_file(folder / _part_name(entry["shard"]), _part_name(entry["shard"]))

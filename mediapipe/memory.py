@@ -6,7 +6,7 @@ batch (collate, Normalize) allocates through `empty` instead, so in a worker the
 is written into shared memory once and crosses the process boundary without a copy.
 
 Fresh shared memory costs a page fault per 4 KiB page on first write (for a float32
-batch of 64 images at 224 px that was most of Normalize's time), so a worker keeps the
+image batch, a large part of what Normalize costs), so a worker keeps the
 buffers it lent and reuses one as soon as the training process says that every tensor
 on it is gone (`release`): the consumer watches its batches with storage weak
 references, so a buffer is never rewritten while any view of it is alive. Buffers come in
@@ -45,10 +45,9 @@ def keep_freed_memory() -> bool:
     """Let glibc's malloc keep freed blocks of up to 32 MiB for reuse (a worker process only).
 
     A worker's private intermediates (the uint8 batch before Normalize, an op's fresh output)
-    are ~10 MB each. By default glibc often serves such blocks with fresh ``mmap`` calls and
-    gives them back on free, so a batch paid a page fault per 4 KiB page again: ~4,300 faults
-    a batch for the ImageNet pipeline (146 -> 82 faults per image in the workers, 2-3% of
-    their CPU time here). Raising the mmap and trim thresholds keeps them in the heap.
+    are megabytes each. By default glibc often serves such blocks with fresh ``mmap`` calls
+    and gives them back on free, so every batch paid a page fault per 4 KiB page again.
+    Raising the mmap and trim thresholds keeps them in the heap.
     Returns whether the settings were applied.
     """
     if _mallopt is None:  # not glibc (macOS, musl): nothing to tune

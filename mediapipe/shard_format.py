@@ -5,6 +5,8 @@
       samples.jsonl.gz    one JSON object per sample: key, shard, label and media metadata
       shard-000000.tar    <key>.<ext> members, grouped by key (the WebDataset layout)
       shard-000000.idx    DALI's webdataset index ("v1.2 N", then "ext offset size name"... per sample)
+      shard-000000.sha256 each member's sha256 ("<hex>  <member name>" per line, in tar order), so
+                          `mediapipe verify` names the damaged member of a shard whose sha256 differs
 
 Everything written here is deterministic (no timestamps, owners or random ids), so two
 conversions with the same inputs and settings give byte-identical files. Files are
@@ -57,6 +59,10 @@ def shard_name(index: int) -> str:
 
 def index_name(index: int) -> str:
     return f"shard-{index:06d}.idx"
+
+
+def digests_name(index: int) -> str:
+    return f"shard-{index:06d}.sha256"
 
 
 # -- keys and member names ---------------------------------------------------------------
@@ -124,14 +130,24 @@ def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial")
 
 
+def write_error(err: OSError, path: str | os.PathLike) -> OSError:
+    """``err`` naming the file being written: a failed write or fsync (ENOSPC, EIO) names none."""
+    return OSError(err.errno, err.strerror or str(err), str(path))
+
+
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a fsynced temporary file and a rename."""
     path = Path(path)
     tmp = temp_name(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        if err.filename is not None:  # (open's errors name the file)
+            raise
+        raise write_error(err, tmp) from err
     os.replace(tmp, path)
     fsync_dir(path.parent)
 
@@ -172,8 +188,9 @@ def member_header(name: str, size: int) -> bytes:
 
 
 class ShardWriter:
-    """Writes one shard: the tar under a temporary name, then `commit` fsyncs and renames
-    the tar and its DALI index into place. Returns the shard's manifest entry."""
+    """Writes one shard: the tar under a temporary name, then `commit` writes its DALI index
+    and member digests and fsyncs and renames the tar into place. Returns the shard's files,
+    count, size and sha256."""
 
     def __init__(self, directory: str | os.PathLike, index: int) -> None:
         self.directory, self.index = Path(directory), index
@@ -183,9 +200,13 @@ class ShardWriter:
         self._hash = hashlib.sha256()
         self._offset = 0
         self.samples: list[list[Member]] = []
+        self._digests: list[str] = []  # "<sha256>  <member name>" lines
 
     def _write(self, data: bytes) -> None:
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as err:
+            raise write_error(err, self.tmp) from err
         self._hash.update(data)
         self._offset += len(data)
 
@@ -200,24 +221,32 @@ class ShardWriter:
             self._write(member_header(name, len(data)))
             entries.append(Member(name, self._offset, len(data)))
             self._write(data)
+            self._digests.append(f"{hashlib.sha256(data).hexdigest()}  {name}\n")
             if len(data) % BLOCK:
                 self._write(b"\0" * (BLOCK - len(data) % BLOCK))
         self.samples.append(entries)
 
     def commit(self) -> dict[str, Any]:
         self._write(b"\0" * (2 * BLOCK))  # end-of-archive marker
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as err:
+            raise write_error(err, self.tmp) from err
         write_atomic(self.directory / index_name(self.index), index_text(self.samples).encode())
+        write_atomic(self.directory / digests_name(self.index), "".join(self._digests).encode())
         os.replace(self.tmp, self.path)
         fsync_dir(self.directory)
-        return {"name": self.path.name, "index": index_name(self.index), "samples": len(self.samples),
-                "bytes": self._offset, "sha256": self._hash.hexdigest()}
+        return {"name": self.path.name, "index": index_name(self.index), "digests": digests_name(self.index),
+                "samples": len(self.samples), "bytes": self._offset, "sha256": self._hash.hexdigest()}
 
     def abort(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        try:
+            if not self._file.closed:
+                self._file.close()
+        except OSError:  # the write that failed left data it cannot flush either (a full disk)
+            pass
         self.tmp.unlink(missing_ok=True)
 
 
@@ -401,6 +430,28 @@ def group_members(members: Iterable[Member]) -> list[list[Member]]:
     return samples
 
 
+_DIGEST_LINE = re.compile(r"([0-9a-f]{64})  ([^\n]+)")
+DIGEST_LINE_BYTES = 64 + 2 + 255 + 1  # "<sha256>  <member name>\n": a name fits USTAR's 255 bytes
+
+
+def read_digests(path: str | os.PathLike, members: list[Member], *, where: str) -> dict[str, str]:
+    """The sha256 of each of ``members`` (a shard's, in tar order) from its digests file,
+    refused unless it lists exactly those members in that order (``where`` names the file)."""
+    data = read_bounded(path, len(members) * DIGEST_LINE_BYTES, "member digests")
+    lines = data.decode("utf-8", "replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if len(lines) != len(members):
+        raise SourceError(where, f"{len(lines)} member digests, the shard has {len(members)} members")
+    digests = {}
+    for number, (line, member) in enumerate(zip(lines, members), 1):
+        match = _DIGEST_LINE.fullmatch(line)
+        if match is None or match.group(2) != member.name:
+            raise SourceError(f"{where}:{number}", f"expected '<sha256>  {member.name}', got {_show.repr(line)}")
+        digests[member.name] = match.group(1)
+    return digests
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -541,8 +592,8 @@ class _Field:
 
 
 class _Schema:
-    """Fields by name, split by how they are checked, so a record of ten fields costs
-    about a microsecond: exact types, counts (ints in 0..MAX_SIZE) and predicates."""
+    """Fields by name, split by how they are checked (exact types, counts in 0..MAX_SIZE,
+    predicates), so that checking each of a million records stays cheap."""
 
     def __init__(self, fields: dict[str, _Field]) -> None:
         self.fields = fields
@@ -585,6 +636,7 @@ MANIFEST_SCHEMA = _Schema({
 })
 SHARD_SCHEMA = _Schema({
     "shard": _Field(_count, "an int >= 0", True), "name": _FILE, "idx": _FILE,
+    "digests": _Field(_FILE.check, _FILE.expected),  # member digests; datasets converted before them have none
     "samples": _Field(_count, "an int >= 0", True), "bytes": _Field(_count, "an int >= 0", True),
     "sha256": _Field(_or_null(lambda v: type(v) is str and _HEX_DIGEST.fullmatch(v) is not None),
                      "a sha256 hex digest or null", True),
@@ -660,12 +712,13 @@ def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ShardFiles:
-    """Where one shard's tar and index are: real paths inside the dataset folder."""
+    """Where one shard's tar, index and member digests are: real paths inside the dataset folder."""
 
     shard: int
     name: str  # as the manifest writes it, for messages
     tar: str
     idx: str
+    digests: str | None = None  # None: a dataset converted before member digests were written
 
 
 def resolve_shards(root: str | os.PathLike, manifest: dict[str, Any],
@@ -681,8 +734,10 @@ def resolve_shards(root: str | os.PathLike, manifest: dict[str, Any],
         if not entry["samples"]:
             continue
         try:
-            real = {}
-            for field in ("name", "idx"):
+            real = {"digests": None}
+            for field in ("name", "idx", "digests"):
+                if field == "digests" and entry.get(field) is None:
+                    continue
                 label = f"shards[{i}].{field}"
                 real[field] = dataset_path(folder, entry[field], where=where, field=label)
                 if real[field] in owners:
@@ -693,7 +748,7 @@ def resolve_shards(root: str | os.PathLike, manifest: dict[str, Any],
                 raise
             problems.append(err)
             continue
-        found[entry["shard"]] = ShardFiles(entry["shard"], entry["name"], real["name"], real["idx"])
+        found[entry["shard"]] = ShardFiles(entry["shard"], entry["name"], real["name"], real["idx"], real["digests"])
     return found
 
 

@@ -101,7 +101,7 @@ def test_video_to_av1_and_audio_to_flac(media_folder: Path, tmp_path: Path) -> N
     assert verify(tmp_path / "out") == []
     summary = summarize(tmp_path / "out")
     assert summary["codecs"] == {"video:av1": 1, "audio:flac": 1} and summary["fps"] == {"4": 1}
-    assert summary["frames_per_keyframe"] == {"2": 1}
+    assert summary["gop"] == {"2": 3}  # key frames 0, 2, 4, 6 of 8 frames: three whole GOPs of 2
 
 
 def test_copy_keeps_streams_and_opus_and_dropping_audio(media_folder: Path, tmp_path: Path) -> None:

@@ -274,9 +274,8 @@ def mel_power_spectrogram(x: torch.Tensor, lengths: torch.Tensor, paired_fbanks:
     adds each pair while projecting, instead of a separate |z|^2 tensor.
 
     On the CPU the work goes sample by sample, in blocks of `MEL_BLOCK_FRAMES` valid frames
-    through buffers that stay in the core's cache: the whole-batch STFT (1.6 KB per frame, 30 MB
-    for 200 s of 16 kHz audio) would be fresh memory each batch, and its page faults cost about
-    as much as the FFTs. Padded frames are not computed at all.
+    through buffers that stay in the core's cache: a whole-batch STFT would be fresh memory
+    each batch, paid for in page faults. Padded frames are not computed at all.
     """
     if x.device.type == "cpu":
         return _mel_power_blocks(x, lengths, paired_fbanks, n_fft, hop_length, win_length, window, center)

@@ -178,8 +178,7 @@ def mediapipe_pipeline(data: Path, device: str = "cpu", seed: int = 0, batches: 
 
 def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, worker_type: str = "process",
                   repeat: bool = True) -> Iterator[tuple[int, float]]:
-    """The loader's default process workers. (On this 2-core machine, shared with other jobs,
-    threads and processes measured the same CPU seconds per audio second.)"""
+    """This library's loader, with process workers (its default) unless ``worker_type`` says threads."""
     pipe, sampler = mediapipe_pipeline(data, device, batches=batches, repeat=repeat)
     loader = pipe.loader(sampler=sampler, num_workers=workers, worker_type=worker_type)
     done = 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 
+from mediapipe.reasons import reason
 from mediapipe.transcode import AUDIO_CODECS, TranscodeOptions
 
 
@@ -58,14 +60,23 @@ def run(args: argparse.Namespace) -> int:
         result = convert(args.src, args.out, shard_size=args.shard_size, shuffle=args.shuffle, seed=args.seed,
                          workers=args.workers, resume=args.resume, engine=args.engine, options=options,
                          ray_address=args.ray_address, progress=args.progress)
-    except (ValueError, FileExistsError, OSError, RuntimeError) as err:
+    except OSError as err:  # a full disk, a folder that cannot be written: the file and the reason
+        print(f"mediapipe convert: error: {reason(err)}", file=sys.stderr)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"mediapipe convert: the shards finished so far are kept: free some space, then run the same "
+                  f"command with --resume to finish {args.out}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError) as err:
         print(f"mediapipe convert: error: {err}", file=sys.stderr)
         return 2
     print(result.summary())
-    for failure in result.failures:
+    for failure in result.new_failures:  # each once: the conversion itself only logs them at debug level
         print(f"FAILED {failure['input']}: {failure['reason']}", file=sys.stderr)
+    earlier = len(result.failures) - len(result.new_failures)
     if result.failures:
-        print(f"{len(result.failures)} inputs could not be converted; the list is in "
-              f"{json.dumps(str(args.out))}/report.json", file=sys.stderr)
+        n = len(result.failures)
+        print(f"{n} input{'s' if n != 1 else ''} could not be converted"
+              + (f" ({earlier} of them by an earlier run)" if earlier else "")
+              + f"; the list is in {json.dumps(str(args.out))}/report.json", file=sys.stderr)
         return 0 if args.allow_failures else 1
     return 0
