@@ -1,27 +1,70 @@
-"""The op protocol: an op draws parameters in one place; a pure kernel applies them.
+"""The op protocol: parameters drawn in one place, a pure kernel per field kind applies them.
 
-Ops are frozen dataclasses. Each reads the fields ``keys`` (or ``key``) and writes
-``out`` (default: in place). ``sample_params`` runs on the CPU, per sample, from a
-keyed `SampleRNG`; ``apply`` runs a kernel. In the *sample* stage ``apply`` sees
-one sample's tensor and the plain params; in the *batch* stage it sees the whole
-batch on the device and the params stacked into tensors of shape (B, ...).
+An op is a frozen dataclass of its settings. ``sample_params`` draws one sample's parameters on
+the CPU from a keyed `SampleRNG` (``meta["size"]`` is the (height, width) of the canvas the op
+sees); ``transform`` runs the kernel for one field, chosen by the field's kind (see
+`mediapipe.fields`), as torchvision v2's ``transform`` dispatches on the input's type. The base
+class owns what every op shares:
+
+* **Which fields.** ``keys`` names the fields the op transforms with one draw (a name or a tuple
+  of names; ``key`` is the same for one name). Left unset, the pipeline gives the op every field
+  of a kind it transforms: a geometric op moves the image, its mask, boxes, keypoints and video
+  together, a colour op touches images and videos and leaves masks and boxes alone. ``out``
+  names a new field per input (default: in place). An op outside a pipeline reads the field
+  named after its first kind ("image", "video", "audio"). `bind` resolves this once, when the
+  pipeline is built, and refuses a field whose kind the op has no kernel for.
+* **One sample or a batch.** Kernels of a ``batched`` op take a batch (B, ...) with per-sample
+  parameters stacked into tensors (B, ...); `apply` runs them on one sample as a batch of one
+  when the op is placed in the sample stage, on a list of tensors sample by sample, and on
+  boxes and keypoints as rows, one per object, each with its sample's parameters.
+* **The canvas.** Boxes and keypoints are in pixels of the image they are transformed with:
+  `apply_fields` takes the canvas (H, W) from the op's raster inputs (image, mask, video), which
+  must share one size, as torchvision's ``query_size`` requires.
+* **Placement.** `placement` says where an op runs: per sample in the workers (``Stage.SAMPLE``:
+  it changes a sample's shape, or reads files) or once per batch on the device (``Stage.BATCH``).
+
+Adding an op: subclass `Op` as a frozen dataclass, validate the settings in ``__post_init__``
+(the base checks every argument against its type annotation first), draw in `sample_params`,
+and either set ``functional`` to a `Functional` table (one kernel per kind, see
+`mediapipe.augment.functional.dispatch`) and call it in `transform`, or set ``accepts`` to the
+kinds your single kernel takes. Adding a kind to an op: register a kernel for it in the op's
+functional (``@register_kernel(hflip, "keypoints")``); the op transforms it from then on.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import types
+import typing
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Union
 
+import numpy as np
 import torch
 
+from mediapipe.augment.functional.dispatch import Functional
 from mediapipe.decoders.base import DecodeHint
+from mediapipe.errors import PipelineError
+from mediapipe.fields import AUDIO, FEATURES, IMAGE, KINDS, MASK, OBJECTS, OTHER, RASTER, VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
 Params = dict[str, Any]
+Canvas = tuple[int, int] | list[tuple[int, int]] | None  # one (H, W), or one per sample of a list batch
 
 _OPS: dict[str, type[Op]] = {}
+
+# Arguments that existed once: what to do instead (raised by the constructor and by op_from_config).
+REMOVED_ARGS = {
+    "mask_keys": "mask_keys= is gone: decode the mask with mp.decoders.mask() (its kind makes every op "
+                 "resample it with nearest, never smoothed, and fill it with 0) and list it in keys, or "
+                 "leave keys unset to transform every spatial field of the sample",
+}
+
+# The kind an op outside a pipeline assumes, when it has several: images first.
+_PREFERRED = (IMAGE, VIDEO, AUDIO, FEATURES, MASK, *KINDS)
 
 
 class Stage(enum.Enum):
@@ -31,43 +74,116 @@ class Stage(enum.Enum):
     BATCH = "batch"
 
 
+class ArgumentError(TypeError, ValueError):
+    """An op's argument of the wrong type (a TypeError, and a ValueError as range errors are)."""
+
+
+class CanvasError(ValueError):
+    """The raster fields of one draw differ in size (a mask that does not match its image)."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The fields a placed op transforms: its inputs, one output each, and the inputs' types."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    types: tuple[FieldType, ...]
+
+    def type_of(self, name: str) -> FieldType:
+        return self.types[self.inputs.index(name)]
+
+
 @dataclass(frozen=True)
 class Op:
     """Base class of every augmentation op. Subclasses are registered by class name."""
 
-    key: str = field(default="image", kw_only=True)
-    keys: tuple[str, ...] | None = field(default=None, kw_only=True)
+    key: str | None = field(default=None, kw_only=True)
+    keys: str | tuple[str, ...] | None = field(default=None, kw_only=True)
     out: str | tuple[str, ...] | None = field(default=None, kw_only=True)
 
-    stage: ClassVar[Stage] = Stage.BATCH
+    functional: ClassVar[Functional | None] = None  # kind -> kernel table (geometric ops)
+    accepts: ClassVar[frozenset[str]] = frozenset({IMAGE, VIDEO})  # kinds of an op without a table
+    batched: ClassVar[bool] = True  # kernels take a batch with stacked params (else one sample's)
+    single_input: ClassVar[bool] = False  # transforms one field (audio ops: a field and its lengths)
     per_batch: ClassVar[bool] = False  # params drawn once per batch (MixUp), not per sample
     batch_only: ClassVar[bool] = False  # cannot run on a single sample (MixUp, CutMix)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Op:
+        for name in REMOVED_ARGS.keys() & kwargs.keys():
+            raise TypeError(f"{cls.__name__}: {REMOVED_ARGS[name]}")
+        return super().__new__(cls)
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for name, instead in (("stage", "override placement()"), ("apply", "override transform()"),
+                              ("apply_to", "override transform(), which gets the field's type")):
+            if name in cls.__dict__:
+                raise TypeError(f"{cls.__name__} defines {name!r}: ops no longer do; {instead} "
+                                "(see mediapipe.augment.base)")
         if not cls.__name__.startswith("_"):
             _OPS[cls.__name__] = cls
 
     def __post_init__(self) -> None:
-        if self.keys is not None:
-            object.__setattr__(self, "keys", tuple(self.keys))
-        if isinstance(self.out, list):
-            object.__setattr__(self, "out", tuple(self.out))
-        if self.out is not None and len(self.outputs) != len(self.inputs):
-            raise ValueError(f"{type(self).__name__}: out={self.out!r} must name one field per input {self.inputs}")
+        check_arguments(self)
+        name = type(self).__name__
+        if self.key is not None and self.keys is not None:
+            raise ValueError(f"{name}: give key= (one field) or keys= (one or more), not both")
+        if isinstance(self.keys, str):
+            object.__setattr__(self, "keys", (self.keys,))  # a name, not its letters
+        if self.keys is not None and (not self.keys or len(set(self.keys)) != len(self.keys)):
+            raise ValueError(f"{name}(keys={self.keys!r}): expected distinct field names")
+        if isinstance(self.out, tuple) and len(self.out) == 1:
+            object.__setattr__(self, "out", self.out[0])
+        requested = self.requested
+        if self.out is not None and requested is not None and len(self._out_names()) != len(requested):
+            raise ValueError(f"{name}: out={self.out!r} must name one field per input {requested}")
+        if self.single_input and requested is not None and len(requested) != 1:
+            raise ValueError(f"{name}: one field per op (key=...), got keys={self.keys}")
 
     # -- fields -----------------------------------------------------------------------
     @property
+    def requested(self) -> tuple[str, ...] | None:
+        """The fields the user named (``keys``, or ``key``), or None: every field of a kind it transforms."""
+        if self.keys is not None:
+            return tuple(self.keys)
+        return (self.key,) if self.key is not None else None
+
+    def kinds(self) -> frozenset[str]:
+        """The kinds this op transforms: its functional's kernels, else ``accepts``."""
+        return self.functional.kinds if self.functional is not None else self.accepts
+
+    def refuses(self, field_type: FieldType) -> str | None:
+        """Why this op cannot transform a field of this type with its settings, or None."""
+        if field_type.kind not in self.kinds():
+            return f"it transforms {sorted(self.kinds())} fields"
+        return None
+
+    def output_type(self, field_type: FieldType) -> FieldType:
+        """The type of what the op writes for an input of ``field_type`` (the same, unless it
+        turns one kind into another: audio into features)."""
+        return field_type
+
+    @property
+    def binding(self) -> Binding:
+        """The fields this op transforms: resolved by `bind`, or for an op outside a pipeline the
+        named fields (else the field named after its first kind), each of that kind."""
+        bound = self.__dict__.get("_binding")
+        if bound is not None:
+            return bound
+        kind = self.primary_kind()
+        inputs = self.requested or (kind,)
+        return Binding(inputs, self._out_names() or inputs, tuple(FieldType(kind) for _ in inputs))
+
+    @property
     def inputs(self) -> tuple[str, ...]:
         """The fields this op transforms."""
-        return self.keys if self.keys is not None else (self.key,)
+        return self.binding.inputs
 
     @property
     def outputs(self) -> tuple[str, ...]:
         """The fields this op writes, one per input."""
-        if self.out is None:
-            return self.inputs
-        return (self.out,) if isinstance(self.out, str) else tuple(self.out)
+        return self.binding.outputs
 
     def reads(self) -> tuple[str, ...]:
         """Every field the op needs (inputs, plus e.g. ``label`` for MixUp)."""
@@ -75,6 +191,54 @@ class Op:
 
     def writes(self) -> tuple[str, ...]:
         return self.outputs
+
+    def primary_kind(self) -> str:
+        kinds = self.kinds()
+        return next(k for k in _PREFERRED if k in kinds) if kinds else IMAGE
+
+    def _out_names(self) -> tuple[str, ...] | None:
+        if self.out is None:
+            return None
+        return (self.out,) if isinstance(self.out, str) else tuple(self.out)
+
+    def bind(self, types: Mapping[str, FieldType], where: str = "") -> Op:
+        """A copy of this op that knows its fields, for a pipeline whose fields here have ``types``.
+        Raises `PipelineError` naming the op, the field and its kind for a field it cannot transform."""
+        name = f"{where}{type(self).__name__}"
+        requested = self.requested
+        if requested is None:
+            inputs = tuple(n for n, t in types.items() if t.kind in self.kinds())
+            if not inputs:
+                raise PipelineError(f"{name} has no field to transform: it transforms {sorted(self.kinds())} "
+                                    f"fields; fields here: {_describe(types)}")
+            if self.single_input and len(inputs) > 1:
+                raise PipelineError(f"{name} transforms one field, and {list(inputs)} are of kinds it takes: "
+                                    "name one with key=")
+        else:
+            inputs = requested
+        for f in inputs:
+            if f in types and (why := self.refuses(types[f])) is not None:
+                raise PipelineError(f"{name} cannot transform field {f!r} of kind {types[f]}: {why}")
+        kinds = {types[f].kind for f in inputs if f in types}
+        if kinds & OBJECTS and not kinds & RASTER:
+            objects = [f for f in inputs if f in types and types[f].kind in OBJECTS]
+            raise PipelineError(f"{name} moves {objects} but no image, mask or video: boxes and keypoints are in "
+                                "pixels of the image they move with, so list that image in keys too")
+        outputs = self._out_names() or inputs
+        if len(outputs) != len(inputs):
+            raise PipelineError(f"{name}: out={self.out!r} names {len(outputs)} fields for the {len(inputs)} "
+                                f"it transforms {list(inputs)}: name them with keys=")
+        default = FieldType(self.primary_kind())
+        bound = Binding(inputs, outputs, tuple(types.get(f, default) for f in inputs))
+        copy = _copy(self)
+        object.__setattr__(copy, "_binding", bound)
+        return copy
+
+    # -- placement ----------------------------------------------------------------------
+    def placement(self) -> Stage:
+        """Where this op runs: an op with batched kernels once per batch (the pipeline moves it to
+        the sample stage when a later sample-stage op reads what it writes), else per sample."""
+        return Stage.BATCH if self.batched else Stage.SAMPLE
 
     # -- parameters -------------------------------------------------------------------
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
@@ -86,22 +250,105 @@ class Op:
         return {}
 
     # -- application ------------------------------------------------------------------
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        """Apply the kernel to one field's tensor."""
-        raise NotImplementedError(f"{type(self).__name__}.apply")
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: tuple[int, int] | None
+                  ) -> torch.Tensor:
+        """The kernel for one field of kind ``field.kind``: a batch with stacked params for a
+        ``batched`` op (rows and per-row params for boxes and keypoints), else one sample."""
+        raise NotImplementedError(f"{type(self).__name__}.transform")
 
-    def apply_to(self, x: torch.Tensor, params: Params, field: str) -> torch.Tensor:
-        """Apply to the input field named ``field`` (ops that treat masks differently override)."""
-        return self.apply(x, params)
+    def apply(self, x: Any, params: Params, field: FieldType | str | None = None, canvas_size: Canvas = None,
+              lengths: torch.Tensor | None = None) -> Any:
+        """One field through the kernel of its kind: one sample or a batch, a tensor or a list of
+        them; ``lengths`` for a padded boxes or keypoints batch. ``canvas_size``: the (H, W) of the
+        image it is drawn on (boxes, keypoints), one per sample for a list."""
+        ftype = FieldType(field or self.primary_kind()) if not isinstance(field, FieldType) else field
+        if not self.batched:
+            return self.transform(x, params, ftype, _one_canvas(canvas_size, 0))
+        if isinstance(x, list):
+            return self._apply_list(x, params, ftype, canvas_size)
+        if ftype.kind in OBJECTS:
+            return self._apply_rows(x, params, ftype, canvas_size, lengths)
+        if is_single(params):
+            xb, pb = promote(x, params)
+            return self.transform(xb, pb, ftype, canvas_size)[0]
+        return self.transform(x, params, ftype, canvas_size)
 
-    def apply_fields(self, data: dict[str, Any], params: Params) -> None:
-        """Apply to every input field, writing the outputs; ops that read several fields override."""
-        for src, dst in zip(self.inputs, self.outputs):
-            data[dst] = self.apply_to(data[src], params, src)
+    def apply_fields(self, data: dict[str, Any], params: Params, only: Collection[str] | None = None,
+                     canvas_size: Canvas = None) -> None:
+        """Apply to every input field (those in ``only``, when given) with the same params, writing
+        the outputs. ``canvas_size``: where the op's draw was made (a decoder did part of it), else
+        taken from the raster inputs here. Ops that read several fields override."""
+        b = self.binding
+        todo = [f for f in b.inputs if only is None or f in only]
+        if canvas_size is None:
+            canvas_size = self.canvas_of(data, todo)
+        for src in todo:
+            dst, ftype = b.outputs[b.inputs.index(src)], b.type_of(src)
+            lengths = data.get(f"{src}_lengths") if ftype.kind in OBJECTS else None
+            data[dst] = self.apply(data[src], params, ftype, canvas_size, lengths)
+            if lengths is not None and dst != src:
+                data[f"{dst}_lengths"] = lengths
+
+    def canvas_of(self, data: dict[str, Any], fields: Collection[str] | None = None) -> Canvas:
+        """The (H, W) shared by the raster fields among ``fields`` (default: the inputs), one per
+        sample for lists; None when there is none. `CanvasError` when they differ."""
+        sizes = self.raster_sizes(data, fields)
+        if not sizes:
+            return None
+        first = next(iter(sizes.values()))
+        if any(s != first for s in sizes.values()):
+            raise CanvasError(f"{type(self).__name__} draws once for {list(self.inputs)}, but their sizes differ: "
+                              + ", ".join(f"{f} {s}" for f, s in sizes.items()))
+        return first
+
+    def raster_sizes(self, data: dict[str, Any], fields: Collection[str] | None = None) -> dict[str, Any]:
+        """field -> (H, W) (a list of them for a list batch) of the raster inputs among ``fields``."""
+        b = self.binding
+        sizes: dict[str, Any] = {}
+        for f in fields if fields is not None else b.inputs:
+            if f in b.inputs and b.type_of(f).kind in RASTER and f in data:
+                x = data[f]
+                sizes[f] = [tuple(v.shape[-2:]) for v in x] if isinstance(x, list) else tuple(x.shape[-2:])
+        return sizes
+
+    def _apply_list(self, xs: list, params: Params, ftype: FieldType, canvas: Canvas) -> list:
+        """A list batch (one tensor per sample): each sample through the kernel as a batch of one."""
+        out = []
+        for i, x in enumerate(xs):
+            one = sample_slice(params, i)
+            c = _one_canvas(canvas, i)
+            if ftype.kind in OBJECTS:
+                out.append(self.transform(x, expand_rows(one, torch.zeros(x.shape[0], dtype=torch.int64)), ftype, c))
+            else:
+                out.append(self.transform(x[None], one, ftype, c)[0])
+        return out
+
+    def _apply_rows(self, x: torch.Tensor, params: Params, ftype: FieldType, canvas: Canvas,
+                    lengths: torch.Tensor | None) -> torch.Tensor:
+        """Boxes or keypoints of one sample (N, ...) or a padded batch (B, N, ...) with ``lengths``:
+        the kernel sees the valid rows, each with its sample's parameters; padding stays zero."""
+        if is_single(params):
+            _, pb = promote(x, params)
+            return self.transform(x, expand_rows(pb, torch.zeros(x.shape[0], dtype=torch.int64)), ftype, canvas)
+        if isinstance(canvas, list):  # images of several sizes (a list batch): sample by sample
+            n = lengths.tolist() if lengths is not None else [x.shape[1]] * x.shape[0]
+            out = torch.zeros_like(x)
+            for i, c in enumerate(canvas):
+                rows = self._apply_list([x[i, : n[i]]], sample_slice(params, i), ftype, [c])[0]
+                out[i, : n[i]] = rows.to(x.dtype)
+            return out
+        if lengths is None:  # a stacked batch (B, N, ...): every row is valid
+            lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.int64)
+        lengths = lengths.to(x.device)
+        valid = torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
+        sample = torch.arange(x.shape[0], device=x.device).repeat_interleave(lengths)
+        out = torch.zeros_like(x)
+        out[valid] = self.transform(x[valid], expand_rows(params, sample), ftype, canvas).to(x.dtype)
+        return out
 
     # -- fusion with the decoder (sample-stage geometry) --------------------------------
-    def fusable(self, field: str) -> bool:
-        """Whether the decoder of input ``field`` may do this op's work through `decode_hint`."""
+    def fusable(self, field_type: FieldType) -> bool:
+        """Whether the decoder of a field of this type may do this op's work through `decode_hint`."""
         return type(self).decode_hint is not Op.decode_hint
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
@@ -114,8 +361,9 @@ class Op:
 
     # -- fusion with the batch op before it (CPU) ----------------------------------------
     def absorbs(self, before: Op) -> bool:
-        """Whether this op can do ``before``'s work while it writes its own output, as DALI's
-        CropMirrorNormalize mirrors while it normalises: one pass over the batch fewer."""
+        """Whether this op can do ``before``'s work on its own inputs while it writes its output, as
+        DALI's CropMirrorNormalize mirrors while it normalises: one pass over the batch fewer.
+        ``before`` still runs on its other inputs."""
         return False
 
     def apply_absorbing(self, x: torch.Tensor, params: Params, before: Op, before_params: Params) -> torch.Tensor:
@@ -128,32 +376,180 @@ class Op:
         for f in fields(self):
             value = getattr(self, f.name)
             if value != f.default:
-                config[f.name] = list(value) if isinstance(value, tuple) else value
+                config[f.name] = _to_list(value)
         return config
 
 
+def _copy(op: Op) -> Op:
+    """A shallow copy of a frozen op (its settings are immutable)."""
+    new = object.__new__(type(op))
+    new.__dict__.update(op.__dict__)
+    return new
+
+
+def _to_list(value: Any) -> Any:
+    return [_to_list(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _describe(types: Mapping[str, FieldType]) -> str:
+    return ", ".join(f"{n} ({t})" for n, t in types.items() if t.kind != OTHER) or "none"
+
+
+def _one_canvas(canvas: Canvas, i: int) -> tuple[int, int] | None:
+    return canvas[i] if isinstance(canvas, list) else canvas
+
+
+# -- one sample as a batch of one; rows of objects ------------------------------------------------
+def is_single(params: Params) -> bool:
+    """True when the params are one sample's plain values, not tensors stacked over a batch."""
+    return any(not isinstance(v, torch.Tensor) for v in params.values())
+
+
+def promote(x: Any, params: Params) -> tuple[Any, Params]:
+    """One sample and its plain params as a batch of one: x[None] and (1, ...) tensors."""
+    batched = {}
+    for name, value in params.items():
+        if isinstance(value, torch.Tensor):
+            batched[name] = value[None]
+        elif isinstance(value, bool):
+            batched[name] = torch.tensor([value], dtype=torch.bool)
+        elif isinstance(value, int):
+            batched[name] = torch.tensor([value], dtype=torch.int64)
+        elif isinstance(value, float):
+            batched[name] = torch.tensor([value], dtype=torch.float32)
+        else:
+            batched[name] = torch.as_tensor(np.asarray(value))[None]
+    return (x[None] if isinstance(x, torch.Tensor) else x), batched
+
+
+def sample_slice(params: Params, i: int) -> Params:
+    """Sample ``i``'s params of a stacked batch, as a batch of one."""
+    return {k: v[i : i + 1] if isinstance(v, torch.Tensor) and v.ndim else v for k, v in params.items()}
+
+
+def expand_rows(params: Params, sample: torch.Tensor) -> Params:
+    """Per-sample params (B, ...) to per-row params: row r gets sample ``sample[r]``'s values."""
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, torch.Tensor) and v.ndim:
+            out[k] = v.index_select(0, sample.to(v.device))
+        else:
+            out[k] = v
+    return out
+
+
+# -- argument checks ------------------------------------------------------------------------------
 def check_probability(op: Op, p: float, name: str = "p") -> None:
     """Reject a probability outside [0, 1], naming the op, the argument and the value."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"{type(op).__name__}({name}={p}): expected 0 <= {name} <= 1")
 
 
+def check_choice(op: Op, name: str, value: Any, choices: Collection[Any]) -> None:
+    """Reject a value that is not one of ``choices``, naming the op and the argument."""
+    if value not in choices:
+        raise ValueError(f"{type(op).__name__}({name}={value!r}): expected one of {tuple(choices)}")
+
+
+def check_positive(op: Op, **values: float | None) -> None:
+    """Reject a value that is not > 0 (None passes), naming the op and the argument."""
+    for name, value in values.items():
+        if value is not None and not value > 0:
+            raise ValueError(f"{type(op).__name__}({name}={value!r}): expected a value > 0")
+
+
+def check_range(op: Op, name: str, value: tuple[float, float], low: float = float("-inf"),
+                high: float = float("inf"), strict_low: bool = False) -> None:
+    """Reject a (low, high) pair that is reversed or leaves [low, high] (low excluded when strict)."""
+    a, b = value
+    ok = (a > low if strict_low else a >= low) and a <= b <= high
+    if not ok:
+        bound = f"{low} < low" if strict_low else f"{low} <= low"
+        raise ValueError(f"{type(op).__name__}({name}={value!r}): expected {bound} <= high <= {high}")
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def check_arguments(op: Op) -> None:
+    """Check every argument against its annotation (int is not float, a string is not a tuple),
+    turning lists into tuples; a TypeError names the op, the argument, the value and the type."""
+    hints = _hints(type(op))
+    for f in fields(op):
+        value = getattr(op, f.name)
+        tp = hints.get(f.name, Any)
+        ok, fixed = _conform(value, tp)
+        if not ok:
+            raise ArgumentError(f"{type(op).__name__}({f.name}={value!r}): expected {_type_name(tp)}")
+        if fixed is not value:
+            object.__setattr__(op, f.name, fixed)
+
+
+def _conform(value: Any, tp: Any) -> tuple[bool, Any]:
+    """(value matches tp, the value with lists turned into tuples where tp is a tuple)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True, value
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, fixed = _conform(value, arg)
+            if ok:
+                return True, fixed
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if tp is bool:
+        return isinstance(value, (bool, np.bool_)), bool(value) if isinstance(value, np.bool_) else value
+    if tp is int:
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+        return ok, int(value) if ok else value
+    if tp is float:
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        return ok, value if isinstance(value, (int, float)) or not ok else float(value)
+    if tp is str:
+        return isinstance(value, str), value
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False, value
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            parts = [_conform(v, args[0]) for v in value]
+        elif len(args) != len(value):
+            return False, value
+        else:
+            parts = [_conform(v, a) for v, a in zip(value, args)]
+        if not all(ok for ok, _ in parts):
+            return False, value
+        return True, tuple(fixed for _, fixed in parts)
+    return True, value
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "None"
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a tuple of {_type_name(args[0])}"
+        return f"a tuple ({', '.join(_type_name(a) for a in args)})"
+    return {int: "an int", float: "a number", str: "a string", bool: "a bool"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+# -- config -------------------------------------------------------------------------------------
 def op_from_config(config: dict[str, Any]) -> Op:
     """Rebuild an op from `Op.to_config`'s dict."""
     config = dict(config)
     name = config.pop("op")
     if name not in _OPS:
         raise ValueError(f"unknown op {name!r}; known: {sorted(_OPS)}")
-    cls = _OPS[name]
-    tuple_fields = {f.name for f in fields(cls)}
-    for k, v in config.items():
-        if k in tuple_fields and isinstance(v, list):
-            config[k] = _to_tuple(v)
-    return cls(**config)
-
-
-def _to_tuple(value: Any) -> Any:
-    return tuple(_to_tuple(v) for v in value) if isinstance(value, list) else value
+    for removed in REMOVED_ARGS.keys() & config.keys():
+        raise ValueError(f"{name} config has {removed!r}: {REMOVED_ARGS[removed]}")
+    return _OPS[name](**config)
 
 
 def registered_ops() -> dict[str, type[Op]]:

@@ -7,12 +7,14 @@ from typing import Any
 
 import torch
 
-from mediapipe.augment.base import Op, Params, check_probability
+from mediapipe.augment.base import Op, Params, check_choice, check_probability
 from mediapipe.augment.functional import color as F
-from mediapipe.augment.functional.batching import as_batch
 from mediapipe.augment.geometry import HorizontalFlip, VerticalFlip
+from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
+
+Canvas = tuple[int, int] | None
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -22,10 +24,13 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class Normalize(Op):
     """uint8 to float and (x / 255 - mean) / std per channel, in one pass over contiguous memory.
 
-    Input  ``key``: uint8 (read as x / 255) or float, (..., C, H, W).
-    Output: ``dtype`` (float32, float16 or bfloat16), same shape. Stage: batch.
+    Input: images and videos, uint8 (read as x / 255) or float, (..., C, H, W). Masks, boxes and
+    the rest are not normalised (naming a mask in ``keys`` is refused: its values are class ids).
+    Output: ``dtype`` (float32, float16 or bfloat16), same shape. Stage: batch; on the CPU it
+    does a flip right before it (same fields, in place) while it writes, as DALI's
+    CropMirrorNormalize does.
     Args:
-        mean, std: per channel, in [0, 1] units; identity is mean 0, std 1.
+        mean, std: per channel, in [0, 1] units, one std > 0 per mean; identity is mean 0, std 1.
     """
 
     mean: tuple[float, ...] = IMAGENET_MEAN
@@ -36,22 +41,21 @@ class Normalize(Op):
         super().__post_init__()
         object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
         object.__setattr__(self, "std", tuple(float(s) for s in self.std))
-        if len(self.mean) != len(self.std) or min(self.std) <= 0:
+        if not self.mean or len(self.mean) != len(self.std) or not min(self.std) > 0:
             raise ValueError(f"Normalize(mean={self.mean}, std={self.std}): one positive std per mean")
-        F.dtype_of(self.dtype)
+        check_choice(self, "dtype", self.dtype, F.FLOAT_DTYPES)
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         return self._normalize(x)
 
     def absorbs(self, before: Op) -> bool:
-        """A flip right before, on the same fields in place: mirrored while normalising."""
+        """A flip right before, in place on (at least) this op's fields: mirrored while normalising
+        (the flip still moves its other fields: a mask, boxes)."""
         return (type(before) in (HorizontalFlip, VerticalFlip) and before.outputs == before.inputs
-                and self.inputs == before.outputs and self.outputs == self.inputs)
+                and self.outputs == self.inputs and set(self.inputs) <= set(before.inputs))
 
     def apply_absorbing(self, x: torch.Tensor, params: Params, before: Op, before_params: Params) -> torch.Tensor:
-        xb, pb, single = as_batch(x, before_params)
-        out = self._normalize(xb, mirror=pb["flip"], mirror_dim=-2 if type(before) is VerticalFlip else -1)
-        return out[0] if single else out
+        return self._normalize(x, mirror=before_params["flip"], mirror_dim=-2 if type(before) is VerticalFlip else -1)
 
     def _normalize(self, x: torch.Tensor, **mirror: Any) -> torch.Tensor:
         if x.shape[-3] != len(self.mean):
@@ -64,7 +68,7 @@ class ToDtype(Op):
     """Convert dtype; with ``scale`` uint8 [0, 255] maps to float [0, 1] (and back as torchvision:
     ``x * 255.999`` truncated, saturated outside [0, 1]).
 
-    Input/Output: (..., C, H, W) of any dtype -> ``dtype``. Stage: batch.
+    Input/Output: images and videos (..., C, H, W) of any dtype -> ``dtype``. Stage: batch.
     Args: dtype: "float32", "float16", "bfloat16", "float64" or "uint8"; scale: rescale the range.
     """
 
@@ -73,9 +77,9 @@ class ToDtype(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        F.dtype_of(self.dtype)
+        check_choice(self, "dtype", self.dtype, F.DTYPES)
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         return F.to_dtype(x, F.dtype_of(self.dtype), self.scale)
 
 
@@ -101,8 +105,8 @@ class ColorJitter(Op):
     """Random brightness, contrast, saturation and hue per sample, applied in a random order per
     sample (torchvision's ``ColorJitter``).
 
-    Input  ``key``: RGB (B, 3, H, W) or clips (B, T, 3, H, W), uint8 or float in [0, 1]; one draw
-    per clip. Output: same shape and dtype. uint8 follows torchvision exactly: every adjustment
+    Input: RGB images (B, 3, H, W) and clips (B, T, 3, H, W), uint8 or float in [0, 1]; one draw
+    per clip; masks, boxes and the rest pass unchanged. Output: same shape and dtype. uint8 follows torchvision exactly: every adjustment
     computes in float32 and truncates back to uint8 before the next.
     Args:
         brightness: v for a factor in [max(0, 1 - v), 1 + v], or (low, high); multiplies; 0 is the identity.
@@ -143,10 +147,8 @@ class ColorJitter(Op):
             params[name] = rng.uniform(low, high)
         return params
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        out = F.color_jitter(xb, pb["order"], **{k: v for k, v in pb.items() if k != "order"})
-        return out[0] if single else out
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return F.color_jitter(x, params["order"], **{k: v for k, v in params.items() if k != "order"})
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ class RandomGrayscale(Op):
     """Turn each sample to grayscale with probability ``p``, keeping 3 channels (torchvision's
     ``RandomGrayscale``: 0.2989 R + 0.587 G + 0.114 B; uint8 truncates).
 
-    Input  ``key``: RGB (B, 3, H, W) or clips (B, T, 3, H, W), uint8 or float. Output: same.
+    Input: RGB images (B, 3, H, W) and clips (B, T, 3, H, W), uint8 or float. Output: same.
     Args:
         p: probability per sample; 0 never, 1 always.
     Stage: batch (only the selected samples are computed).
@@ -169,17 +171,15 @@ class RandomGrayscale(Op):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"gray": rng.bernoulli(self.p)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        out = F.random_grayscale(xb, pb["gray"])
-        return out[0] if single else out
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return F.random_grayscale(x, params["gray"])
 
 
 @dataclass(frozen=True)
 class GaussianBlur(Op):
     """Blur each sample with a Gaussian of its own random std (torchvision's ``GaussianBlur``).
 
-    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W), uint8 or float. Output: same shape and
+    Input: images (B, C, H, W) and clips (B, T, C, H, W), uint8 or float. Output: same shape and
     dtype (uint8 blurred in float32 and rounded). Borders reflect.
     Args:
         kernel_size: odd taps, an int or (x, y); each must be smaller than twice the image side.
@@ -205,7 +205,5 @@ class GaussianBlur(Op):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"sigma": rng.uniform(*self.sigma)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        out = F.gaussian_blur(xb, self.kernel_size, pb["sigma"])
-        return out[0] if single else out
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return F.gaussian_blur(x, self.kernel_size, params["sigma"])

@@ -9,7 +9,7 @@ import torch
 
 from mediapipe.augment.base import Op, Params, check_probability
 from mediapipe.augment.functional import erase as F
-from mediapipe.augment.functional.batching import as_batch
+from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -19,8 +19,9 @@ class RandomErasing(Op):
     """Erase a random rectangle of each sample with probability ``p`` (torchvision's ``RandomErasing``,
     Zhong et al. 2017).
 
-    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W), any dtype; a clip gets one box for all
-    frames. Output: same shape and dtype; the box holds ``value`` cast to the dtype.
+    Input: images (B, C, H, W) and clips (B, T, C, H, W), any dtype; a clip gets one box for all
+    frames. Masks, boxes and keypoints are not erased (torchvision leaves them too).
+    Output: same shape and dtype; the box holds ``value`` cast to the dtype.
     Args:
         p: probability per sample; 0 never erases, 1 always tries (ten tries for a box that fits,
             else nothing is erased, as torchvision).
@@ -39,9 +40,9 @@ class RandomErasing(Op):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_probability(self, self.p)
-        if len(self.scale) != 2 or not 0.0 <= self.scale[0] <= self.scale[1] <= 1.0:
+        if not 0.0 <= self.scale[0] <= self.scale[1] <= 1.0:
             raise ValueError(f"RandomErasing(scale={self.scale!r}): expected 0 <= low <= high <= 1")
-        if len(self.ratio) != 2 or not 0.0 < self.ratio[0] <= self.ratio[1]:
+        if not 0.0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"RandomErasing(ratio={self.ratio!r}): expected 0 < low <= high")
         values = self.value if isinstance(self.value, tuple) else (self.value,)
         if isinstance(self.value, str) or not values or not all(isinstance(v, (int, float)) for v in values):
@@ -64,10 +65,9 @@ class RandomErasing(Op):
                         "height": h, "width": w}
         return none
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: tuple[int, int] | None
+                  ) -> torch.Tensor:
         channels = x.shape[-3]
         if isinstance(self.value, tuple) and len(self.value) not in (1, channels):
             raise ValueError(f"RandomErasing(value={self.value}): {len(self.value)} values for {channels} channels")
-        xb, pb, single = as_batch(x, params)
-        out = F.erase(xb, pb["top"], pb["left"], pb["height"], pb["width"], self.value)
-        return out[0] if single else out
+        return F.erase(x, params["top"], params["left"], params["height"], params["width"], self.value)

@@ -1,21 +1,27 @@
-"""Geometry ops: crops and resizes (sample stage, fused into the decoder) and flips (batch stage)."""
+"""Geometry ops: crops and resizes (sample stage, fused into the decoder), flips and warps (batch stage).
+
+Each moves every spatial field it is given with one draw: images and videos (a clip moves as a
+whole), masks (nearest, never smoothed, new pixels 0), boxes and keypoints (in pixels of the
+image they move with), through the kernels of `mediapipe.augment.functional.spatial`.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import torch
 
-from mediapipe.augment.base import Op, Params, Stage, check_probability
+from mediapipe.augment.base import Op, Params, Stage, check_positive, check_probability, check_range
 from mediapipe.augment.functional import geometry as F
-from mediapipe.augment.functional.batching import as_batch
+from mediapipe.augment.functional import spatial as S
 from mediapipe.decoders.base import DecodeHint
+from mediapipe.fields import IMAGE, OBJECTS, VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
 Size = int | tuple[int, int]
+Canvas = tuple[int, int] | None
 
 
 def _pair(size: Size, name: str) -> tuple[int, int]:
@@ -30,49 +36,25 @@ def _check_interpolation(op: Op, interpolation: str) -> None:
         raise ValueError(f"{type(op).__name__}(interpolation={interpolation!r}): expected one of {F.INTERPOLATIONS}")
 
 
-def _check_mask_keys(op: Op) -> None:
-    object.__setattr__(op, "mask_keys", tuple(op.mask_keys))
-    unknown = [k for k in op.mask_keys if k not in op.inputs]
-    if unknown:
-        raise ValueError(f"{type(op).__name__}(mask_keys={op.mask_keys!r}): {unknown} not among the inputs {op.inputs}")
+def _meta(field: FieldType, canvas_size: Canvas) -> dict:
+    """What a kernel of ``field``'s kind needs besides the op's options."""
+    return {"kind": field.kind, "canvas_size": canvas_size, "format": field.format}
 
 
 @dataclass(frozen=True)
-class _Resample(Op):
-    """Shared by the resizing ops: ``mask_keys`` fields are resized with "nearest", no antialias."""
-
-    mask_keys: tuple[str, ...] = field(default=(), kw_only=True)
-
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        return self._resample(x, params, self.interpolation, self.antialias)
-
-    def apply_to(self, x: torch.Tensor, params: Params, field: str) -> torch.Tensor:
-        if field in self.mask_keys:
-            return self._resample(x, params, "nearest", False)
-        return self.apply(x, params)
-
-    def fusable(self, field: str) -> bool:
-        return field not in self.mask_keys and super().fusable(field)  # a mask is never smoothed
-
-    def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class RandomResizedCrop(_Resample):
+class RandomResizedCrop(Op):
     """Crop a random region of random area and aspect ratio, resized to ``size`` (Inception-style).
 
-    Input  ``key``: uint8 or float (C, H, W), or a clip (T, C, H, W) with one crop for all frames.
-    Output: (C, *size), same dtype. Stage: sample, fused into the decoder (region-of-interest
-    and DCT-scaled decoding).
+    Input: images (C, H, W), clips (T, C, H, W) with one crop for all frames, masks (resized
+    with nearest), boxes and keypoints (cropped, clamped, scaled). Output: (..., C, *size), same
+    dtype. Stage: sample, fused into the image or video decoder (region-of-interest and
+    DCT-scaled decoding); a mask, boxes and keypoints follow the drawn region exactly.
     Args:
-        size: output (height, width), or an int for a square.
-        scale: (low, high) fraction of the image area the crop covers.
-        ratio: (low, high) crop width / height, drawn log-uniformly.
+        size: output (height, width) in pixels, or an int for a square.
+        scale: (low, high) fraction of the image area the crop covers, 0 < low <= high.
+        ratio: (low, high) crop width / height, drawn log-uniformly, 0 < low <= high.
         interpolation: "bilinear" (default), "bicubic", "nearest" (torchvision's) or "nearest-exact"
-            (pixel centres, Pillow's). antialias: when downscaling.
-        mask_keys: input fields (segmentation masks) resized with "nearest", with the same crop
-            as the other ``keys``. Setting it turns off the fusion into the decoder.
+            (pixel centres, Pillow's), for images. antialias: when downscaling images.
     """
 
     size: Size = 224
@@ -80,17 +62,15 @@ class RandomResizedCrop(_Resample):
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     interpolation: str = "bilinear"
     antialias: bool = True
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    functional = S.resized_crop
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "size", _pair(self.size, "RandomResizedCrop(size)"))
-        if not 0 < self.scale[0] <= self.scale[1]:
-            raise ValueError(f"RandomResizedCrop(scale={self.scale}): expected 0 < low <= high")
-        if not 0 < self.ratio[0] <= self.ratio[1]:
-            raise ValueError(f"RandomResizedCrop(ratio={self.ratio}): expected 0 < low <= high")
+        check_range(self, "scale", self.scale, 0.0, strict_low=True)
+        check_range(self, "ratio", self.ratio, 0.0, strict_low=True)
         _check_interpolation(self, self.interpolation)
-        _check_mask_keys(self)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         # torchvision's algorithm: ten tries, then a central crop with the ratio clamped.
@@ -113,9 +93,12 @@ class RandomResizedCrop(_Resample):
             w, h = width, height
         return {"top": (height - h) // 2, "left": (width - w) // 2, "height": h, "width": w}
 
-    def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
-        return F.resized_crop_image(x, params["top"], params["left"], params["height"], params["width"],
-                                    self.size, interpolation, antialias)
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return S.resized_crop(x, params["top"], params["left"], params["height"], params["width"], self.size,
+                              interpolation=self.interpolation, antialias=self.antialias, **_meta(field, canvas_size))
+
+    def fusable(self, field_type: FieldType) -> bool:
+        return field_type.kind in (IMAGE, VIDEO)  # a mask is never smoothed by a reduced-scale decode
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         roi = (params["top"], params["left"], params["height"], params["width"])
@@ -130,35 +113,36 @@ class RandomResizedCrop(_Resample):
 
 
 @dataclass(frozen=True)
-class Resize(_Resample):
+class Resize(Op):
     """Resize: the shorter side to ``size`` (int), exactly to (height, width), or the longer
     side to ``max_size`` (``size=None``); ``max_size`` also caps the longer side of an int resize.
 
-    Input/Output: (..., C, H, W), same dtype. Stage: sample, fused into the decoder (DCT scaling).
+    Input/Output: images, clips and masks (..., C, H, W), same dtype; boxes and keypoints scaled
+    (not clamped). Stage: sample, fused into the image or video decoder (DCT scaling).
     Args:
-        size: int (shorter side), (height, width), or None (then ``max_size`` sets the longer side).
+        size: int (shorter side), (height, width), or None (then ``max_size`` sets the longer side), in pixels.
         max_size: cap on the longer side, in pixels.
-        interpolation: "bilinear", "bicubic", "nearest" or "nearest-exact"; antialias: when
-            downscaling (torchvision's default).
-        mask_keys: input fields resized with "nearest" (segmentation masks), never fused into their decoder.
+        interpolation: "bilinear", "bicubic", "nearest" or "nearest-exact", for images (masks: nearest);
+            antialias: when downscaling images (torchvision's default).
     """
 
     size: Size | None = 256
     max_size: int | None = None
     interpolation: str = "bilinear"
     antialias: bool = True
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    functional = S.resize
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.size is None and self.max_size is None:
             raise ValueError("Resize: give size, max_size or both")
-        if isinstance(self.size, (list, tuple)):
+        if isinstance(self.size, tuple):
             object.__setattr__(self, "size", _pair(self.size, "Resize(size)"))
             if self.max_size is not None:
                 raise ValueError("Resize: max_size applies only to an int (shorter side) size")
+        check_positive(self, size=self.size if isinstance(self.size, int) else None, max_size=self.max_size)
         _check_interpolation(self, self.interpolation)
-        _check_mask_keys(self)
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         """The (height, width) an image of this size is resized to (torchvision's rounding)."""
@@ -177,8 +161,12 @@ class Resize(_Resample):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"size": self.output_size(*meta["size"])}
 
-    def _resample(self, x: torch.Tensor, params: Params, interpolation: str, antialias: bool) -> torch.Tensor:
-        return F.resize_image(x, tuple(params["size"]), interpolation, antialias)
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return S.resize(x, tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias,
+                        **_meta(field, canvas_size))
+
+    def fusable(self, field_type: FieldType) -> bool:
+        return field_type.kind in (IMAGE, VIDEO)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         if self.interpolation.startswith("nearest"):
@@ -190,12 +178,14 @@ class Resize(_Resample):
 class CenterCrop(Op):
     """Crop the central (height, width) region; an image smaller than that is padded with zeros.
 
-    Input/Output: (..., C, H, W) -> (..., C, *size), same dtype. Stage: sample, fused into the
-    decoder (region). Args: size: (height, width) or an int for a square, in pixels.
+    Input/Output: images, clips, masks (..., C, H, W) -> (..., C, *size), same dtype; boxes
+    clamped to the crop. Stage: sample, fused into the decoder (region).
+    Args: size: (height, width) or an int for a square, in pixels.
     """
 
     size: Size = 224
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    functional = S.crop
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -207,8 +197,11 @@ class CenterCrop(Op):
         # torchvision rounds the offset: int(round((H - h) / 2.0))
         return {"top": int(round((height - ch) / 2.0)), "left": int(round((width - cw) / 2.0))}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        return F.crop_image(x, params["top"], params["left"], *self.size)
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return S.crop(x, params["top"], params["left"], *self.size, **_meta(field, canvas_size))
+
+    def fusable(self, field_type: FieldType) -> bool:
+        return field_type.kind in (IMAGE, VIDEO)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         height, width = meta["size"]
@@ -225,13 +218,15 @@ class CenterCrop(Op):
 class HorizontalFlip(Op):
     """Mirror left-right with probability ``p``, drawn per sample.
 
-    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W), any dtype; a clip flips as a whole.
-    Output: same shape and dtype. Stage: batch (only the selected samples are flipped).
+    Input: images (B, C, H, W), clips (B, T, C, H, W) flipped as a whole, masks, boxes and
+    keypoints; any dtype. Output: same shape and dtype. Stage: batch (only the selected samples
+    are flipped); on the CPU a `Normalize` right after does the flip while it writes.
     Args:
         p: probability of a flip per sample; 0 never flips, 1 always does.
     """
 
     p: float = 0.5
+    functional = S.hflip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -240,34 +235,30 @@ class HorizontalFlip(Op):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"flip": rng.bernoulli(self.p)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        out = F.hflip(xb, pb["flip"])
-        return out[0] if single else out
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return self.functional(x, params["flip"], **_meta(field, canvas_size or tuple(x.shape[-2:])))
 
 
 @dataclass(frozen=True)
 class VerticalFlip(HorizontalFlip):
     """Mirror top-bottom with probability ``p``, drawn per sample.
 
-    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W), any dtype. Output: same shape and dtype.
+    Input: images, clips, masks, boxes and keypoints, any dtype. Output: same shape and dtype.
     Args: p: probability of a flip per sample; 0 never, 1 always. Stage: batch.
     """
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        out = F.vflip(xb, pb["flip"])
-        return out[0] if single else out
+    functional = S.vflip
 
 
 Fill = float | tuple[float, ...]
 
 
-def _padding4(padding: int | tuple[int, ...], name: str) -> tuple[int, int, int, int]:
+def _padding4(op: Op, padding: int | tuple[int, ...], name: str) -> tuple[int, int, int, int]:
     """torchvision's padding forms to (left, top, right, bottom)."""
     pad = (padding,) if isinstance(padding, int) else tuple(padding)
     if len(pad) not in (1, 2, 4) or any(not isinstance(p, int) or p < 0 for p in pad):
-        raise ValueError(f"{name}={padding!r}: expected a non-negative int or a sequence of 1, 2 or 4 of them")
+        raise ValueError(f"{type(op).__name__}({name}={padding!r}): expected a non-negative int or a sequence "
+                         "of 1, 2 or 4 of them")
     if len(pad) == 1:
         return pad * 4
     if len(pad) == 2:
@@ -289,6 +280,14 @@ def _check_fill(op: Op, fill: Fill | None, scalar_only: bool = False) -> None:
         raise ValueError(f"{type(op).__name__}(fill={fill!r}): expected {expected}")
 
 
+def _constant_only(op: Op, field: FieldType) -> str | None:
+    """Boxes and keypoints move with a constant pad only (torchvision refuses the other modes)."""
+    if field.kind in OBJECTS and op.padding_mode != "constant":
+        return f"padding_mode={op.padding_mode!r} mirrors pixels, which no box or keypoint can follow; pad " \
+               "with padding_mode='constant'"
+    return None
+
+
 PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
 
@@ -296,11 +295,13 @@ PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 class Pad(Op):
     """Pad the borders (torchvision's ``Pad``).
 
-    Input  ``key``: (..., C, H, W), any dtype. Output: (..., C, H + top + bottom, W + left + right).
+    Input: images, clips, masks (..., C, H, W), any dtype; boxes and keypoints shifted (constant
+    padding only). Output: (..., C, H + top + bottom, W + left + right).
     Args:
         padding: pixels; an int for all sides, (left/right, top/bottom) or (left, top, right, bottom).
             0 is the identity.
-        fill: value of the new pixels for ``padding_mode="constant"`` (a number, in the input's units).
+        fill: value of the new pixels for ``padding_mode="constant"`` (a number, in the input's
+            units); a mask's new pixels are 0.
         padding_mode: "constant", "edge", "reflect" or "symmetric".
     Stage: sample (changes the shape).
     """
@@ -308,17 +309,20 @@ class Pad(Op):
     padding: int | tuple[int, ...] = 0
     fill: float = 0
     padding_mode: str = "constant"
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    functional = S.pad
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "padding", _padding4(self.padding, "Pad(padding)"))
+        object.__setattr__(self, "padding", _padding4(self, self.padding, "padding"))
         _check_fill(self, self.fill, scalar_only=True)
         _check_padding_mode(self, self.padding_mode)
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        left, top, right, bottom = self.padding
-        return F.pad_image(x, left, top, right, bottom, self.fill, self.padding_mode)
+    def refuses(self, field_type: FieldType) -> str | None:
+        return super().refuses(field_type) or _constant_only(self, field_type)
+
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return S.pad(x, *self.padding, fill=self.fill, padding_mode=self.padding_mode, **_meta(field, canvas_size))
 
 
 @dataclass(frozen=True)
@@ -326,8 +330,9 @@ class RandomCrop(Op):
     """Crop a (height, width) region at a random position, after optional padding (torchvision's
     ``RandomCrop``).
 
-    Input  ``key``: (C, H, W) or a clip (T, C, H, W) with one crop for all frames; any dtype.
-    Output: (..., C, *size). Stage: sample; fused into the decoder (region) when no padding is needed.
+    Input: images (C, H, W), clips (T, C, H, W) with one crop for all frames, masks, boxes and
+    keypoints (with constant padding); any dtype. Output: (..., C, *size). Stage: sample; fused
+    into the decoder (region) when no padding is needed.
     Args:
         size: (height, width) in pixels, or an int for a square.
         padding: pixels added first on every side (int), (left/right, top/bottom) or
@@ -341,15 +346,20 @@ class RandomCrop(Op):
     pad_if_needed: bool = False
     fill: float = 0
     padding_mode: str = "constant"
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    functional = S.crop
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "size", _pair(self.size, "RandomCrop(size)"))
         if self.padding is not None:
-            object.__setattr__(self, "padding", _padding4(self.padding, "RandomCrop(padding)"))
+            object.__setattr__(self, "padding", _padding4(self, self.padding, "padding"))
         _check_fill(self, self.fill, scalar_only=True)
         _check_padding_mode(self, self.padding_mode)
+
+    def refuses(self, field_type: FieldType) -> str | None:
+        pads = self.pad_if_needed or any(self.padding or ())
+        return super().refuses(field_type) or (_constant_only(self, field_type) if pads else None)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         height, width = meta["size"]
@@ -369,10 +379,17 @@ class RandomCrop(Op):
                 "left": rng.integers(0, width - crop_w + 1) if width > crop_w else 0,
                 "padding": (left, top, right, bottom)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        if any(params["padding"]):
-            x = F.pad_image(x, *params["padding"], fill=self.fill, mode=self.padding_mode)
-        return F.crop_image(x, params["top"], params["left"], *self.size)
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        padding = tuple(params["padding"])
+        if any(padding):
+            x = S.pad(x, *padding, fill=self.fill, padding_mode=self.padding_mode, **_meta(field, canvas_size))
+            if canvas_size is not None:
+                left, top, right, bottom = padding
+                canvas_size = (canvas_size[0] + top + bottom, canvas_size[1] + left + right)
+        return S.crop(x, params["top"], params["left"], *self.size, **_meta(field, canvas_size))
+
+    def fusable(self, field_type: FieldType) -> bool:
+        return field_type.kind in (IMAGE, VIDEO)
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         if any(params["padding"]):
@@ -383,23 +400,16 @@ class RandomCrop(Op):
         return x
 
 
-def _degrees(value: float | tuple[float, float], name: str) -> tuple[float, float]:
+def _degrees(op: Op, value: float | tuple[float, float], name: str) -> tuple[float, float]:
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"{name}={value}: a single number must be non-negative (the range is (-v, v))")
+        if not value >= 0:
+            raise ValueError(f"{type(op).__name__}({name}={value}): a single number must be non-negative "
+                             "(the range is (-v, v))")
         return (-float(value), float(value))
     pair = tuple(float(v) for v in value)
-    if len(pair) != 2 or pair[0] > pair[1]:
-        raise ValueError(f"{name}={value!r}: expected a number or (low, high) with low <= high")
+    if len(pair) != 2 or not pair[0] <= pair[1]:
+        raise ValueError(f"{type(op).__name__}({name}={value!r}): expected a number or (low, high) with low <= high")
     return pair
-
-
-def _center_offset(center: tuple[float, float] | None, x: torch.Tensor) -> tuple[float, float]:
-    """torchvision's centre: (x, y) pixels from the top-left corner, re-expressed from the image centre."""
-    if center is None:
-        return (0.0, 0.0)
-    height, width = x.shape[-2:]
-    return (center[0] - width * 0.5, center[1] - height * 0.5)
 
 
 def _check_center(op: Op, center: tuple[float, float] | None) -> None:
@@ -409,9 +419,10 @@ def _check_center(op: Op, center: tuple[float, float] | None) -> None:
 
 @dataclass(frozen=True)
 class _Warp(Op):
-    """Shared by the affine warps: ``mask_keys`` fields are warped with nearest and fill 0."""
+    """Shared by the affine warps: one inverse matrix per sample, for every field it moves (masks
+    nearest with fill 0, boxes through the forward matrix and clamped, keypoints moved)."""
 
-    mask_keys: tuple[str, ...] = field(default=(), kw_only=True)
+    functional = S.affine
 
     def _check_warp_args(self) -> None:
         name = type(self).__name__
@@ -419,39 +430,48 @@ class _Warp(Op):
             raise ValueError(f"{name}(interpolation={self.interpolation!r}): expected 'nearest' or 'bilinear'")
         _check_center(self, self.center)
         _check_fill(self, self.fill)
-        _check_mask_keys(self)
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
-        return self._warp(x, params, self.interpolation, self.fill)
+    def center_offset(self, canvas_size: tuple[int, int]) -> tuple[float, float]:
+        """torchvision's centre: (x, y) pixels from the top-left corner, re-expressed from the canvas centre."""
+        if self.center is None:
+            return (0.0, 0.0)
+        height, width = canvas_size
+        return (self.center[0] - width * 0.5, self.center[1] - height * 0.5)
 
-    def apply_fields(self, data: dict, params: Params) -> None:
-        for src, dst in zip(self.inputs, self.outputs):
-            if src in self.mask_keys:
-                data[dst] = self._warp(data[src], params, "nearest", 0)
-            else:
-                data[dst] = self._warp(data[src], params, self.interpolation, self.fill)
-
-    def _warp(self, x: torch.Tensor, params: Params, interpolation: str, fill: Fill | None) -> torch.Tensor:
+    def inverse_matrices(self, params: Params, canvas_size: tuple[int, int]) -> torch.Tensor:
+        """(B, 2, 3) inverse matrices (output pixel to input pixel, from the canvas centre) of stacked params."""
         raise NotImplementedError
+
+    def output_size(self, matrix: torch.Tensor, canvas_size: tuple[int, int]) -> tuple[int, int] | None:
+        """The output (H, W) for one sample's matrix: None keeps the canvas."""
+        return None
+
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        canvas_size = canvas_size or tuple(x.shape[-2:])
+        matrix = self.inverse_matrices(params, canvas_size)
+        if field.kind in OBJECTS and x.shape[0] == 0:
+            return x
+        size = self.output_size(matrix, canvas_size)
+        return S.affine(x, matrix, interpolation=self.interpolation, fill=self.fill, output_size=size,
+                        **_meta(field, canvas_size))
 
 
 @dataclass(frozen=True)
 class RandomRotation(_Warp):
     """Rotate each sample by its own random angle, counter-clockwise (torchvision's ``RandomRotation``).
 
-    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W); uint8 or float. A clip turns as a whole.
+    Input: images (B, C, H, W), clips (B, T, C, H, W) turned as a whole, masks (nearest, fill 0),
+    boxes (the box around each turned box, clamped to the canvas) and keypoints; uint8 or float.
     Output: same shape and dtype (uint8 is warped in float32 and rounded); with ``expand`` the
     output grows to hold the whole rotated image.
     Args:
         degrees: (low, high) in degrees, or a number d for (-d, d); 0 is the identity.
-        interpolation: "nearest" (default, use it for masks) or "bilinear".
+        interpolation: "nearest" (default) or "bilinear", for images.
         expand: grow the output to hold the rotated image. The shape then differs per sample,
             so the op runs in the sample stage and a later crop or resize must equalise sizes.
         center: (x, y) in pixels from the top-left corner; None for the image centre.
-        fill: value of pixels from outside the image: a number or one per channel; None lets
+        fill: value of image pixels from outside the image: a number or one per channel; None lets
             bilinear samples at the border blend with zeros (torchvision's ``fill=None``).
-        mask_keys: input fields (segmentation masks) warped with "nearest" and fill 0 whatever
-            ``interpolation`` and ``fill`` say, with the same angle as the other fields.
     Stage: batch (one batched ``grid_sample`` with per-sample matrices); sample when ``expand``.
     """
 
@@ -463,32 +483,30 @@ class RandomRotation(_Warp):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "degrees", _degrees(self.degrees, "RandomRotation(degrees)"))
+        object.__setattr__(self, "degrees", _degrees(self, self.degrees, "degrees"))
         self._check_warp_args()
 
-    @property
-    def stage(self) -> Stage:  # type: ignore[override]
+    def placement(self) -> Stage:
         return Stage.SAMPLE if self.expand else Stage.BATCH
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"angle": rng.uniform(*self.degrees)}
 
-    def _warp(self, x: torch.Tensor, params: Params, interpolation: str, fill: Fill | None) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        angle = pb["angle"].reshape(-1)
+    def inverse_matrices(self, params: Params, canvas_size: tuple[int, int]) -> torch.Tensor:
+        angle = params["angle"].reshape(-1)
         b = angle.shape[0]
         f64 = dict(dtype=torch.float64, device=angle.device)
         zeros = torch.zeros(b, 2, **f64)
-        center = torch.tensor(_center_offset(self.center, x), **f64).expand(b, 2)
+        center = torch.tensor(self.center_offset(canvas_size), **f64).expand(b, 2)
         # torchvision's rotate passes -angle to the affine matrix (its two conventions differ)
-        matrix = F.affine_matrix(-angle, zeros, torch.ones(b, **f64), zeros, center)
-        size = None
-        if self.expand:
-            if b != 1:
-                raise ValueError("RandomRotation(expand=True) runs per sample (the output size depends on the angle)")
-            size = F.rotate_output_size(matrix[0], *xb.shape[-2:])
-        out = F.warp_affine(xb, matrix, interpolation, fill, size)
-        return out[0] if single else out
+        return F.affine_matrix(-angle, zeros, torch.ones(b, **f64), zeros, center)
+
+    def output_size(self, matrix: torch.Tensor, canvas_size: tuple[int, int]) -> tuple[int, int] | None:
+        if not self.expand:
+            return None
+        if matrix.shape[0] > 1 and not bool((matrix == matrix[:1]).all()):
+            raise ValueError("RandomRotation(expand=True) runs per sample (the output size depends on the angle)")
+        return F.rotate_output_size(matrix[0], *canvas_size)
 
 
 @dataclass(frozen=True)
@@ -496,17 +514,17 @@ class RandomAffine(_Warp):
     """Random rotation, translation, scale and shear per sample, about the centre (torchvision's
     ``RandomAffine``, its ``_get_inverse_affine_matrix`` convention: positive angles turn clockwise).
 
-    Input  ``key``: (B, C, H, W) or clips (B, T, C, H, W); uint8 or float. Output: same shape and dtype.
+    Input: images (B, C, H, W), clips (B, T, C, H, W), masks (nearest, fill 0), boxes (clamped)
+    and keypoints; uint8 or float. Output: same shape and dtype.
     Args:
         degrees: rotation range in degrees, (low, high) or d for (-d, d); 0 is the identity.
-        translate: (a, b) maximum shift as a fraction of the width and height; None for none.
+        translate: (a, b) maximum shift as a fraction of the width and height, in [0, 1]; None for none.
             Shifts are drawn in (-a W, a W) and rounded to whole pixels, as torchvision does.
-        scale: (low, high) zoom factor; None keeps 1.
+        scale: (low, high) zoom factor, 0 < low <= high; None keeps 1.
         shear: degrees: d for an x shear in (-d, d), (low, high) for x, or (xlo, xhi, ylo, yhi).
-        interpolation: "nearest" (default, use it for masks) or "bilinear".
-        fill: value of pixels from outside the image: a number or one per channel; None as in
+        interpolation: "nearest" (default) or "bilinear", for images.
+        fill: value of image pixels from outside the image: a number or one per channel; None as in
             `RandomRotation`.
-        mask_keys: input fields warped with "nearest" and fill 0, as in `RandomRotation`.
         center: (x, y) in pixels from the top-left corner; None for the image centre.
     Stage: batch (one batched ``grid_sample`` with per-sample matrices).
     """
@@ -521,21 +539,20 @@ class RandomAffine(_Warp):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "degrees", _degrees(self.degrees, "RandomAffine(degrees)"))
+        object.__setattr__(self, "degrees", _degrees(self, self.degrees, "degrees"))
         if self.translate is not None:
-            if len(self.translate) != 2 or not all(0.0 <= t <= 1.0 for t in self.translate):
+            if not all(0.0 <= t <= 1.0 for t in self.translate):
                 raise ValueError(f"RandomAffine(translate={self.translate!r}): expected (a, b) with 0 <= a, b <= 1")
         if self.scale is not None:
-            if len(self.scale) != 2 or not 0 < self.scale[0] <= self.scale[1]:
-                raise ValueError(f"RandomAffine(scale={self.scale!r}): expected (low, high) with 0 < low <= high")
+            check_range(self, "scale", self.scale, 0.0, strict_low=True)
         if self.shear is not None:
             shear = self.shear
             if isinstance(shear, (int, float)):
-                shear = _degrees(shear, "RandomAffine(shear)")
+                shear = _degrees(self, shear, "shear")
             elif len(shear) == 4:
-                shear = _degrees(shear[:2], "RandomAffine(shear)") + _degrees(shear[2:], "RandomAffine(shear)")
+                shear = _degrees(self, shear[:2], "shear") + _degrees(self, shear[2:], "shear")
             elif len(shear) == 2:
-                shear = _degrees(shear, "RandomAffine(shear)")
+                shear = _degrees(self, shear, "shear")
             else:
                 raise ValueError(f"RandomAffine(shear={self.shear!r}): expected a number, 2 or 4 values in degrees")
             object.__setattr__(self, "shear", tuple(shear))
@@ -557,13 +574,12 @@ class RandomAffine(_Warp):
         return {"angle": angle, "translate_x": tx, "translate_y": ty, "scale": scale,
                 "shear_x": shear_x, "shear_y": shear_y}
 
-    def _warp(self, x: torch.Tensor, params: Params, interpolation: str, fill: Fill | None) -> torch.Tensor:
-        xb, pb, single = as_batch(x, params)
-        b = xb.shape[0]
-        center = torch.tensor(_center_offset(self.center, x), dtype=torch.float64, device=pb["angle"].device)
-        matrix = F.affine_matrix(
-            pb["angle"], torch.stack((pb["translate_x"], pb["translate_y"]), -1), pb["scale"],
-            torch.stack((pb["shear_x"], pb["shear_y"]), -1), center.expand(b, 2),
+    def inverse_matrices(self, params: Params, canvas_size: tuple[int, int]) -> torch.Tensor:
+        angle = params["angle"].reshape(-1)
+        b = angle.shape[0]
+        center = torch.tensor(self.center_offset(canvas_size), dtype=torch.float64, device=angle.device)
+        return F.affine_matrix(
+            angle, torch.stack((params["translate_x"].reshape(-1), params["translate_y"].reshape(-1)), -1),
+            params["scale"].reshape(-1), torch.stack((params["shear_x"].reshape(-1), params["shear_y"].reshape(-1)), -1),
+            center.expand(b, 2),
         )
-        out = F.warp_affine(xb, matrix, interpolation, fill)
-        return out[0] if single else out

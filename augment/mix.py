@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mediapipe.augment.base import Op, Params
+from mediapipe.augment.base import Op, Params, check_positive
 from mediapipe.augment.functional import mix as F
+from mediapipe.fields import FEATURES, IMAGE, VIDEO
 from mediapipe.rng import SampleRNG
 
 
@@ -23,14 +24,14 @@ class _Mix(Op):
     label_key: str = "label"
     per_batch: ClassVar[bool] = True
     batch_only: ClassVar[bool] = True
+    accepts: ClassVar[frozenset[str]] = frozenset({IMAGE, VIDEO})
 
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
-        if not isinstance(self.num_classes, int) or self.num_classes <= 0:
+        if self.num_classes <= 0:
             raise ValueError(f"{name}(num_classes={self.num_classes!r}): expected a positive int")
-        if not self.alpha > 0:
-            raise ValueError(f"{name}(alpha={self.alpha}): expected alpha > 0")
+        check_positive(self, alpha=self.alpha)
 
     def reads(self) -> tuple[str, ...]:
         return (*self.inputs, self.label_key)
@@ -46,8 +47,8 @@ class _Mix(Op):
 class MixUp(_Mix):
     """Blend each sample with its neighbour: lam * x[i] + (1 - lam) * x[i - 1] (Zhang et al. 2018).
 
-    Input  ``key``: (B, ...) any shape, float (uint8 is mixed in float32 and rounded back);
-    ``label_key``: int64 (B,) or float (B, num_classes).
+    Input: images, videos and audio features (B, ...), float (uint8 is mixed in float32 and
+    rounded back); ``label_key``: int64 (B,) or float (B, num_classes).
     Output: ``out`` (default ``key``), same shape and dtype; ``label_key``: float32 (B, num_classes),
     lam * onehot(y[i]) + (1 - lam) * onehot(y[i - 1]).
     Args:
@@ -57,7 +58,9 @@ class MixUp(_Mix):
     Stage: batch only, params per batch.
     """
 
-    def apply_fields(self, data: dict[str, Any], params: Params) -> None:
+    accepts: ClassVar[frozenset[str]] = frozenset({IMAGE, VIDEO, FEATURES})
+
+    def apply_fields(self, data: dict[str, Any], params: Params, only: Any = None, canvas_size: Any = None) -> None:
         lam = float(params["lam"])
         labels = F.soft_labels(data[self.label_key], self.num_classes)
         for src, dst in zip(self.inputs, self.outputs):
@@ -71,7 +74,7 @@ class CutMix(_Mix):
 
     The box is torchvision's: centre uniform over the image, half-sides sqrt(1 - lam) / 2 of the
     image's, clipped to the image; the labels use the clipped area: lam' = 1 - box area / image area.
-    Input  ``key``: (B, ..., H, W), any dtype (a clip gets the box in every frame);
+    Input: images and videos (B, ..., H, W), any dtype (a clip gets the box in every frame);
     ``label_key``: int64 (B,) or float (B, num_classes).
     Output: ``out`` (default ``key``), same shape and dtype; ``label_key``: float32 (B, num_classes).
     Args:
@@ -88,7 +91,7 @@ class CutMix(_Mix):
         """(x1, y1, x2, y2) in pixels for an image of ``size`` = (height, width)."""
         return F.cutmix_box(float(params["lam"]), float(params["center_x"]), float(params["center_y"]), size)
 
-    def apply_fields(self, data: dict[str, Any], params: Params) -> None:
+    def apply_fields(self, data: dict[str, Any], params: Params, only: Any = None, canvas_size: Any = None) -> None:
         labels = F.soft_labels(data[self.label_key], self.num_classes)
         box = self.box(params, tuple(data[self.inputs[0]].shape[-2:]))
         for src, dst in zip(self.inputs, self.outputs):

@@ -3,15 +3,23 @@ a clip (T, C, H, W), of several clips (N, T, C, H, W) and of a batch (B, T, C, H
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
-from mediapipe.augment.base import Op, Params, Stage, check_probability
+from mediapipe.augment.base import Op, Params, check_probability
 from mediapipe.augment.functional import video as F
+from mediapipe.fields import VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
+
+
+@dataclass(frozen=True)
+class _TemporalOp(Op):
+    """An op on the time axis of videos (boxes and masks of a clip hold for every frame: untouched)."""
+
+    accepts: ClassVar[frozenset[str]] = frozenset({VIDEO})
 
 
 def _frames_of(meta: SampleMeta, op: Op) -> int:
@@ -22,21 +30,20 @@ def _frames_of(meta: SampleMeta, op: Op) -> int:
 
 
 @dataclass(frozen=True)
-class TemporalJitter(Op):
+class TemporalJitter(_TemporalOp):
     """Pick ``num_frames`` frames of a longer decoded clip at a random stride and offset:
     frame k is ``offset + k * stride``, with ``stride`` drawn from ``strides`` (those that fit)
     and ``offset`` uniform over the room left. Decode e.g. ``clip_len=32, stride=1`` and jitter
     to 16 frames at stride 1 or 2: speed augmentation without decoding twice.
 
-    Input  ``key``: (..., T, C, H, W) with T >= num_frames. Output: (..., num_frames, C, H, W).
+    Input: videos (..., T, C, H, W) with T >= num_frames. Output: (..., num_frames, C, H, W).
     Stage: sample (changes the shape). A stride that does not fit falls back to the largest
     that does (1 always fits).
     """
 
     num_frames: int = 8
     strides: tuple[int, ...] = (1, 2)
-    key: str = field(default="video", kw_only=True)
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,20 +64,19 @@ class TemporalJitter(Op):
         offset = rng.integers(0, room)
         return {"indices": torch.arange(self.num_frames, dtype=torch.int64) * stride + offset}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         return F.select_frames(x, params["indices"])
 
 
 @dataclass(frozen=True)
-class FrameDrop(Op):
+class FrameDrop(_TemporalOp):
     """Drop each frame with probability ``p``; a dropped frame shows the last kept one (a stall,
     as dropped frames look in a stream). The first frame is always kept; the shape is kept.
 
-    Input  ``key``: (B, T, C, H, W), any dtype. Output: same. Stage: batch (one gather).
+    Input: videos (B, T, C, H, W), any dtype. Output: same. Stage: batch (one gather).
     """
 
     p: float = 0.1
-    key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,19 +88,18 @@ class FrameDrop(Op):
         keep = torch.tensor([True] + [not rng.bernoulli(self.p) for _ in range(length - 1)])
         return {"indices": F.held_frames(keep)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         return F.select_frames(x, params["indices"])
 
 
 @dataclass(frozen=True)
-class TemporalReverse(Op):
+class TemporalReverse(_TemporalOp):
     """Play the clip backwards with probability ``p``, drawn per sample.
 
-    Input  ``key``: (B, T, C, H, W), any dtype. Output: same. Stage: batch (one masked flip).
+    Input: videos (B, T, C, H, W), any dtype. Output: same. Stage: batch (one masked flip).
     """
 
     p: float = 0.5
-    key: str = field(default="video", kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,29 +108,28 @@ class TemporalReverse(Op):
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"reverse": rng.bernoulli(self.p)}
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         return F.reverse_time(x, params["reverse"])
 
 
 @dataclass(frozen=True)
-class UniformTemporalSubsample(Op):
+class UniformTemporalSubsample(_TemporalOp):
     """Keep ``num_frames`` frames evenly spaced over the clip (first and last included),
     as PyTorchVideo's transform of the same name; deterministic.
 
-    Input  ``key``: (..., T, C, H, W). Output: (..., num_frames, C, H, W); frames repeat when
+    Input: videos (..., T, C, H, W). Output: (..., num_frames, C, H, W); frames repeat when
     T < num_frames. Stage: sample (changes the shape).
     """
 
     num_frames: int = 8
-    key: str = field(default="video", kw_only=True)
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_frames < 1:
             raise ValueError(f"UniformTemporalSubsample(num_frames={self.num_frames}): expected >= 1")
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         if x.ndim < 4:
             raise ValueError(f"UniformTemporalSubsample: expected (..., T, C, H, W), got {tuple(x.shape)}")
         return F.select_frames(x, F.uniform_indices(x.shape[-4], self.num_frames))

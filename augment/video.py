@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
-from mediapipe.augment.base import Op, Params
+from mediapipe.augment.base import Op, Params, check_choice
 from mediapipe.augment.functional import color as C
 from mediapipe.augment.functional import video as F
 from mediapipe.augment.temporal import FrameDrop, TemporalJitter, TemporalReverse, UniformTemporalSubsample
+from mediapipe.fields import VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -26,7 +27,7 @@ AUTO = "auto"
 class YUVToRGB(Op):
     """Convert Y, U, V planes (``mp.decoders.video(output="yuv")``) to RGB, batched on the device.
 
-    Input  ``key``: uint8 (..., 3, H, W) with channels Y, U, V in 8-bit code values, e.g. a
+    Input: videos, uint8 (..., 3, H, W) with channels Y, U, V in 8-bit code values, e.g. a
     clip batch (B, T, 3, H, W); with "auto", also ``<key>_colour``: int64 (B,), the colour code
     of each sample's stream (`colour_code`), which the video decoder adds as a side field.
     Output ``out`` (default ``key``): uint8 RGB, rounded and saturated (``dtype="uint8"``), or
@@ -44,13 +45,13 @@ class YUVToRGB(Op):
     matrix: str = AUTO
     range: str = AUTO
     dtype: str = "uint8"
-    key: str = field(default="video", kw_only=True)
+    accepts: ClassVar[frozenset[str]] = frozenset({VIDEO})
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        F.colour_code(F.MATRICES[0] if self.matrix == AUTO else self.matrix,
-                      F.RANGES[0] if self.range == AUTO else self.range)  # validates both
-        C.dtype_of(self.dtype)
+        check_choice(self, "matrix", self.matrix, (AUTO, *F.MATRICES))
+        check_choice(self, "range", self.range, (AUTO, *F.RANGES))
+        check_choice(self, "dtype", self.dtype, C.DTYPES)
 
     @property
     def auto(self) -> bool:
@@ -75,17 +76,19 @@ class YUVToRGB(Op):
         return F.override_code(stream, None if self.matrix == AUTO else self.matrix,
                                None if self.range == AUTO else self.range)
 
-    def apply_fields(self, data: dict[str, Any], params: Params) -> None:
+    def apply_fields(self, data: dict[str, Any], params: Params, only: Any = None, canvas_size: Any = None) -> None:
         for src, dst in zip(self.inputs, self.outputs):
+            if only is not None and src not in only:
+                continue
             if self.auto:
                 data[dst] = self._convert(data[src], self.codes(data[self.colour_field(src)]))
             else:
-                data[dst] = self.apply_to(data[src], params, src)
+                data[dst] = self.apply(data[src], params)
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         if "code" not in params:
             raise ValueError(f"YUVToRGB(matrix={self.matrix!r}, range={self.range!r}) reads each sample's "
-                             f"colour from the field {self.colour_field(self.key)!r}: use apply_fields, "
+                             f"colour from the field {self.colour_field(self.inputs[0])!r}: use apply_fields, "
                              "or give matrix and range")
         return self._convert(x, params["code"])
 
@@ -100,19 +103,18 @@ class ClipLayout(Op):
     """Reorder a clip's dims for the model: "CTHW" gives (B, C, T, H, W) (3D CNNs: I3D, X3D,
     SlowFast), "TCHW" keeps (B, T, C, H, W) (transformers, 2D CNNs over frames).
 
-    Input  ``key``: (..., T, C, H, W), any dtype. Output: (..., C, T, H, W) as a contiguous
+    Input: videos (..., T, C, H, W), any dtype. Output: (..., C, T, H, W) as a contiguous
     tensor (one copy on the device). Stage: batch; place it last, after the image ops.
     """
 
     layout: str = "CTHW"
-    key: str = field(default="video", kw_only=True)
+    accepts: ClassVar[frozenset[str]] = frozenset({VIDEO})
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"ClipLayout(layout={self.layout!r}): expected one of {LAYOUTS}")
+        check_choice(self, "layout", self.layout, LAYOUTS)
 
-    def apply(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Any) -> torch.Tensor:
         if self.layout == "TCHW":
             return x
         if x.ndim < 4:

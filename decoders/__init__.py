@@ -1,7 +1,7 @@
 """Decoders: bytes to tensors, one interface, many backends, chosen per device.
 
-``mp.decoders.image()``, ``mp.decoders.video()``, ``mp.decoders.audio()`` return
-specs; the registry turns a spec into a live backend in each worker. Importing this
+``mp.decoders.image()``, ``mp.decoders.mask()``, ``mp.decoders.video()``, ``mp.decoders.audio()``
+return specs; the registry turns a spec into a live backend in each worker. Importing this
 package registers the built-in backends.
 """
 
@@ -9,11 +9,11 @@ from mediapipe.decoders import image_nvimgcodec, image_pillow, image_turbo  # no
 from mediapipe.decoders.audio_pyav import AudioDecoder, PyAVAudioDecoder, audio
 from mediapipe.decoders.audio_soundfile import SoundfileAudioDecoder  # noqa: F401  (registers soundfile)
 from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
-from mediapipe.decoders.image import ImageDecoder, image
+from mediapipe.decoders.image import ImageDecoder, image, mask
 from mediapipe.decoders.registry import backends, create, register
 from mediapipe.decoders.video import VideoDecoder, video  # registers pyav and nvdec
 
 __all__ = [
     "AudioDecoder", "Decoded", "DecodeHint", "Decoder", "DecoderSpec", "ImageDecoder", "Limits",
-    "PyAVAudioDecoder", "VideoDecoder", "audio", "backends", "create", "image", "register", "video",
+    "PyAVAudioDecoder", "VideoDecoder", "audio", "backends", "create", "image", "mask", "register", "video",
 ]

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from mediapipe.fields import KINDS, OTHER, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
@@ -134,11 +135,15 @@ class Decoder:
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """What the user writes: a media kind, a backend name ("auto") and backend options."""
+    """What the user writes: a media kind, a backend name ("auto") and backend options.
+
+    ``field_kind``: the kind of field the decoded tensor is (see `mediapipe.fields`), when it is
+    not the media kind: "mask" for a segmentation mask decoded from an image file."""
 
     kind: str
     backend: str = "auto"
     options: dict[str, Any] = field(default_factory=dict)
+    field_kind: str | None = None
 
     def create(self, device: torch.device | None = None, limits: Limits = Limits()) -> Decoder:
         from mediapipe.decoders.registry import create
@@ -146,12 +151,23 @@ class DecoderSpec:
         return create(self.kind, self.backend, device=device, limits=limits, **self.options)
 
     def to_config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "backend": self.backend, **self.options}
+        config = {"kind": self.kind, "backend": self.backend, **self.options}
+        if self.field_kind is not None:
+            config["field_kind"] = self.field_kind
+        return config
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> DecoderSpec:
         config = dict(config)
-        return cls(kind=config.pop("kind"), backend=config.pop("backend", "auto"), options=config)
+        return cls(kind=config.pop("kind"), backend=config.pop("backend", "auto"),
+                   field_kind=config.pop("field_kind", None), options=config)
+
+    @property
+    def field_type(self) -> FieldType:
+        """The type of the field this decoder fills: its ``field_kind``, else its media kind, batched
+        as the decoder batches (audio: padded)."""
+        kind = self.field_kind or self.kind
+        return FieldType(kind if kind in KINDS else OTHER, collate=self.collate if self.collate != "stack" else None)
 
     @property
     def collate(self) -> str:

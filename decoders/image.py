@@ -39,6 +39,19 @@ def image(
     return DecoderSpec("image", backend, options)
 
 
+def mask(backend: str = "auto", *, exif_transpose: bool = False) -> DecoderSpec:
+    """A segmentation mask: an image file (PNG, usually) decoded to uint8 (1, H, W), typed as a
+    mask, so every op resamples it with nearest (never smoothed or antialiased), fills its new
+    pixels with 0 and keeps it out of colour ops, normalisation and mixing.
+
+    It is decoded as ``image(mode="L")`` is: greyscale images give their values, colour images
+    their luma, and palette images (a PNG of class colours) the luma of each colour, not the
+    palette index; store class ids as greyscale values. A mask is never fused into its decoder
+    (a reduced-scale decode would smooth it); it follows the drawn crop of the image exactly.
+    """
+    return DecoderSpec("image", backend, {"mode": "L", "exif_transpose": exif_transpose}, field_kind="mask")
+
+
 class ImageDecoder(Decoder):
     """Base of the image backends: options, the pixel limit, and hint arithmetic."""
 

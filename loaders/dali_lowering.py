@@ -17,6 +17,14 @@ at the borders, where torchvision blends the fill by the interpolated mask); Res
 not torchaudio's; decoding is DALI's libjpeg-turbo / nvJPEG (our decoder's reduced-size
 DCT decode is not used, so resized pixels differ by rounding).
 
+The ops come bound to their fields (`Op.bind`), with each field's kind: the lowering applies
+what the op does to each kind as the torch kernels do, asking the same place
+(`mediapipe.augment.functional.spatial.sampling`: a mask is resampled with nearest, never
+antialiased, and filled with 0). Each lowering lists the kinds it handles (``Lowering.kinds``:
+images and masks for the image ops, audio and features for the audio ops); an op given a field
+of another kind (boxes, keypoints, video) is refused at build time, naming the op, the field and
+its kind.
+
 An op whose class is not in the table, whose fields no longer match what its lowering
 reads, or whose settings have no counterpart (``Lowering.check``) is reported by
 `unsupported` before anything is built. Nothing here imports DALI at import time.
@@ -31,6 +39,8 @@ from typing import Any
 import numpy as np
 
 from mediapipe.augment.base import Op
+from mediapipe.augment.functional.spatial import sampling
+from mediapipe.fields import AUDIO, FEATURES, IMAGE, MASK
 
 # Values of a field as it flows through the DALI graph.
 UINT8_UNITS, UNIT_FLOAT = 255.0, 1.0
@@ -145,15 +155,22 @@ def _copy(f: FieldNode) -> FieldNode:
     return FieldNode(**{k.name: getattr(f, k.name) for k in fields(f)})
 
 
+def _sampling(op: Any, src: str, interpolation: str | None = None, antialias: bool = False,
+              fill: Any = 0) -> tuple[str, bool, Any]:
+    """What field ``src`` of the (bound) op is resampled with, by its kind: the torch kernels' rule."""
+    return sampling(op.binding.type_of(src).kind, interpolation or "nearest", antialias, fill)
+
+
 # -- geometry -------------------------------------------------------------------------------
 def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
     fn, types = ctx.fn, ctx.types
     height, width = op.size
-    interp = getattr(types, INTERP[op.interpolation])
-    resize = dict(size=[height, width], interp_type=interp, antialias=op.antialias)
     for src in op.inputs:
+        interpolation, antialias, _ = _sampling(op, src, op.interpolation, op.antialias)
+        resize = dict(size=[height, width], interp_type=getattr(types, INTERP[interpolation]), antialias=antialias)
         in_place = op.outputs[op.inputs.index(src)] == src
-        fuse = not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
+        fuse = (not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
+                and op.fusable(op.binding.type_of(src)))
         decoder = dict(device="mixed" if ctx.device == "gpu" else "cpu")
         if ctx.keyed or len(op.inputs) > 1:  # the torch backend's window (one for every field), drawn
             # on the host from the header's size
@@ -186,8 +203,9 @@ def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
 
 def lower_resize(op: Any, ctx: LoweringContext) -> None:
     fn, types = ctx.fn, ctx.types
-    interp = getattr(types, INTERP[op.interpolation])
     for src in op.inputs:
+        interpolation, antialias, _ = _sampling(op, src, op.interpolation, op.antialias)
+        interp = getattr(types, INTERP[interpolation])
         f = _copy(ctx.decoded(src))
         ctx.flush_mirror(f)
         before = f.size_of
@@ -196,7 +214,7 @@ def lower_resize(op: Any, ctx: LoweringContext) -> None:
             return op.output_size(*before(sample))
 
         size = ctx.host_input(f"{type(op).__name__}.size", lambda s, g=size_of: np.array(g(s), np.float32))
-        f.node = fn.resize(f.node, size=size, interp_type=interp, antialias=op.antialias,
+        f.node = fn.resize(f.node, size=size, interp_type=interp, antialias=antialias,
                            mode="default", subpixel_scale=False)
         f.size_of = size_of
         _write(ctx, op, src, f)
@@ -289,8 +307,9 @@ def lower_random_crop(op: Any, ctx: LoweringContext) -> None:
         # the padded image's (top, left) is the source's (top - pad_top, left - pad_left); slice pads
         start = ctx.drawn(op, f, "start", lambda p: (p["top"] - p["padding"][1], p["left"] - p["padding"][0]),
                           np.int32)
+        fill = _sampling(op, src, fill=op.fill)[2]
         f.node = ctx.fn.slice(f.node, start=start, shape=[height, width], axis_names="HW",
-                              out_of_bounds_policy="pad", fill_values=[float(op.fill)])
+                              out_of_bounds_policy="pad", fill_values=[float(fill)])
         f.size_of = lambda sample, s=(height, width): s
         _write(ctx, op, src, f)
 
@@ -307,8 +326,9 @@ def lower_pad(op: Any, ctx: LoweringContext) -> None:
             return h + top + bottom, w + left + right
 
         shape = ctx.host_input("Pad.shape", lambda s, g=size_of: np.array(g(s), np.int32))
+        fill = _sampling(op, src, fill=op.fill)[2]
         f.node = ctx.fn.slice(f.node, start=[-top, -left], shape=shape, axis_names="HW",
-                              out_of_bounds_policy="pad", fill_values=[float(op.fill)])
+                              out_of_bounds_policy="pad", fill_values=[float(fill)])
         f.size_of = size_of
         _write(ctx, op, src, f)
 
@@ -396,8 +416,8 @@ def dali_affine(inverse: Any, size: tuple[int, int]) -> np.ndarray:
 
 
 def _warp(op: Any, ctx: LoweringContext, matrix_of: Callable[[dict[str, Any], tuple[int, int]], Any]) -> None:
-    fill = op.fill if op.fill is not None else 0.0
     for src in op.inputs:
+        interpolation, _, fill = _sampling(op, src, op.interpolation, fill=op.fill if op.fill is not None else 0.0)
         f = _copy(ctx.decoded(src))
         ctx.flush_mirror(f)
         index, size_of = ctx.op_index, f.size_of
@@ -407,34 +427,24 @@ def _warp(op: Any, ctx: LoweringContext, matrix_of: Callable[[dict[str, Any], tu
             return dali_affine(matrix_of(sample.params(index, op, size), size), size)
 
         m = ctx.host_input(f"{type(op).__name__}.matrix", matrix)
-        f.node = ctx.fn.warp_affine(f.node, matrix=m, interp_type=getattr(ctx.types, INTERP[op.interpolation]),
+        f.node = ctx.fn.warp_affine(f.node, matrix=m, interp_type=getattr(ctx.types, INTERP[interpolation]),
                                     fill_value=float(fill))
         _write(ctx, op, src, f)
 
 
+def _inverse(op: Any, p: dict[str, Any], size: tuple[int, int]) -> np.ndarray:
+    """The op's own inverse matrix for one sample's draw (the torch kernels use the same)."""
+    from mediapipe.augment.base import promote
+
+    return op.inverse_matrices(promote(None, p)[1], size)[0].numpy()
+
+
 def lower_random_rotation(op: Any, ctx: LoweringContext) -> None:
-    import torch
-
-    from mediapipe.augment.functional.geometry import affine_matrix
-
-    def matrix_of(p: dict[str, Any], size: tuple[int, int]) -> Any:
-        zeros = torch.zeros(1, 2, dtype=torch.float64)  # torchvision's rotate passes -angle
-        return affine_matrix(torch.tensor([-p["angle"]]), zeros, torch.ones(1), zeros, zeros)[0].numpy()
-
-    _warp(op, ctx, matrix_of)
+    _warp(op, ctx, lambda p, size: _inverse(op, p, size))
 
 
 def lower_random_affine(op: Any, ctx: LoweringContext) -> None:
-    import torch
-
-    from mediapipe.augment.functional.geometry import affine_matrix
-
-    def matrix_of(p: dict[str, Any], size: tuple[int, int]) -> Any:
-        return affine_matrix(torch.tensor([p["angle"]]), torch.tensor([[p["translate_x"], p["translate_y"]]]),
-                             torch.tensor([p["scale"]]), torch.tensor([[p["shear_x"], p["shear_y"]]]),
-                             torch.zeros(1, 2, dtype=torch.float64))[0].numpy()
-
-    _warp(op, ctx, matrix_of)
+    _warp(op, ctx, lambda p, size: _inverse(op, p, size))
 
 
 def _scalar_fill(op: Any) -> str | None:
@@ -450,9 +460,10 @@ def _constant_padding(op: Any) -> str | None:
 
 # -- audio (one channel: (N,) waveforms, (F, T) features in DALI; (1, ...) in our batches) -----
 def _audio(ctx: LoweringContext, op: Any, layouts: tuple[str, ...] = ("N",)) -> FieldNode:
-    f = _copy(ctx.decoded(op.key))
+    src = op.inputs[0]
+    f = _copy(ctx.decoded(src))
     if f.kind != "audio" or f.layout not in layouts:
-        raise NotImplementedError(f"{type(op).__name__}(key={op.key!r}) on a {f.kind} field laid out {f.layout}")
+        raise NotImplementedError(f"{type(op).__name__}(key={src!r}) on a {f.kind} field laid out {f.layout}")
     return f
 
 
@@ -601,6 +612,10 @@ def _entry(lower: Callable, reads: str, dali_ops: str, check: Callable[[Any], st
     return Lowering(lower, frozenset(reads.split()), dali_ops, check or (lambda op: None))
 
 
+# The field kinds the lowerings handle: an op on boxes, keypoints or a video is refused.
+LOWERED_KINDS = frozenset({IMAGE, MASK, AUDIO, FEATURES})
+
+
 def _float_dtype(op: Any) -> str | None:
     return None if op.dtype in ("float32", "float16") else f"dtype={op.dtype!r} (DALI writes float32 or float16)"
 
@@ -658,15 +673,22 @@ LOWERINGS: dict[str, Lowering] = {
 
 
 def unsupported(ops: list[Op]) -> list[str]:
-    """``"augment[i] Name"`` for each op that has no DALI lowering (or one that no longer fits)."""
+    """``"augment[i] Name"`` for each op that has no DALI lowering (or one that no longer fits),
+    and ``"augment[i] Name(field 'boxes' of kind boxes)"`` for each field of a kind no lowering
+    handles (the ops come bound to their fields, as the pipeline's plan holds them)."""
     out = []
     for i, op in enumerate(ops):
         entry = LOWERINGS.get(type(op).__name__)
         have = {f.name for f in fields(op)}
+        b = op.binding
         if entry is None or not entry.reads <= have:
             out.append(f"augment[{i}] {type(op).__name__}")
         elif (why := entry.check(op)) is not None:
             out.append(f"augment[{i}] {type(op).__name__}({why})")
+        for name, t in zip(b.inputs, b.types):
+            if t.kind not in LOWERED_KINDS:
+                out.append(f"augment[{i}] {type(op).__name__}(field {name!r} of kind {t}: DALI lowers "
+                           f"{sorted(LOWERED_KINDS)} fields)")
     return out
 
 

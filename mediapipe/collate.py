@@ -1,7 +1,10 @@
 """Collate: per-sample tensors and numbers to batch tensors; per-sample params to tensors.
 
-Batches are written into `mediapipe.memory` buffers, so a worker's batch crosses the
-process boundary without a copy.
+Each field batches by its policy (see `mediapipe.fields`): "stack" (equal shapes), "pad" (the
+varying axis padded with zeros, plus ``<field>_lengths``), or "list" (a `TensorList` of the
+samples' tensors: boxes, whose count varies per sample). Batches are written into
+`mediapipe.memory` buffers, so a worker's batch crosses the process boundary without a copy;
+a list crosses as one packed tensor.
 """
 
 from __future__ import annotations
@@ -37,12 +40,33 @@ def stack_params(drawn: list[Params]) -> Params:
     return out
 
 
-def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
+Policy = str | tuple[str, int]  # "stack" | "pad" | "list", with the axis "pad" pads (default: the last)
+
+
+class TensorList(list):
+    """A batch field as a list of per-sample tensors (boxes: (N_i, 4) each). It pickles as one
+    tensor of the samples concatenated along dim 0 and their lengths, so a worker sends it as
+    one shared buffer, not one per sample."""
+
+    def __reduce__(self) -> tuple:
+        tensors = [t for t in self if isinstance(t, torch.Tensor)]
+        packable = (len(tensors) == len(self) and len(self) > 0 and all(t.ndim >= 1 for t in tensors)
+                    and len({(t.shape[1:], t.dtype, t.device) for t in tensors}) == 1)
+        if not packable:
+            return (TensorList, (list(self),))
+        return (_unpack, (torch.cat(tensors), [t.shape[0] for t in tensors]))
+
+
+def _unpack(packed: torch.Tensor, lengths: list[int]) -> TensorList:
+    return TensorList(packed.split(lengths))
+
+
+def collate(samples: list[dict[str, Any] | None], policies: dict[str, Policy],
             indices: list[int] | None = None, private: frozenset[str] = frozenset(),
             template: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Stack each field over the batch; "pad" fields are padded on their last dim and get
-    ``<field>_lengths``. A failed sample (None, under on_error="replace") becomes zeros,
-    label -1, and keeps its own ``index``; when every sample failed, ``template`` (a good
+    """Batch each field by its policy (default "stack"); "pad" fields get ``<field>_lengths``.
+    A failed sample (None, under on_error="replace") becomes zeros (no rows in a list or a padded
+    field), label -1, and keeps its own ``index``; when every sample failed, ``template`` (a good
     sample) gives the fields, shapes and dtypes. Fields in ``private`` stay in this process
     (a worker's batch-stage op replaces them): they skip the shared-memory allocation."""
     present = [s for s in samples if s is not None]
@@ -55,8 +79,9 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
         if name == "index" and indices is not None:
             values = list(indices)
         if isinstance(first, torch.Tensor):
-            out.update(_collate_tensors(name, values, policies.get(name, "stack"), name in private,
-                                        like=first))
+            policy = policies.get(name, "stack")
+            policy, axis = (policy, -1) if isinstance(policy, str) else policy
+            out.update(_collate_tensors(name, values, policy, name in private, like=first, axis=axis))
         elif isinstance(first, (bool, int, float, np.integer, np.floating)):
             dtype = torch.int64 if isinstance(first, (int, np.integer)) and not isinstance(first, bool) else None
             filled = [v if v is not None else (-1 if name == "label" else 0) for v in values]
@@ -66,28 +91,21 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, str],
     return out
 
 
-def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str,
-                     private: bool = False, like: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str, private: bool = False,
+                     like: torch.Tensor | None = None, axis: int = -1) -> dict[str, Any]:
     present = [v for v in values if v is not None] or [like]
     first = present[0]
+    if policy == "list":
+        empty = first.new_zeros((0, *first.shape[1:])) if first.ndim else first.new_zeros(())
+        return {name: TensorList(v if v is not None else empty for v in values)}
     if policy == "pad":
-        length = max(v.shape[-1] for v in present)
-        shape = (len(values), *first.shape[:-1], length)
-        # written once: each row's samples, then zeros past its length (never zero-fill, then copy)
-        out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
-        lengths = torch.zeros(len(values), dtype=torch.int64)
-        for i, v in enumerate(values):
-            n = 0 if v is None else v.shape[-1]
-            if n:
-                out[i, ..., :n] = v
-                lengths[i] = n
-            out[i, ..., n:] = 0
-        return {name: out, f"{name}_lengths": lengths}
+        return _collate_padded(name, values, first, axis % max(first.ndim, 1), private)
     shapes = {tuple(v.shape) for v in present}
     if len(shapes) > 1:
         raise PipelineError(
             f"field {name!r} has shapes {sorted(shapes)[:4]} in one batch: add a sample-stage op that gives "
-            "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)"
+            "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop), or batch it as "
+            f"a list or padded: Pipeline(collate={{{name!r}: 'list'}}) or 'pad'"
         )
     shape = (len(values), *first.shape)
     out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
@@ -97,3 +115,30 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str,
         else:
             out[i].copy_(v)
     return {name: out}
+
+
+def _collate_padded(name: str, values: list[torch.Tensor | None], first: torch.Tensor, axis: int,
+                    private: bool) -> dict[str, torch.Tensor]:
+    """(B, ...) with ``axis`` padded to the longest sample: audio's time (last), boxes' objects (first).
+    A sample with nothing on that axis (no boxes) may have any other shape: it only gets zeros."""
+    present = [v for v in values if v is not None and v.shape[axis] > 0]
+    first = present[0] if present else first
+    others = {tuple(s for d, s in enumerate(v.shape) if d != axis) for v in present}
+    if len(others) > 1:
+        raise PipelineError(f"field {name!r} has shapes {sorted(others)[:4]} besides its padded axis {axis} "
+                            "in one batch: only that axis may vary")
+    length = max(v.shape[axis] for v in present or [first])
+    shape = list(first.shape)
+    shape[axis] = length
+    shape = (len(values), *shape)
+    # written once: each row's samples, then zeros past its length (never zero-fill, then copy)
+    out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
+    lengths = torch.zeros(len(values), dtype=torch.int64)
+    for i, v in enumerate(values):
+        n = 0 if v is None else min(v.shape[axis], length) if v.ndim == first.ndim else 0
+        row = out[i]
+        if n:
+            row.narrow(axis, 0, n).copy_(v)
+            lengths[i] = n
+        row.narrow(axis, n, length - n).zero_()
+    return {name: out, f"{name}_lengths": lengths}

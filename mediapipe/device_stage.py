@@ -20,7 +20,7 @@ from mediapipe.decoders.base import NO_HINT, Decoded
 from mediapipe.errors import MediapipeError, SampleUnavailableError
 from mediapipe.host_batch import Deferred, HostBatch
 from mediapipe.plan import Plan
-from mediapipe.sample_stage import SampleStage
+from mediapipe.sample_stage import SampleStage, canvas_key
 
 
 def finish_deferred(plan: Plan, host: HostBatch) -> None:
@@ -53,8 +53,10 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
                 samples[i].update(extra)
                 side_fields.update(extra)
                 x = x.value
-            if fused is not None and d.hint is not NO_HINT:
+            if fused is not None:
                 caches[i][fused.index] = d.fused_params
+                caches[i][canvas_key(fused.index)] = d.meta.get("size")
+            if fused is not None and d.hint is not NO_HINT:
                 x = fused.op.apply_decoded(x, d.fused_params)
                 dones[i].add((fused.index, name))
                 samples[i][fused.op.outputs[fused.op.inputs.index(name)]] = x
@@ -72,10 +74,11 @@ def finish_deferred(plan: Plan, host: HostBatch) -> None:
         sample["index"] = indices[i]  # keys this sample's batch-stage draws
         for key in borrowed & data.keys():
             sample[key] = data[key][i].to(plan.device)
-        stage.run_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True)
+        stage.run_ops(sample, host.epoch, indices[i], metas[i], caches[i], dones[i], deferred=True,
+                      key=plan.source.ref(indices[i]).key)
     names = [f for f in plan.deferred if any(s is not None and f in s for s in samples)] + sorted(side_fields)
     stacked = collate([None if s is None else {f: s[f] for f in names} for s in samples],
-                      {n: plan.decode[n].collate for n in names if n in plan.decode})
+                      {n: plan.collate_of(n) for n in names})
     data.update(stacked)
     params = batch_params(plan, host.draw_number, host.epoch, data["index"], samples, data, deferred=True)
     host.params.update({k: {n: v.to(plan.device) for n, v in p.items()} for k, p in params.items()})

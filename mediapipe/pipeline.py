@@ -43,6 +43,10 @@ class Pipeline:
             size; counted in ``loader.stats``) or "replace" (zeros, flagged False in
             ``batch["valid"]``; counted).
         max_pixels, max_frames, max_duration: limits checked on headers before decoding.
+        collate: field -> how its samples batch: "stack" (equal shapes), "pad" (the varying axis
+            padded, plus ``<field>_lengths``: boxes as (B, N_max, 4)) or "list" (a list of
+            per-sample tensors); by default boxes and keypoints are lists, audio is padded and the
+            rest stacked (see `mediapipe.fields`).
     """
 
     def __init__(
@@ -57,15 +61,18 @@ class Pipeline:
         max_pixels: int | None = Limits.max_pixels,
         max_frames: int | None = Limits.max_frames,
         max_duration: float | None = Limits.max_duration,
+        collate: dict[str, str] | None = None,
     ) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size={batch_size}: expected a positive int")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
+        if isinstance(augment, Op):
+            raise ValueError(f"augment={augment!r}: expected a list of ops, e.g. [A.HorizontalFlip()]")
         self.source, self.batch_size, self.seed = source, batch_size, seed
         self.device_spec = str(device)
         self.device = resolve_device(device)
         self.limits = Limits(max_pixels=max_pixels, max_frames=max_frames, max_duration=max_duration)
         self.plan = Plan(source, decode, list(augment), seed=seed, on_error=on_error, limits=self.limits,
-                         device=self.device)
+                         device=self.device, collate=collate)
 
     @property
     def decode(self) -> dict[str, DecoderSpec]:
@@ -78,6 +85,15 @@ class Pipeline:
     @property
     def on_error(self) -> str:
         return self.plan.on_error
+
+    @property
+    def collate(self) -> dict[str, str]:
+        return dict(self.plan.collate_policy)
+
+    @property
+    def field_types(self) -> dict[str, Any]:
+        """Every field's `FieldType` once all ops ran (what a batch holds, besides side fields)."""
+        return dict(self.plan.types)
 
     def loader(self, num_workers: int = 0, shuffle: bool = True, drop_last: bool | None = None,
                last_batch: str = "partial", backend: str = "torch", **kwargs: Any) -> Any:
@@ -117,6 +133,7 @@ class Pipeline:
             "max_pixels": self.limits.max_pixels,
             "max_frames": self.limits.max_frames,
             "max_duration": self.limits.max_duration,
+            **({"collate": self.collate} if self.collate else {}),
         }
 
     @classmethod

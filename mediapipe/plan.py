@@ -1,10 +1,19 @@
-"""The compiled pipeline: decoders per field, ops in order with their stage, and what is fused.
+"""The compiled pipeline: every field's type, decoders per field, ops in order bound to their
+fields with their stage, and what is fused.
 
-Placement: an op runs in the *sample* stage when it changes a sample's shape, or when a
-later sample-stage op reads a field it writes; everything else runs once per batch on the
-device. The first op to read a decoded field is fused into the decoder when it offers a
-`DecodeHint` (region of interest, DCT-scaled size, frame indices). A `Plan` is fixed once
-built; the stages that run it live in `sample_stage`, `batch_builder` and `batch_stage`.
+Types: the decoders declare the kinds of what they decode, the source those of its fields
+(``label``, and e.g. boxes through a ``field_types()`` method), and each op the kinds of
+what it writes, so every field's `FieldType` is known here, before anything is read. Each op
+is bound to its fields (`Op.bind`): an op without ``keys`` gets every field of a kind it
+transforms, and a field of a kind it has no kernel for is refused here, naming the op, the
+field and its kind.
+
+Placement: an op runs in the *sample* stage when `Op.placement` says so (it changes a
+sample's shape, or reads files), or when a later sample-stage op reads a field it writes;
+everything else runs once per batch on the device. The first op to read a decoded field is
+fused into the decoder when it offers a `DecodeHint` (region of interest, DCT-scaled size,
+frame indices). A `Plan` is fixed once built; the stages that run it live in
+`sample_stage`, `batch_builder` and `batch_stage`.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import torch
 from mediapipe.augment.base import Op, Stage
 from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
+from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources import Source
 
 ON_ERROR = ("raise", "skip", "replace")
@@ -25,8 +35,14 @@ ON_ERROR = ("raise", "skip", "replace")
 @dataclass(frozen=True)
 class PlacedOp:
     index: int  # position in the user's list: the op's RNG key
-    op: Op
+    op: Op  # bound to its fields
     stage: Stage
+
+    @property
+    def size_field(self) -> str:
+        """The field whose (H, W) the op's draws see: its first raster input (the canvas), else its first."""
+        b = self.op.binding
+        return next((f for f, t in zip(b.inputs, b.types) if t.kind in RASTER), b.inputs[0])
 
 
 def decode_order(decode: dict[str, DecoderSpec], deferred: set[str]) -> list[tuple[int, str]]:
@@ -56,9 +72,12 @@ def decode_order(decode: dict[str, DecoderSpec], deferred: set[str]) -> list[tup
 
 
 class Plan:
-    """A validated pipeline: decoders per field, ops in order with their stage, fusions, the
-    fields decoded on the device, and the batch ops another one absorbs. Pickles (to workers)
-    without its live decoders, which each process creates for itself."""
+    """A validated pipeline: field types, decoders per field, ops bound to their fields in order with
+    their stage, fusions, the fields decoded on the device, and the batch ops another one absorbs.
+    Pickles (to workers) without its live decoders, which each process creates for itself.
+
+    ``collate``: field -> "stack", "pad" or "list", overriding the field type's default (see
+    `mediapipe.fields`)."""
 
     def __init__(
         self,
@@ -70,14 +89,19 @@ class Plan:
         on_error: str = "raise",
         limits: Limits = Limits(),
         device: torch.device | None = None,
+        collate: dict[str, str] | None = None,
     ) -> None:
         if not decode:
             raise PipelineError("decode: name at least one field, e.g. {'image': mp.decoders.image()}")
         if on_error not in ON_ERROR:
             raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
-        self.source, self.decode, self.ops = source, dict(decode), list(ops)
+        self.source, self.decode = source, dict(decode)
         self.seed, self.on_error, self.limits = seed, on_error, limits
         self.device = device if device is not None else torch.device("cpu")
+        self.collate_policy = dict(collate or {})
+        self.base_types = self._base_types()
+        self.ops, self.types = self._bind(list(ops))
+        self.object_fields = tuple(n for n, t in self.base_types.items() if t.kind in OBJECTS)
         self.placed = self._place()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
@@ -89,29 +113,86 @@ class Plan:
         self._device_decoders: dict[str, Decoder] | None = None
 
     # -- compile ------------------------------------------------------------------------
-    def _base_fields(self) -> set[str]:
-        fields = set(self.decode) | {"label", "index"}
-        fields |= {f"{name}_lengths" for name, spec in self.decode.items() if spec.collate == "pad"}
-        fields |= {f"{name}_{side}" for name, spec in self.decode.items() for side in spec.side_fields}
-        return fields
+    def _base_types(self) -> dict[str, FieldType]:
+        """The type of every field a sample has before the ops: decoded fields (in ``decode``'s
+        order, which is the order an op without keys lists them in), the source's, side fields."""
+        types: dict[str, FieldType] = {name: spec.field_type for name, spec in self.decode.items()}
+        declared = getattr(self.source, "field_types", None)
+        for name, t in (declared() if callable(declared) else {}).items():
+            types.setdefault(name, field_type(t))
+        for name, policy in (getattr(self.source, "collate", None) or {}).items():  # e.g. token ids: "pad"
+            types[name] = types.get(name, FieldType(OTHER)).with_collate(policy)
+        types.setdefault("label", FieldType(LABEL))
+        types.setdefault("index", FieldType(OTHER))
+        for name, policy in self.collate_policy.items():
+            if name not in types:
+                raise PipelineError(f"collate[{name!r}]: no decoder or source gives a field {name!r}; "
+                                    f"fields: {sorted(types)}")
+            try:
+                types[name] = types[name].with_collate(policy)
+            except ValueError as err:
+                raise PipelineError(f"collate[{name!r}]: {err}") from None
+        for name, spec in self.decode.items():
+            types.update({f"{name}_{side}": FieldType(OTHER) for side in spec.side_fields})
+        for name, t in list(types.items()):
+            if t.batching == "pad":
+                types.setdefault(f"{name}_lengths", FieldType(OTHER))
+        return types
 
-    def _place(self) -> list[PlacedOp]:
-        available = self._base_fields()
-        for i, op in enumerate(self.ops):
+    def _bind(self, ops: list[Op]) -> tuple[list[Op], dict[str, FieldType]]:
+        """Each op bound to its fields, checked against the fields and kinds it reads; and the type
+        of every field once all ops ran."""
+        types = dict(self.base_types)
+        bound: list[Op] = []
+        for i, op in enumerate(ops):
             if not isinstance(op, Op):
                 raise PipelineError(f"augment[{i}] is {op!r}, not an op")
-            missing = [f for f in op.reads() if f not in available]
+            op = op.bind(types, where=f"augment[{i}] ")
+            missing = [f for f in op.reads() if f not in types]
             if missing:
                 raise PipelineError(
                     f"augment[{i}] {type(op).__name__} reads {missing}, which no decoder or earlier op "
-                    f"produces; fields here: {sorted(available)}"
+                    f"produces; fields here: {sorted(types)}"
                 )
-            available |= set(op.writes())
+            b = op.binding
+            self._check_moves_everything(op, types, i)
+            for dst, t in zip(b.outputs, b.types):
+                types[dst] = op.output_type(t)
+            for name in op.writes():
+                types.setdefault(name, FieldType(OTHER))
+            bound.append(op)
+        return bound, types
+
+    @staticmethod
+    def _check_moves_everything(op: Op, types: dict[str, FieldType], index: int) -> None:
+        """A geometric op that moves pixels in place must move the masks, boxes and keypoints of
+        the sample with them: left behind, they would silently stop matching the image."""
+        b = op.binding
+        geometric = OBJECTS <= op.kinds()
+        moved = [f for f, dst in zip(b.inputs, b.outputs) if f == dst and b.type_of(f).kind in RASTER]
+        if not geometric or not moved:
+            return
+        left = [f for f, t in types.items() if t.kind in OBJECTS | {MASK} and f not in b.inputs]
+        if left:
+            raise PipelineError(
+                f"augment[{index}] {type(op).__name__} moves {moved} but not {left}, which are drawn on it: leave "
+                f"keys unset (every spatial field moves with one draw), add them to keys, or write the moved "
+                f"pixels to a new field with out="
+            )
+
+    def collate_of(self, name: str) -> tuple[str, int]:
+        """How field ``name`` batches: ("stack" | "pad" | "list", the axis "pad" pads)."""
+        t = self.base_types.get(name)
+        if t is None:
+            return "stack", -1
+        return t.batching, pad_axis(t.kind)
+
+    def _place(self) -> list[PlacedOp]:
         placed: list[PlacedOp] = []
         needed_in_samples: set[str] = set()
         for i in reversed(range(len(self.ops))):
             op = self.ops[i]
-            sample = op.stage is Stage.SAMPLE or bool(set(op.writes()) & needed_in_samples)
+            sample = op.placement() is Stage.SAMPLE or bool(set(op.writes()) & needed_in_samples)
             if sample and op.batch_only:
                 raise PipelineError(
                     f"augment[{i}] {type(op).__name__} works on whole batches, but a later sample-stage op "
@@ -127,14 +208,15 @@ class Plan:
         for name in self.decode:
             for p in self.placed:
                 if name in p.op.reads():
-                    if p.stage is Stage.SAMPLE and p.op.fusable(name) and p.op.reads() == p.op.inputs:
+                    if (p.stage is Stage.SAMPLE and p.op.fusable(self.base_types[name])
+                            and p.op.reads() == p.op.inputs):
                         fused[name] = p
                     break
         return fused
 
     def _shape_sources(self) -> dict[str, str]:
         """For each field an op writes, the field whose sample-stage shape it has."""
-        source = {f: f for f in self._base_fields()}
+        source = {f: f for f in self.base_types}
         for p in self.placed:
             for src, dst in zip(p.op.inputs, p.op.outputs):
                 if p.stage is Stage.BATCH and dst not in source:
@@ -161,7 +243,8 @@ class Plan:
             return {}
         batch = self.batch_ops
         return {after.index: before for before, after in zip(batch, batch[1:])
-                if before.index + 1 == after.index and after.op.absorbs(before.op)}
+                if before.index + 1 == after.index and after.op.absorbs(before.op)
+                and all(self.collate_of(f)[0] == "stack" for f in after.op.inputs)}
 
     @property
     def sample_ops(self) -> list[PlacedOp]:
@@ -175,12 +258,15 @@ class Plan:
         """One line per op: its stage and whether it is fused into a decoder."""
         fused_ops = {id(p) for p in self.fused.values()}
         absorbed = {before.index: after for after, before in self.absorbed.items()}
-        lines = [f"decode {name}: {spec.kind} ({spec.backend})" for name, spec in self.decode.items()]
+        lines = []
+        for name, spec in self.decode.items():
+            kind = self.base_types[name]
+            lines.append(f"decode {name}: {spec.kind} ({spec.backend})" + (f" as {kind}" if str(kind) != spec.kind else ""))
         for p in self.placed:
             tag = " (fused into decode)" if id(p) in fused_ops else ""
             if p.index in absorbed:
                 tag = f" (done by [{absorbed[p.index]}] {type(self.ops[absorbed[p.index]]).__name__})"
-            lines.append(f"[{p.index}] {type(p.op).__name__}: {p.stage.value}{tag}")
+            lines.append(f"[{p.index}] {type(p.op).__name__}: {p.stage.value}{tag} on {', '.join(p.op.inputs)}")
         return "\n".join(lines)
 
     # -- live decoders (one set per process; not pickled) ------------------------------

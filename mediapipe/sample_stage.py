@@ -11,13 +11,22 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from mediapipe.augment.base import Params
+import torch
+
+from mediapipe.augment.base import CanvasError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
+from mediapipe.errors import DecodeError
+from mediapipe.fields import BOXES
 from mediapipe.host_batch import Deferred
 from mediapipe.plan import Plan
 from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
 from mediapipe.sample import SampleRef
 from mediapipe.stats import StageStats
+
+
+def canvas_key(op_index: int) -> tuple[str, int]:
+    """Where a params cache keeps the (H, W) an op fused into a decoder drew on."""
+    return ("canvas", op_index)
 
 
 class SampleStage:
@@ -34,35 +43,68 @@ class SampleStage:
         if ref.label is not None:
             data["label"] = ref.label
         data.update(ref.fields)
+        self.check_objects(data, ref.key)
         params_cache: dict[int, Params] = {}
         done: set[tuple[int, str]] = set()
         decoders, spans = self.plan.decoders(), {}
         for field_index, name in self.plan.decode_order:
             self.decode_field(ref, name, field_index, decoders[name], epoch, data, params_cache, done, stats, spans)
         t0 = time.perf_counter()
-        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False)
+        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False, key=ref.key)
         stats.seconds["sample_ops"] += time.perf_counter() - t0
         return data
 
+    def check_objects(self, data: dict[str, Any], key: str) -> None:
+        """A source's boxes and keypoints as float32 (N, 4) and (N, ..., 2) tensors (a JSON list of
+        lists too; a sample without the field, or with an empty list, has none: (0, 4) or (0, 2));
+        another shape is a bad annotation of this sample."""
+        for name in self.plan.object_fields:
+            try:
+                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise DecodeError(key, "source", f"field {name!r}: not numbers ({err})", category="bad annotation") from None
+            kind = self.plan.base_types[name].kind
+            if value.numel() == 0:
+                value = value.reshape(0, 4) if kind == BOXES else value.reshape(0, *value.shape[1:] or (2,))
+            if (kind == BOXES and (value.ndim != 2 or value.shape[1] != 4)) or (kind != BOXES and value.shape[-1:] != (2,)):
+                expected = "(N, 4)" if kind == BOXES else "(N, ..., 2)"
+                raise DecodeError(key, "source", f"field {name!r} ({kind}) has shape {tuple(value.shape)}, expected "
+                                  f"{expected}", category="bad annotation")
+            if not bool(torch.isfinite(value).all()):
+                raise DecodeError(key, "source", f"field {name!r} ({kind}) holds NaN or infinite coordinates",
+                                  category="bad annotation")
+            data[name] = value
+
     def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
-                done: set, *, deferred: bool) -> None:
+                done: set, *, deferred: bool, key: str | None = None) -> None:
         """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
-        in a worker) or those after it (``deferred=True``, on the device)."""
+        in a worker) or those after it (``deferred=True``, on the device). An op's draw sees the
+        size of its canvas (its first raster input); an op fused into a decoder drew on the
+        decoded file's size, which its other fields (a mask, boxes) must then have too."""
         plan = self.plan
         for p in plan.sample_ops:
             if (p.index in plan.deferred_ops) != deferred:
                 continue
-            params = params_cache.get(p.index)
-            if params is None:
-                first = data[p.op.inputs[0]]
-                op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
-                params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
-            todo = [(s, d) for s, d in zip(p.op.inputs, p.op.outputs) if (p.index, s) not in done]
-            if len(todo) == len(p.op.inputs):
-                p.op.apply_fields(data, params)
-            else:
-                for src, dst in todo:
-                    data[dst] = p.op.apply_to(data[src], params, src)
+            todo = [s for s in p.op.inputs if (p.index, s) not in done]
+            try:
+                params = params_cache.get(p.index)
+                if params is None:
+                    first = data[p.size_field]
+                    op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
+                    params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+                    canvas = None
+                else:  # fused: drawn on the size the decoder saw
+                    canvas = params_cache.get(canvas_key(p.index))
+                    canvas = tuple(canvas) if canvas is not None else None
+                    off = {f: s for f, s in p.op.raster_sizes(data, todo).items() if s != canvas}
+                    if off and canvas is not None:
+                        raise CanvasError(f"{type(p.op).__name__} draws once for {list(p.op.inputs)} on the "
+                                          f"decoded {canvas}, but " + ", ".join(f"{f} is {s}" for f, s in off.items()))
+                p.op.apply_fields(data, params, only=None if len(todo) == len(p.op.inputs) else todo,
+                                  canvas_size=canvas)
+            except CanvasError as err:
+                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
+                                  category="fields of one draw differ in size") from None
 
     def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
                      data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
@@ -94,6 +136,7 @@ class SampleStage:
             if params is None:
                 params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), meta)
                 params_cache[fused.index] = params
+                params_cache[canvas_key(fused.index)] = meta.get("size")
             hint = fused.op.decode_hint(params, meta) or NO_HINT
         if source is not None:
             hint = replace(hint, span=spans.get(source))

@@ -10,6 +10,7 @@ import torch
 
 from mediapipe import augment as A
 from mediapipe.augment.functional import audio as F
+from mediapipe.fields import FieldType
 from mediapipe.graph import stack_params
 from mediapipe.rng import SampleRNG
 
@@ -27,9 +28,12 @@ def padded_batch(lengths=LENGTHS, channels: int = 1, seed: int = 0) -> tuple[tor
 
 
 def run(op, batch: torch.Tensor, lengths: torch.Tensor, first_index: int = 0) -> dict:
+    """``op`` on the padded batch in the field "audio" (waveforms, or features for a features op)."""
+    kind = "audio" if "audio" in op.kinds() else "features"
+    op = op.bind({"audio": FieldType(kind, collate="pad"), "audio_lengths": FieldType("other")})
     params = stack_params([op.sample_params(SampleRNG(0, 0, first_index + i, 0), {"shape": tuple(batch.shape[1:])})
                            for i in range(batch.shape[0])])
-    data = {op.key: batch, f"{op.key}_lengths": lengths}
+    data = {"audio": batch, "audio_lengths": lengths}
     op.apply_fields(data, params)
     return data
 
@@ -194,7 +198,7 @@ def test_add_noise_from_files(tmp_path):
     rng = np.random.default_rng(1)
     encode_audio(tmp_path / "noise.flac", rng.normal(0, 0.1, 3000).astype(np.float32), SR)
     op = A.AddNoise(snr_db=(5.0, 5.0), noise=(str(tmp_path / "noise.flac"),), sample_rate=SR)
-    assert op.stage is A.Stage.SAMPLE
+    assert op.placement() is A.Stage.SAMPLE
     x = torch.sin(torch.arange(10000) / 10.0)[None]
     params = op.sample_params(SampleRNG(0, 0, 0, 0), {"shape": (1, 10000)})
     data = {"audio": x}

@@ -117,13 +117,9 @@ def test_max_pixels_is_checked_before_decoding(tmp_path):
 class _DieInWorker(Op):
     """Kills its own process: stands for a segfault in a C library."""
 
-    from typing import ClassVar
+    batched = False  # a per-sample kernel: runs in the workers
 
-    from mediapipe.augment.base import Stage
-
-    stage: ClassVar[Stage] = Stage.SAMPLE
-
-    def apply(self, x, params):
+    def transform(self, x, params, field, canvas_size):
         if os.environ.get("MEDIAPIPE_TEST_MAIN") != str(os.getpid()):
             os.kill(os.getpid(), signal.SIGKILL)
         return x

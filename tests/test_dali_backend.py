@@ -359,11 +359,11 @@ def test_audio_resample_approximates_torch_backend(wav_manifest):
 
 
 def test_audio_settings_without_counterpart_are_listed(wav_manifest):
-    pipe = _audio_pipe(wav_manifest, [A.SpecAugment(), A.AmplitudeToDB(top_db=80.0), A.Spectrogram(win_length=200)],
+    pipe = _audio_pipe(wav_manifest, [A.Spectrogram(win_length=200), A.SpecAugment(), A.AmplitudeToDB(top_db=80.0)],
                        mono=False)
     with pytest.raises(PipelineError) as info:
         pipe.loader(backend="dali")
     message = str(info.value)
-    for part in ("augment[0] SpecAugment", "augment[1] AmplitudeToDB(top_db=80.0", "augment[2] Spectrogram(win_length=200",
+    for part in ("augment[1] SpecAugment", "augment[2] AmplitudeToDB(top_db=80.0", "augment[0] Spectrogram(win_length=200",
                  "decode['audio'] audio(mono=False"):
         assert part in message

@@ -26,12 +26,11 @@ def test_image_and_mask_stay_aligned(tmp_path):
         (tmp_path / f"{i}.jpg").write_bytes(jpeg_bytes(photo, quality=95))
         rows.append({"path": f"{i}.jpg", "mask": f"{i}_mask.png", "label": i % 2})
     (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    both = ("image", "mask")
-    pipe = mp.Pipeline(
+    pipe = mp.Pipeline(  # no keys: every op moves every spatial field, the mask with nearest
         mp.loaders.manifest(tmp_path / "rows.jsonl"),
-        {"image": mp.decoders.image(), "mask": mp.decoders.image(mode="L")},
-        [A.RandomResizedCrop(48, scale=(0.3, 1.0), keys=both, mask_keys=("mask",)),
-         A.HorizontalFlip(keys=both), A.RandomRotation(20, keys=both, mask_keys=("mask",))],
+        {"image": mp.decoders.image(), "mask": mp.decoders.mask()},
+        [A.RandomResizedCrop(48, scale=(0.3, 1.0)), A.HorizontalFlip(), A.RandomRotation(20, interpolation="bilinear"),
+         A.ColorJitter(0.3, 0.3)],
         batch_size=3, seed=5, device="cpu",
     )
     assert "RandomResizedCrop: sample (fused into decode)" in repr(pipe)  # fused for the image only

@@ -14,6 +14,7 @@ from torchvision.transforms import InterpolationMode
 from mediapipe import augment as A
 from mediapipe.augment.base import Stage, op_from_config
 from mediapipe.collate import stack_params
+from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.synthetic import photo_like
 
@@ -195,7 +196,7 @@ def _tv_rotate(img, p, op):
 def test_random_rotation_matches_torchvision(interpolation, center, fill) -> None:
     x = images(6)
     op = A.RandomRotation(45, interpolation=interpolation, center=center, fill=fill)
-    assert op.stage is Stage.BATCH
+    assert op.placement() is Stage.BATCH
     _, params = draw(op, x)
     out = op.apply(x, params)
     for i in range(6):
@@ -215,7 +216,7 @@ def test_random_rotation_float_input() -> None:
 def test_random_rotation_expand_runs_per_sample() -> None:
     x = images(2, 30, 50)
     op = A.RandomRotation(60, expand=True, interpolation="bilinear")
-    assert op.stage is Stage.SAMPLE
+    assert op.placement() is Stage.SAMPLE
     for i in range(2):
         p = op.sample_params(SampleRNG(0, 0, i, 0), {"size": (30, 50)})
         ref = TF.rotate(x[i], float(torch.tensor(p["angle"], dtype=torch.float32)), InterpolationMode.BILINEAR,
@@ -281,11 +282,14 @@ def test_keys_share_params_across_fields() -> None:
     assert torch.equal(data["image"], data["mask"])
 
 
-def test_mask_keys_warp_masks_with_nearest_and_zero_fill() -> None:
+IMAGE_AND_MASK = {"image": FieldType("image"), "mask": FieldType("mask")}
+
+
+def test_a_mask_is_warped_with_nearest_and_zero_fill_because_it_is_a_mask() -> None:
     x = images(4)
     mask = (x[:, :1] > 128).to(torch.uint8) * 3  # class ids 0 and 3
-    op = A.RandomAffine(25, scale=(0.8, 1.2), interpolation="bilinear", fill=100, keys=("image", "mask"),
-                        mask_keys=("mask",))
+    op = A.RandomAffine(25, scale=(0.8, 1.2), interpolation="bilinear", fill=100).bind(IMAGE_AND_MASK)
+    assert op.inputs == ("image", "mask")
     _, params = draw(op, x)
     data = {"image": x, "mask": mask}
     op.apply_fields(data, params)
@@ -293,13 +297,11 @@ def test_mask_keys_warp_masks_with_nearest_and_zero_fill() -> None:
     assert torch.equal(data["mask"], nearest.apply(mask, params))
     assert set(data["mask"].unique().tolist()) <= {0, 3}  # no blended class ids
     assert torch.equal(data["image"], op.apply(x, params))
-    with pytest.raises(ValueError, match="mask_keys"):
-        A.RandomRotation(5, mask_keys=("mask",))  # not an input
 
 
-@pytest.mark.parametrize("op", [A.RandomResizedCrop(24, keys=("image", "mask"), mask_keys=("mask",)),
-                                A.Resize((20, 30), keys=("image", "mask"), mask_keys=("mask",))])
-def test_mask_keys_resize_masks_with_nearest(op) -> None:
+@pytest.mark.parametrize("op", [A.RandomResizedCrop(24), A.Resize((20, 30))])
+def test_a_mask_is_resized_with_nearest(op) -> None:
+    op = op.bind(IMAGE_AND_MASK)
     x = images(1, 48, 64)[0]
     mask = (x[:1] > 128).to(torch.uint8) * 7
     p = op.sample_params(SampleRNG(0, 0, 0, 0), {"size": (48, 64)})
@@ -312,7 +314,15 @@ def test_mask_keys_resize_masks_with_nearest(op) -> None:
     else:
         ref = TF.resized_crop(mask, p["top"], p["left"], p["height"], p["width"], [24, 24], InterpolationMode.NEAREST)
         assert torch.equal(data["mask"], ref)
-    assert op.fusable("image") and not op.fusable("mask")  # the mask's decoder never smooths it
+    assert op.fusable(FieldType("image")) and not op.fusable(FieldType("mask"))  # a mask's decoder never smooths it
+
+
+def test_mask_keys_is_gone_with_an_error_that_says_what_to_do() -> None:
+    with pytest.raises(TypeError, match=r"mask_keys= is gone: decode the mask with mp.decoders.mask\(\)"):
+        A.RandomRotation(5, keys=("image", "mask"), mask_keys=("mask",))
+    config = {"op": "RandomResizedCrop", "size": [24, 24], "keys": ["image", "mask"], "mask_keys": ["mask"]}
+    with pytest.raises(ValueError, match="RandomResizedCrop config has 'mask_keys'.*mp.decoders.mask"):
+        op_from_config(config)
 
 
 def test_out_writes_a_new_field() -> None:

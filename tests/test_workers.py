@@ -12,14 +12,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.augment.base import Op, Stage
+from mediapipe.augment.base import Op
 from tests.test_iterators import process_alive
 from tests.test_loader import assert_same, collect, make_pipeline
 
@@ -79,9 +78,9 @@ _LOCK = threading.Lock()
 class _TakesALock(Op):
     """Takes a module-level lock for each sample, as a decoder or a logging handler might."""
 
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    batched = False  # a per-sample kernel: runs in the workers
 
-    def apply(self, x, params):
+    def transform(self, x, params, field, canvas_size):
         with _LOCK:
             return x
 
@@ -129,9 +128,9 @@ class _Finalised:
 class _Collects(Op):
     """Runs the garbage collector in the worker, as any worker does once it has allocated enough."""
 
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    batched = False  # a per-sample kernel: runs in the workers
 
-    def apply(self, x: torch.Tensor, params: dict) -> torch.Tensor:
+    def transform(self, x: torch.Tensor, params: dict, field, canvas_size) -> torch.Tensor:
         import gc
 
         gc.collect()
@@ -257,9 +256,9 @@ def _shm_entries() -> set[str]:
 
 @dataclass(frozen=True)
 class _Slow(Op):
-    stage: ClassVar[Stage] = Stage.SAMPLE
+    batched = False  # a per-sample kernel: runs in the workers
 
-    def apply(self, x, params):
+    def transform(self, x, params, field, canvas_size):
         time.sleep(0.5)
         return x
 

@@ -11,6 +11,8 @@ from mediapipe import memory
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
            "uint8": torch.uint8}
+DTYPES = tuple(_DTYPES)
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 def dtype_of(name: str | torch.dtype) -> torch.dtype:

@@ -1,0 +1,213 @@
+"""Boxes and keypoints kernels: the geometry of the pixels, applied to coordinates.
+
+Boxes are (M, 4) float rows in ``format`` ("xyxy", "xywh", "cxcywh"), keypoints (M, ..., 2) as
+(x, y), both in pixels of a canvas of ``canvas_size`` = (height, width). Parameters are plain
+numbers, or one value per row (a tensor of M) when the rows belong to several samples of a
+batch. Each kernel follows torchvision v2's for the same parameters: boxes are clamped to the
+new canvas after a crop, a pad or a warp (not after a flip or a resize); keypoints are never
+clamped, and a keypoint flips about the last pixel (x -> W - 1 - x) where a box edge flips
+about the canvas (x -> W - x), as torchvision does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Number = float | int | torch.Tensor
+
+
+def convert_boxes(boxes: torch.Tensor, old: str, new: str) -> torch.Tensor:
+    """Boxes from format ``old`` to ``new`` (a new tensor; float arithmetic)."""
+    if old == new:
+        return boxes.clone()
+    out = boxes.clone() if boxes.is_floating_point() else boxes.float()
+    if old == "xywh":
+        out[..., 2:] += out[..., :2]
+    elif old == "cxcywh":
+        half = out[..., 2:] / 2
+        out[..., :2] -= half
+        out[..., 2:] += out[..., :2]
+    if new == "xywh":
+        out[..., 2:] -= out[..., :2]
+    elif new == "cxcywh":
+        out[..., 2:] -= out[..., :2]
+        out[..., :2] += out[..., 2:] / 2
+    return out
+
+
+def clamp_boxes(boxes: torch.Tensor, canvas_size: tuple[int, int], format: str = "xyxy") -> torch.Tensor:
+    """Boxes clipped to the canvas [0, W] x [0, H] (torchvision's ``clamp_bounding_boxes``)."""
+    xyxy = convert_boxes(boxes, format, "xyxy")
+    xyxy[..., 0::2].clamp_(min=0, max=canvas_size[1])
+    xyxy[..., 1::2].clamp_(min=0, max=canvas_size[0])
+    return convert_boxes(xyxy, "xyxy", format).to(boxes.dtype)
+
+
+def _column(value: Number, like: torch.Tensor) -> torch.Tensor | float:
+    """A per-row parameter as a column broadcastable over a row's coordinates."""
+    if isinstance(value, torch.Tensor):
+        return value.to(like.device).reshape(-1, *(1,) * (like.ndim - 1))
+    return value
+
+
+def _in_xyxy(boxes: torch.Tensor, format: str, fn, canvas_size: tuple[int, int] | None = None) -> torch.Tensor:
+    """Apply ``fn`` to the boxes as float xyxy, clamp to ``canvas_size`` when given, back to ``format``."""
+    out = fn(convert_boxes(boxes, format, "xyxy"))
+    if canvas_size is not None:
+        out[..., 0::2].clamp_(min=0, max=canvas_size[1])
+        out[..., 1::2].clamp_(min=0, max=canvas_size[0])
+    return convert_boxes(out, "xyxy", format).to(boxes.dtype)
+
+
+# -- flips ---------------------------------------------------------------------------------------------
+def hflip_boxes(boxes: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int], format: str,
+                **_: object) -> torch.Tensor:
+    """Mirror left-right the rows whose ``flip`` is true: x1, x2 -> W - x2, W - x1."""
+    def mirror(xyxy: torch.Tensor) -> torch.Tensor:
+        flipped = xyxy.clone()
+        flipped[..., 0], flipped[..., 2] = canvas_size[1] - xyxy[..., 2], canvas_size[1] - xyxy[..., 0]
+        return torch.where(_as_mask(flip, xyxy), flipped, xyxy)
+
+    return _in_xyxy(boxes, format, mirror)
+
+
+def vflip_boxes(boxes: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int], format: str,
+                **_: object) -> torch.Tensor:
+    """Mirror top-bottom the rows whose ``flip`` is true: y1, y2 -> H - y2, H - y1."""
+    def mirror(xyxy: torch.Tensor) -> torch.Tensor:
+        flipped = xyxy.clone()
+        flipped[..., 1], flipped[..., 3] = canvas_size[0] - xyxy[..., 3], canvas_size[0] - xyxy[..., 1]
+        return torch.where(_as_mask(flip, xyxy), flipped, xyxy)
+
+    return _in_xyxy(boxes, format, mirror)
+
+
+def hflip_keypoints(points: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int],
+                    **_: object) -> torch.Tensor:
+    """Mirror left-right the rows whose ``flip`` is true: x -> W - 1 - x (torchvision's)."""
+    flipped = points.clone()
+    flipped[..., 0] = canvas_size[1] - 1 - points[..., 0]
+    return torch.where(_as_mask(flip, points), flipped, points)
+
+
+def vflip_keypoints(points: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int],
+                    **_: object) -> torch.Tensor:
+    """Mirror top-bottom the rows whose ``flip`` is true: y -> H - 1 - y (torchvision's)."""
+    flipped = points.clone()
+    flipped[..., 1] = canvas_size[0] - 1 - points[..., 1]
+    return torch.where(_as_mask(flip, points), flipped, points)
+
+
+def _as_mask(flip: Number | bool, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(flip, torch.Tensor):
+        return flip.to(like.device, torch.bool).reshape(-1, *(1,) * (like.ndim - 1))
+    return torch.tensor(bool(flip), device=like.device)
+
+
+# -- crops, pads, resizes (one sample: plain numbers) -----------------------------------------------------
+def crop_boxes(boxes: torch.Tensor, top: Number, left: Number, height: int, width: int, *, format: str,
+               **_: object) -> torch.Tensor:
+    """The boxes in the crop's pixels, clamped to it (a negative offset pads)."""
+    def shift(xyxy: torch.Tensor) -> torch.Tensor:
+        xyxy[..., 0::2] -= _column(left, xyxy)
+        xyxy[..., 1::2] -= _column(top, xyxy)
+        return xyxy
+
+    return _in_xyxy(boxes, format, shift, (height, width))
+
+
+def crop_keypoints(points: torch.Tensor, top: Number, left: Number, height: int, width: int,
+                   **_: object) -> torch.Tensor:
+    out = points.clone()
+    out[..., 0] -= _column(left, out[..., 0])
+    out[..., 1] -= _column(top, out[..., 1])
+    return out
+
+
+def pad_boxes(boxes: torch.Tensor, left: int, top: int, right: int, bottom: int, *,
+              canvas_size: tuple[int, int], format: str, **_: object) -> torch.Tensor:
+    """The boxes shifted by the padding, clamped to the padded canvas."""
+    return crop_boxes(boxes, -top, -left, canvas_size[0] + top + bottom, canvas_size[1] + left + right,
+                      format=format)
+
+
+def pad_keypoints(points: torch.Tensor, left: int, top: int, right: int, bottom: int, **_: object) -> torch.Tensor:
+    return crop_keypoints(points, -top, -left, 0, 0)
+
+
+def resize_boxes(boxes: torch.Tensor, size: tuple[int, int], *, canvas_size: tuple[int, int], format: str,
+                 **_: object) -> torch.Tensor:
+    """The boxes scaled from ``canvas_size`` to ``size`` (both (H, W)); not clamped."""
+    if tuple(size) == tuple(canvas_size):
+        return boxes
+    ratios = torch.tensor([size[1] / canvas_size[1], size[0] / canvas_size[0]] * 2, device=boxes.device)
+    return boxes.mul(ratios).to(boxes.dtype)  # every format scales coordinate by coordinate
+
+
+def resize_keypoints(points: torch.Tensor, size: tuple[int, int], *, canvas_size: tuple[int, int],
+                     **_: object) -> torch.Tensor:
+    if tuple(size) == tuple(canvas_size):
+        return points
+    ratios = torch.tensor([size[1] / canvas_size[1], size[0] / canvas_size[0]], device=points.device)
+    return points.mul(ratios).to(points.dtype)
+
+
+def resized_crop_boxes(boxes: torch.Tensor, top: int, left: int, height: int, width: int, size: tuple[int, int],
+                       *, format: str, **_: object) -> torch.Tensor:
+    """Crop (clamped), then scale the crop to ``size``: torchvision's ``resized_crop``."""
+    cropped = crop_boxes(boxes, top, left, height, width, format=format)
+    return resize_boxes(cropped, size, canvas_size=(height, width), format=format)
+
+
+def resized_crop_keypoints(points: torch.Tensor, top: int, left: int, height: int, width: int,
+                           size: tuple[int, int], **_: object) -> torch.Tensor:
+    return resize_keypoints(crop_keypoints(points, top, left, height, width), size, canvas_size=(height, width))
+
+
+# -- affine warps (per-row forward matrices) ----------------------------------------------------------------
+def forward_matrices(inverse: torch.Tensor) -> torch.Tensor:
+    """(M, 2, 3) forward matrices from the image warp's inverse ones (float64): output point from
+    input point, both in pixels from the image centre."""
+    inverse = inverse.to(torch.float64).reshape(-1, 2, 3)
+    full = torch.cat((inverse, inverse.new_tensor([0.0, 0.0, 1.0]).expand(inverse.shape[0], 1, 3)), dim=1)
+    return torch.linalg.inv(full)[:, :2]
+
+
+def _warp_points(points: torch.Tensor, forward: torch.Tensor, canvas_size: tuple[int, int],
+                 output_size: tuple[int, int] | None) -> torch.Tensor:
+    """(M, P, 2) points in canvas pixels through per-row ``forward`` (M, 2, 3), into the pixels of
+    the output (``output_size`` with ``expand``, else the canvas). The image warp centres the
+    turned canvas in the output, so points are taken from the canvas's centre to the output's:
+    where the pixels land. (torchvision's boxes and keypoints under ``expand`` shift to the turned
+    canvas's corner instead, up to a pixel away from its own image, and may size their canvas
+    one pixel off it.)"""
+    h, w = canvas_size
+    oh, ow = output_size or canvas_size
+    rel = points.to(torch.float64) - points.new_tensor([w * 0.5, h * 0.5], dtype=torch.float64)
+    out = rel @ forward[:, :, :2].transpose(1, 2) + forward[:, None, :, 2]
+    return out + out.new_tensor([ow * 0.5, oh * 0.5])
+
+
+def affine_boxes(boxes: torch.Tensor, inverse: torch.Tensor, *, canvas_size: tuple[int, int], format: str,
+                 output_size: tuple[int, int] | None = None, **_: object) -> torch.Tensor:
+    """The boxes holding each warped box's four corners, clamped to the output canvas
+    (``output_size``, or the canvas itself). ``inverse``: the image warp's (1 or M, 2, 3)."""
+    if boxes.numel() == 0:
+        return boxes
+    forward = forward_matrices(inverse.to(boxes.device)).expand(boxes.shape[0], 2, 3)
+
+    def warp(xyxy: torch.Tensor) -> torch.Tensor:
+        corners = xyxy[:, [[0, 1], [2, 1], [2, 3], [0, 3]]]  # (M, 4, 2)
+        lo, hi = _warp_points(corners, forward, canvas_size, output_size).aminmax(dim=1)
+        return torch.cat((lo, hi), dim=1)
+
+    return _in_xyxy(boxes, format, warp, output_size or canvas_size)
+
+
+def affine_keypoints(points: torch.Tensor, inverse: torch.Tensor, *, canvas_size: tuple[int, int],
+                     output_size: tuple[int, int] | None = None, **_: object) -> torch.Tensor:
+    if points.numel() == 0:
+        return points
+    forward = forward_matrices(inverse.to(points.device)).expand(points.shape[0], 2, 3)
+    flat = points.reshape(points.shape[0], -1, 2)
+    return _warp_points(flat, forward, canvas_size, output_size).reshape(points.shape).to(points.dtype)
