@@ -114,3 +114,17 @@ def test_readme_python_block_runs(number: int, workdir: Path):
         state = torch.load(workdir / "ckpt.pt")
         assert state["loader"]["sampler"]["epoch"] == 2 and state["loader"]["sampler"]["position"] == 0
         assert set(state) == {"model", "optimizer", "loader"}
+
+
+def test_every_file_the_docs_name_is_in_the_repository():
+    """The README and docs/architecture.md stand on their own: each repository path they name
+    in backticks exists, and nothing points outside the repository."""
+    root = Path(__file__).resolve().parent.parent
+    for doc in ("README.md", "docs/architecture.md"):
+        text = (root / doc).read_text()
+        assert "DESIGN.md" not in text and "../shared" not in text, doc
+        named = set(re.findall(r"`((?:docs|examples|benchmarks|mediapipe|loaders|decoders|augment|tests)/[\w/.-]+\.(?:py|md))`",
+                               text))
+        missing = sorted(p for p in named if not (root / p).exists())
+        assert not missing, f"{doc} names files that are not in the repository: {missing}"
+    assert "docs/architecture.md" in (root / "README.md").read_text()
