@@ -217,10 +217,7 @@ class LoaderIterator:
         if self.start > self.length:
             raise PipelineError(f"resume position {self.start} is past the {self.length} batches of epoch {self.epoch}")
         self.delivered = 0
-        with_valid = may_pad(sampler)
-        ranks = loader.ranks
-        tasks = (BatchTask(self.start + i, self.epoch, b.indices, b.valid, with_valid, ranks.rank, ranks.world_size)
-                 for i, b in enumerate(planned[self.start:]))
+        tasks = _tasks(planned, self.start, self.epoch, may_pad(sampler), loader.ranks)
         self._closed = False
         self._hosts: Iterator[HostBatch] | None = None
         self._pool: ProcessPool | None = None
@@ -343,6 +340,14 @@ class LoaderIterator:
         finish_deferred(plan, host)
         self.loader.stats.seconds["device_decode"] += time.perf_counter() - t0
         return host.data, host.params
+
+
+def _tasks(planned: list, start: int, epoch: int, with_valid: bool, ranks: Any) -> Iterator[BatchTask]:
+    """The batch tasks of a pass from ``start``. A generator of its own, holding no reference to
+    its iterator: one that did would make a cycle, and a dropped iterator would keep its
+    workers until the garbage collector ran (at interpreter exit, from a finaliser)."""
+    for i, b in enumerate(planned[start:]):
+        yield BatchTask(start + i, epoch, b.indices, b.valid, with_valid, ranks.rank, ranks.world_size)
 
 
 def _to_device(data: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:

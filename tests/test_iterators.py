@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -105,6 +107,8 @@ def test_persistent_workers_are_lent_to_one_iterator_at_a_time(image_folder):
 
 
 def test_closing_or_dropping_an_iterator_stops_its_workers(image_folder):
+    import gc
+
     loader = make_pipeline(image_folder).loader(num_workers=2)
     it = iter(loader)
     next(it)
@@ -112,11 +116,19 @@ def test_closing_or_dropping_an_iterator_stops_its_workers(image_folder):
     assert len(pids) == 2 and all(process_alive(p) for p in pids)
     it.close()
     assert not any(process_alive(p) for p in pids)
-    it = iter(loader)
-    next(it)
-    pids = it.worker_pids
-    del it  # no reference cycle: dropping it stops its workers at once, without the garbage collector
-    assert not any(process_alive(p) for p in pids)
+    gc.disable()  # what a dropped iterator holds must go without the garbage collector
+    try:
+        for delivered in (1, 0):  # mid-pass, and before its first batch
+            it = iter(loader)
+            for _ in range(delivered):
+                next(it)
+            pids = it.worker_pids
+            dropped = weakref.ref(it)
+            del it  # no reference cycle: dropping it stops its workers at once
+            assert dropped() is None
+            assert not any(process_alive(p) for p in pids)
+    finally:
+        gc.enable()
     assert loader.state_dict()["sampler"]["position"] == 2  # a dropped pass keeps what it delivered
 
 
