@@ -20,17 +20,21 @@ thread or by the forkserver), and a watchdog that checks its parent between task
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import gc
 import multiprocessing as mp
+import multiprocessing.util  # noqa: F401 - its exit handler is registered before ours (runs after it)
 import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -333,6 +337,7 @@ class ProcessPool:
         self._sent = self._received = 0
         self._done: dict[int, Any] = {}
         self._closed = False
+        _LIVE_POOLS.add(self)
         try:
             with _frozen_heap() if forked else contextlib.nullcontext():
                 for p in self.procs:
@@ -445,7 +450,7 @@ class ProcessPool:
         if os.getpid() != self.owner:  # a copy of the pool in a forked child: the workers are not ours
             return
         started = [p for p in self.procs if p.pid is not None]
-        if self.outstanding == 0:
+        if self.outstanding == 0 and not _exiting():  # (a put at exit starts a thread, which can hang)
             for _ in started:
                 try:
                     self.tasks.put(None)
@@ -464,3 +469,27 @@ class ProcessPool:
             q.close()
         self._done.clear()
         self.lent.watching.clear()
+
+
+# -- interpreter exit ---------------------------------------------------------------------------
+_LIVE_POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+_EXITING = False
+
+
+def _exiting() -> bool:
+    return _EXITING or sys.is_finalizing()
+
+
+def _close_pools_at_exit() -> None:
+    """Stop every pool still open when the interpreter exits, before multiprocessing's own exit
+    handler (registered earlier, so run later) unlinks the queues' semaphores: a worker still
+    starting would die on them with a traceback, and a pool closed later, by a finaliser, would
+    start a queue's thread while the interpreter shuts down and wait for it forever."""
+    global _EXITING
+    _EXITING = True
+    for pool in list(_LIVE_POOLS):
+        with contextlib.suppress(Exception):
+            pool.close()
+
+
+atexit.register(_close_pools_at_exit)  # after multiprocessing.util registered its handler: runs first

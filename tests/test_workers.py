@@ -396,3 +396,40 @@ def test_a_forked_copy_of_a_loader_leaves_its_workers_alone(image_folder):
     assert all(process_alive(p) for p in pids)
     got += collect(it)
     assert_same(got, reference)
+
+
+# -- interpreter exit --------------------------------------------------------------------------
+EXIT_SCRIPT = r"""
+import gc, sys
+import mediapipe as mp
+from mediapipe import augment as A
+
+if __name__ == "__main__":
+    pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {"image": mp.decoders.image()}, [A.Resize((16, 16))],
+                       batch_size=4, device="cpu")
+    loader = pipe.loader(num_workers=2, multiprocessing_context="forkserver")
+    if sys.argv[2] == "cycle":  # a trainer object in a reference cycle holds the pass: the GC's, at exit
+        gc.disable()
+        trainer = {"loader": loader}
+        trainer["self"] = trainer
+        trainer["it"] = iter(loader)
+        del trainer
+    else:  # a pass made and never started, alive at exit (its workers may still be starting)
+        it = iter(loader)
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("held", ["cycle", "global"])
+def test_a_script_ending_with_a_pass_alive_exits_at_once_and_quietly(image_folder, tmp_path, held):
+    """A pool closed by a finaliser during interpreter shutdown used to put its stop message on a
+    queue, which starts a thread then, and waited for it forever; a worker still starting
+    when multiprocessing's exit handler unlinked the queues' semaphores printed a traceback."""
+    script = tmp_path / "exits.py"
+    script.write_text(EXIT_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(image_folder), held], capture_output=True, text=True,
+                          timeout=150, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
+    assert "Traceback" not in done.stderr, done.stderr
