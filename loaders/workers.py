@@ -13,9 +13,10 @@ each worker from its only Python thread; it imports the modules workers need onc
 starts) or "spawn" where there is no forkserver.
 Everything a worker receives pickles (`BatchBuilder`: the plan, source, decoder specs, ops).
 
-Orphans: a worker exits within seconds when the training process dies, even by SIGKILL:
-the kernel's parent-death signal where that is reliable (Linux, started from the main
-thread or by the forkserver), and a watchdog that checks its parent between tasks.
+Orphans: a worker exits within seconds when the training process dies, even by SIGKILL and
+in the middle of a batch: a thread of each worker waits for the training process to exit
+(`watch_owner`), backed by the kernel's parent-death signal where that applies (a worker
+forked from the main thread).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import multiprocessing.util  # noqa: F401 - its exit handler is registered befor
 import os
 import pickle
 import queue
+import select
 import signal
 import sys
 import threading
@@ -185,6 +187,31 @@ def _orphaned(owner: int, parent: int) -> bool:
     return os.getppid() != parent or not process_alive(owner)
 
 
+def watch_owner(owner: int, parent: int) -> None:
+    """Exit this worker as soon as the training process ``owner`` is gone, in the middle of a
+    task too: a thread that waits on a pidfd of the owner (readable once it exits), or checks
+    every `WATCHDOG_SECONDS` where there is none. The parent-death signal alone does not do:
+    a forkserver's worker gets it from the forkserver, which lives on until its last worker
+    exits, and a worker forked by a thread other than the main one gets none."""
+    try:
+        pidfd: int | None = os.pidfd_open(owner)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or the owner is gone already
+        pidfd = None
+
+    def watch() -> None:
+        if pidfd is not None:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            while not poller.poll():
+                pass
+        else:
+            while not _orphaned(owner, parent):
+                time.sleep(WATCHDOG_SECONDS)
+        os._exit(0)  # not a normal exit: it would wait to flush results nobody reads
+
+    threading.Thread(target=watch, name="mediapipe-owner-watch", daemon=True).start()
+
+
 # -- the worker -----------------------------------------------------------------------------
 class _RemoteError:
     """An exception from a worker, with the worker's traceback as text."""
@@ -213,6 +240,7 @@ def _worker_loop(worker: int, fn: Callable[[Task], Any] | bytes, tasks: Any, con
         set_parent_death_signal()
     if _orphaned(owner, parent):  # the parent died before the signal was armed
         os._exit(0)
+    watch_owner(owner, parent)
     torch.set_num_threads(1)
     memory.use_shared_memory(worker)
     if isinstance(fn, bytes):

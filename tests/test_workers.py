@@ -433,3 +433,66 @@ def test_a_script_ending_with_a_pass_alive_exits_at_once_and_quietly(image_folde
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "done"
     assert "Traceback" not in done.stderr, done.stderr
+
+
+BUSY_TRAINER = r"""
+import sys, threading, time
+from dataclasses import dataclass
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.augment.base import Op
+
+
+@dataclass(frozen=True)
+class Busy(Op):
+    batched = False  # a per-sample kernel: runs in the workers
+
+    def transform(self, x, params, field, canvas_size):
+        time.sleep(30)  # a long batch: the worker is inside it, with more batches queued, when the trainer dies
+        return x
+
+
+def start():
+    pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {"image": mp.decoders.image()}, [A.Resize((16, 16)), Busy()],
+                       batch_size=2, device="cpu")
+    method = "fork" if sys.argv[2] == "fork_in_thread" else sys.argv[2]
+    it = iter(pipe.loader(num_workers=2, multiprocessing_context=method))
+    threading.Thread(target=next, args=(it,), daemon=True).start()  # tasks go out; the workers start on them
+    time.sleep(3)
+    print("PIDS", *it.worker_pids, flush=True)
+    time.sleep(300)
+
+
+if __name__ == "__main__":
+    if sys.argv[2] == "fork_in_thread":  # forked by a thread other than the main one: no parent-death signal
+        threading.Thread(target=start).start()
+    else:
+        start()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["forkserver", "fork_in_thread"])
+def test_busy_workers_exit_when_the_training_process_is_killed(image_folder, tmp_path, method):
+    """Workers in the middle of a long batch, more batches queued: a forkserver's workers used
+    to finish every queued batch first (the forkserver, their parent, outlives the trainer
+    until they exit), and so did workers forked from a thread (no parent-death signal)."""
+    script = tmp_path / "busy.py"
+    script.write_text(BUSY_TRAINER)
+    proc = subprocess.Popen([sys.executable, str(script), str(image_folder), method], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PIDS"), proc.stderr.read()
+        pids = [int(p) for p in line.split()[1:]]
+        assert len(pids) == 2 and all(process_alive(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 8  # each worker sleeps 30 s inside its batch
+    while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if process_alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"still running 8 s after the trainer was killed: {left} of {pids}"
