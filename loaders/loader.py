@@ -12,6 +12,7 @@ as torch's DataLoader does: two live iterators never mix their batches.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -21,11 +22,11 @@ import torch
 from mediapipe.batch_builder import BatchBuilder
 from mediapipe.batch_stage import run_batch_ops
 from mediapipe.device_stage import finish_deferred
-from mediapipe.errors import PipelineError
+from mediapipe.errors import PipelineError, WorkerError
 from mediapipe.host_batch import BatchTask, HostBatch
 from mediapipe.loaders.samplers import BatchSampler
 from mediapipe.loaders.sampling import build_sampler, distributed_rank_and_size, may_pad, resolve_ranks
-from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads, warm_start
+from mediapipe.loaders.workers import ProcessPool, refuse_daemonic_parent, run_inline, run_threads, warm_start
 from mediapipe.plan import Plan
 from mediapipe.stats import StageStats
 
@@ -128,8 +129,9 @@ class Loader(SamplerDriven):
             pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
         self.builder = BatchBuilder(self.plan, finish=batch_ops_in_workers)
-        if num_workers and worker_type == "process":  # the forkserver imports while the caller sets up
-            warm_start(multiprocessing_context, self.builder.modules())
+        if num_workers and worker_type == "process":
+            refuse_daemonic_parent()
+            warm_start(multiprocessing_context, self.builder.modules())  # imports while the caller sets up
         self.stats = StageStats()
         self._pool: ProcessPool | None = None  # the persistent workers, while no iterator borrows them
         self._pool_lent = False
@@ -217,6 +219,8 @@ class LoaderIterator:
         if self.start > self.length:
             raise PipelineError(f"resume position {self.start} is past the {self.length} batches of epoch {self.epoch}")
         self.delivered = 0
+        self._owner = os.getpid()  # a forked copy of this pass has no workers of its own
+        self._threads = loader.num_workers > 0 and loader.worker_type == "thread"
         tasks = _tasks(planned, self.start, self.epoch, may_pad(sampler), loader.ranks)
         self._closed = False
         self._hosts: Iterator[HostBatch] | None = None
@@ -236,6 +240,10 @@ class LoaderIterator:
     def __next__(self) -> dict[str, Any]:
         if self._closed:
             raise StopIteration
+        if os.getpid() != self._owner and (self._pool is not None or self._threads):
+            self._closed = True  # (the workers and threads are the other process's: nothing to stop here)
+            raise WorkerError(f"this pass's workers belong to process {self._owner}, not to this one, forked "
+                              "from it after the pass began: start a pass of its own here, iter(loader)")
         try:
             batch = self._next_batch()
         except StopIteration:

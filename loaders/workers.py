@@ -82,6 +82,8 @@ def start_context(method: str | None, preload: Sequence[str] = ()) -> tuple[str,
     forkserver not started yet will import `FORKSERVER_PRELOAD` and ``preload`` first."""
     method = method or default_start_method()
     ctx = tmp.get_context(method)
+    if method == "forkserver":
+        forget_inherited_forkserver()
     if method == "forkserver" and forkserver_pid() is None:  # keeps what the user preloads
         from multiprocessing import forkserver
 
@@ -144,6 +146,42 @@ def forkserver_pid() -> int | None:
     from multiprocessing import forkserver
 
     return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def forget_inherited_forkserver() -> bool:
+    """In a process forked from one that had started a forkserver, forget that forkserver (it is
+    not this process's child: multiprocessing's ``ensure_running`` waits on it and fails with
+    ChildProcessError), so that this process starts its own. Returns whether it forgot one."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return False
+    try:  # WNOWAIT: asks without reaping; a process that is not our child raises
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return False
+    except ChildProcessError:
+        pass
+    except (AttributeError, OSError):  # no waitid here: leave multiprocessing's state alone
+        return False
+    with contextlib.suppress(OSError, TypeError):
+        os.close(server._forkserver_alive_fd)  # our copy only; the parent's forkserver watches its own
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+    server._inherited_fds = None
+    server._lock = threading.Lock()  # it may have been held by another thread at the fork
+    return True
+
+
+def refuse_daemonic_parent() -> None:
+    """Worker processes cannot start from a daemonic process (a ``multiprocessing.Pool`` worker,
+    a ``Process(daemon=True)``): multiprocessing refuses with a bare AssertionError when the
+    first pass starts; say so when the loader is made, with what works there instead."""
+    me = mp.current_process()
+    if me.daemon:
+        raise WorkerError(f"loader worker processes cannot start in process {me.name!r} (pid {os.getpid()}), "
+                          "which is daemonic (a multiprocessing Pool worker or a Process(daemon=True)): use "
+                          "worker_type='thread' or num_workers=0 there (the batches are the same)")
 
 
 # -- parent watch ---------------------------------------------------------------------------

@@ -496,3 +496,85 @@ def test_busy_workers_exit_when_the_training_process_is_killed(image_folder, tmp
     for p in left:
         os.kill(p, signal.SIGKILL)
     assert not left, f"still running 8 s after the trainer was killed: {left} of {pids}"
+
+
+# -- loaders in other processes ------------------------------------------------------------------
+def _in_forked_child(fn) -> tuple[int, str]:
+    """Run ``fn`` in a forked child (no more than 60 s); (its exit code, what it wrote)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through ``out`` and leaves
+            code = 1
+            try:
+                signal.alarm(60)  # a hang ends the child, and the test, instead of CI
+                out.write(str(fn()))
+                code = 0
+            except BaseException as err:  # noqa: BLE001 - reported to the parent
+                out.write(f"{type(err).__name__}: {err}")
+            finally:
+                out.flush()
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        out.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_a_pass_used_in_a_forked_child_is_refused_and_the_parent_goes_on(image_folder, worker_type):
+    """A pass's workers are its process's: a forked copy of the pass used to wait forever for
+    threads that do not exist in the child, or stop on a bare AssertionError with processes."""
+    pipe = make_pipeline(image_folder)
+    reference = collect(pipe.loader(num_workers=0))
+    it = iter(pipe.loader(num_workers=2, worker_type=worker_type))
+    got = [{k: v.clone() for k, v in next(it).items()}]
+    code, said = _in_forked_child(lambda: next(it))
+    assert code == 1 and said.startswith("WorkerError") and f"process {os.getpid()}" in said, said
+    got += collect(it)
+    assert_same(got, reference)
+
+
+@pytest.mark.timeout(180)
+def test_a_forked_child_starts_its_own_forkserver(image_folder):
+    """A process forked after its parent started the forkserver inherits multiprocessing's record
+    of it; its first forkserver pool used to fail with ChildProcessError (that server is not its
+    child)."""
+    from mediapipe.loaders.workers import warm_start
+
+    pipe = make_pipeline(image_folder)
+    reference = [b["index"].tolist() for b in pipe.loader(num_workers=0)]
+    warm_start("forkserver")  # this process's forkserver runs
+    code, said = _in_forked_child(lambda: [b["index"].tolist() for b in
+                                           pipe.loader(num_workers=2, multiprocessing_context="forkserver")])
+    assert code == 0, said
+    assert said == str(reference)
+
+
+def _loader_in_a_daemon(queue, root) -> None:
+    pipe = make_pipeline(root)
+    try:
+        pipe.loader(num_workers=2)
+        queue.put("no error")
+    except Exception as err:  # noqa: BLE001 - reported to the test
+        queue.put(f"{type(err).__name__}: {err}")
+    queue.put([b["index"].tolist() for b in pipe.loader(num_workers=2, worker_type="thread")])
+
+
+@pytest.mark.timeout(180)
+def test_a_loader_in_a_daemonic_process_says_what_to_do(image_folder):
+    """multiprocessing refuses children to a daemonic process (a Pool worker) with a bare
+    AssertionError at the first pass; the loader says so when it is made, and threads work."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_loader_in_a_daemon, args=(queue, image_folder), daemon=True)
+    proc.start()
+    try:
+        said, batches = queue.get(timeout=120), queue.get(timeout=120)
+    finally:
+        proc.join(10)
+    assert said.startswith("WorkerError") and "daemonic" in said and "worker_type='thread'" in said, said
+    assert batches == [b["index"].tolist() for b in make_pipeline(image_folder).loader(num_workers=0)]
