@@ -250,6 +250,27 @@ def watch_owner(owner: int, parent: int) -> None:
     threading.Thread(target=watch, name="mediapipe-owner-watch", daemon=True).start()
 
 
+def exit_reason(code: int | None) -> str:
+    """How a process ended, for a message: " killed by SIGSEGV (...)", " with code 1", or ""."""
+    if code is None:
+        return ""
+    if code >= 0:
+        return f" with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f" killed by {name}{_SIGNAL_CAUSES.get(-code, '')}"
+
+
+_SIGNAL_CAUSES = {
+    int(signal.SIGKILL): " (by someone, or by the kernel's out-of-memory killer)",
+    int(signal.SIGSEGV): " (a crash in native code: a decoder's or an op's library)",
+    int(signal.SIGBUS): " (a crash in native code, or a file mapped in memory that shrank)",
+    int(signal.SIGABRT): " (native code aborted: a failed assertion in a library)",
+}
+
+
 # -- the worker -----------------------------------------------------------------------------
 class _RemoteError:
     """An exception from a worker, with the worker's traceback as text."""
@@ -464,11 +485,13 @@ class ProcessPool:
     def _check_alive(self) -> None:
         for w, p in enumerate(self.procs):
             if not p.is_alive() or not process_alive(p.pid):
+                if p.exitcode is None:  # dead, not reaped yet (the forkserver reports it a moment later)
+                    p.join(timeout=_POLL_SECONDS)
+                killed = p.exitcode is not None and p.exitcode < 0
                 hint = ("; its start ran the training script again (it defines the pipeline's "
                         "ops): guard the script's entry point with if __name__ == '__main__':, "
-                        "or move the ops to a module") if self.needs_main else ""
-                code = f" with code {p.exitcode}" if p.exitcode is not None else ""
-                raise WorkerError(f"loader worker {w} (pid {p.pid}) exited unexpectedly{code} "
+                        "or move the ops to a module") if self.needs_main and not killed else ""
+                raise WorkerError(f"loader worker {w} (pid {p.pid}) exited unexpectedly{exit_reason(p.exitcode)} "
                                   f"(started by {self.start_method}){hint}") from None
 
     def map(self, tasks: Iterator[Task], prefetch: int) -> Iterator[Any]:

@@ -578,3 +578,31 @@ def test_a_loader_in_a_daemonic_process_says_what_to_do(image_folder):
         proc.join(10)
     assert said.startswith("WorkerError") and "daemonic" in said and "worker_type='thread'" in said, said
     assert batches == [b["index"].tolist() for b in make_pipeline(image_folder).loader(num_workers=0)]
+
+
+@dataclass(frozen=True)
+class _CrashesInC(Op):
+    """Reads address 0 through ctypes in the sample stage: a segfault in native code, as a
+    decoder's library might on a hostile file."""
+
+    batched = False  # a per-sample kernel: runs in the workers
+
+    def transform(self, x, params, field, canvas_size):
+        import ctypes
+
+        if os.environ.get("MEDIAPIPE_TEST_MAIN") != str(os.getpid()):
+            ctypes.string_at(0)
+        return x
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_worker_that_segfaults_is_named_with_its_signal(image_folder, monkeypatch, method):
+    monkeypatch.setenv("MEDIAPIPE_TEST_MAIN", str(os.getpid()))
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
+                       [A.Resize((16, 16)), _CrashesInC()], batch_size=4, device="cpu")
+    it = iter(pipe.loader(num_workers=2, multiprocessing_context=method))
+    pids = it.worker_pids
+    with pytest.raises(mp.WorkerError, match=r"exited unexpectedly killed by SIGSEGV \(a crash in native code"):
+        next(it)
+    assert not any(process_alive(p) for p in pids)  # the other worker is stopped too
