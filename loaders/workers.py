@@ -391,6 +391,42 @@ class LentBuffers:
         return done
 
 
+class _Failed:
+    """What the receiving thread got instead of a result: an exception to raise in the consumer."""
+
+    def __init__(self, err: BaseException) -> None:
+        self.err = err
+
+
+class _Receiver:
+    """Takes a pool's results off its queue on a thread of its own, into ``got``.
+
+    Unpickling a batch fetches each of its tensors' file descriptors from the worker that made
+    it (torch's file_descriptor sharing: a connection to that worker's resource-sharer thread),
+    with no timeout: a stopped or wedged worker would hold whoever receives forever. Here the
+    consumer keeps its timeout and its checks of the workers; such a wait ends when the pool
+    kills the worker. The thread holds no reference to the pool (a dropped pool still closes)."""
+
+    def __init__(self, results: Any) -> None:
+        self.got: queue.SimpleQueue = queue.SimpleQueue()
+        self.stop = threading.Event()
+        threading.Thread(target=_receive, args=(results, self.got, self.stop), name="mediapipe-receive",
+                         daemon=True).start()
+
+
+def _receive(results: Any, got: queue.SimpleQueue, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            item = results.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            continue
+        except BaseException as err:  # noqa: BLE001 - a worker died mid-transfer, or the pool closed
+            if not stop.is_set():
+                got.put(_Failed(err))
+            return
+        got.put(item)
+
+
 class ProcessPool:
     """Worker processes sharing one task queue (an idle worker takes the next batch, so one
     slow batch never idles the others), one result queue, in-order delivery, and a control
@@ -424,6 +460,7 @@ class ProcessPool:
         self._sent = self._received = 0
         self._done: dict[int, Any] = {}
         self._closed = False
+        self._receiver: _Receiver | None = None
         _LIVE_POOLS.add(self)
         try:
             with _frozen_heap() if forked else contextlib.nullcontext():
@@ -467,20 +504,26 @@ class ProcessPool:
         return result
 
     def _get(self) -> tuple[Any, Any]:
+        if self._receiver is None:  # (started after the workers: a fork never copies it)
+            self._receiver = _Receiver(self.results)
         waited = 0.0
         while True:
             try:
-                return self.results.get(timeout=_POLL_SECONDS)
+                got = self._receiver.got.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 waited += _POLL_SECONDS
                 self._check_alive()
                 if self.timeout and waited >= self.timeout:
                     raise WorkerError(f"no batch from the loader workers in {self.timeout:.0f} s") from None
-            except (ConnectionError, EOFError, FileNotFoundError) as err:
+                continue
+            if not isinstance(got, _Failed):
+                return got
+            if isinstance(got.err, (ConnectionError, EOFError, FileNotFoundError)):
                 # a batch's shared memory comes from its worker when received: that worker just died
                 time.sleep(_POLL_SECONDS)
                 self._check_alive()
-                raise WorkerError(f"receiving a batch from a loader worker failed: {err}") from err
+                raise WorkerError(f"receiving a batch from a loader worker failed: {got.err}") from got.err
+            raise got.err
 
     def _check_alive(self) -> None:
         for w, p in enumerate(self.procs):
@@ -538,6 +581,8 @@ class ProcessPool:
         self._closed = True
         if os.getpid() != self.owner:  # a copy of the pool in a forked child: the workers are not ours
             return
+        if self._receiver is not None:
+            self._receiver.stop.set()  # (a receive stuck on a stopped worker ends when it is killed below)
         started = [p for p in self.procs if p.pid is not None]
         if self.outstanding == 0 and not _exiting():  # (a put at exit starts a thread, which can hang)
             for _ in started:

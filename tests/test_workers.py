@@ -606,3 +606,25 @@ def test_a_worker_that_segfaults_is_named_with_its_signal(image_folder, monkeypa
     with pytest.raises(mp.WorkerError, match=r"exited unexpectedly killed by SIGSEGV \(a crash in native code"):
         next(it)
     assert not any(process_alive(p) for p in pids)  # the other worker is stopped too
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_worker_ends_the_pass_at_the_timeout_and_is_killed(image_folder):
+    """SIGSTOP (a debugger, a frozen cgroup): the worker lives but delivers nothing. With
+    ``timeout`` the pass ends with a WorkerError, and closing it kills the stopped workers
+    (SIGTERM stays pending on a stopped process). Batches a worker had already sent when it
+    stopped used to hold the consumer forever, whatever the timeout: receiving one fetches its
+    tensors' file descriptors from the worker that made it."""
+    loader = make_pipeline(image_folder, batch_size=2).loader(num_workers=2, timeout=2)
+    it = iter(loader)
+    next(it)
+    time.sleep(1.0)  # the workers finish the batches in flight and send them; nobody takes them yet
+    pids = it.worker_pids
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    t0 = time.monotonic()
+    with pytest.raises(mp.WorkerError, match="no batch from the loader workers in 2 s"):
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 30
+    assert not any(process_alive(p) for p in pids)
