@@ -57,6 +57,7 @@ class EpochBatchSampler:
     - "partial" (default): every rank reads ceil(N / W) samples, as torch's DistributedSampler
       does; a rank with one sample fewer repeats its last one, flagged False in
       ``batch["valid"]`` (present on every batch when such padding can happen, N % W != 0).
+      With fewer samples than ranks, a rank that has none repeats another rank's sample.
       The last batch of each rank may be short (the same size on every rank).
     - "drop": every rank reads floor(N / W) samples, in full batches only; the rest is dropped.
     - "pad": as "partial", and the short last batch is filled to full size by repeating its
@@ -84,8 +85,8 @@ class EpochBatchSampler:
             raise ValueError(f"batch_size={batch_size}: expected a positive int")
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}: expected one of {LAST_BATCH}")
-        if num_samples < world_size:
-            raise ValueError(f"{num_samples} samples cannot be shared by world_size={world_size} ranks")
+        if num_samples <= 0:
+            raise ValueError(f"num_samples={num_samples}: nothing to read")
         self.num_samples, self.batch_size = num_samples, batch_size
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.last_batch = last_batch
@@ -123,7 +124,8 @@ class EpochBatchSampler:
         real = len(mine)  # slots, or slots - 1: the missing slot repeats this rank's last sample
         if self.last_batch == "pad":
             slots = -(-slots // bs) * bs
-        padded = np.concatenate([mine, np.full(slots - real, mine[-1], dtype=mine.dtype)])
+        fill = mine[-1] if real else self.order()[self.rank % self.num_samples]  # fewer samples than ranks
+        padded = np.concatenate([mine, np.full(slots - real, fill, dtype=mine.dtype)])
         return [PlannedBatch(padded[i : i + bs], max(0, min(bs, real - i))) for i in range(0, slots, bs)]
 
     def __len__(self) -> int:

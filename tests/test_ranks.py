@@ -13,7 +13,8 @@ import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.loaders.samplers import EpochBatchSampler
 
-CASES = [(10, 4, 2), (21, 2, 5), (24, 3, 5), (7, 3, 4), (16, 4, 4), (9, 2, 1), (5, 5, 3), (13, 1, 4)]
+CASES = [(10, 4, 2), (21, 2, 5), (24, 3, 5), (7, 3, 4), (16, 4, 4), (9, 2, 1), (5, 5, 3), (13, 1, 4),
+         (3, 4, 2), (1, 3, 1), (5, 8, 4)]  # (the last three: fewer samples than ranks)
 
 
 @pytest.mark.parametrize("last_batch", ["partial", "drop", "pad"])
@@ -82,6 +83,27 @@ def test_ten_samples_four_ranks_batch_two(ten_images, last_batch):
     assert counts == lengths == [{"partial": 2, "drop": 1, "pad": 2}[last_batch]] * 4
     assert sorted(real) == (list(range(10)) if last_batch != "drop" else sorted(real))
     assert len(real) == len(set(real)) == {"partial": 10, "drop": 8, "pad": 10}[last_batch]
+
+
+def test_fewer_samples_than_ranks(ten_images):
+    """3 samples, 4 ranks (a small validation set on many GPUs): every rank gets one batch, as
+    torch's DistributedSampler gives; the rank without a sample of its own repeats another's,
+    flagged invalid. It used to be a ValueError on every rank."""
+    lines = ten_images.read_text().splitlines()[:3]
+    three = ten_images.parent / "three.jsonl"
+    three.write_text("\n".join(lines) + "\n")
+    pipe = mp.Pipeline(mp.loaders.manifest(three), {"image": mp.decoders.image()}, [A.Resize((16, 16))],
+                       batch_size=2, seed=1, device="cpu")
+    real = []
+    for rank in range(4):
+        loader = pipe.loader(rank=rank, world_size=4, num_workers=0)
+        (batch,) = list(loader)
+        assert len(loader) == 1 and batch["image"].shape == (1, 3, 16, 16)
+        assert batch["valid"].tolist() == [rank < 3]
+        real += batch["index"][batch["valid"]].tolist()
+    assert sorted(real) == [0, 1, 2]
+    for rank in range(4):  # "drop": no rank has a whole batch, so none gets one
+        assert list(pipe.loader(rank=rank, world_size=4, last_batch="drop")) == []
 
 
 # -- per-batch draws ------------------------------------------------------------------------
