@@ -60,9 +60,17 @@ def source_from_config(config: dict[str, Any]) -> Source:
 
 
 def _media_files(root: Path, extensions: Iterable[str] | None) -> list[Path]:
+    """Media files under ``root``, links followed, each directory listed once: a link back up the
+    tree (a loop) or a second link to a directory already listed adds nothing."""
     wanted = {e.lower().lstrip(".") for e in extensions} if extensions is not None else None
     found = []
+    listed: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in listed:
+            dirnames[:] = []
+            continue
+        listed.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             if name.startswith("."):

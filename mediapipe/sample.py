@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -47,6 +48,17 @@ def kind_of_bytes(head: bytes) -> str | None:
     return None
 
 
+_IRREGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_irregular(name: str, mode: int) -> None:
+    """A media file must be a regular file: reading a FIFO waits for a writer, a device never ends."""
+    if not stat.S_ISREG(mode):
+        what = next((kind for test, kind in _IRREGULAR if test(mode)), "not a file")
+        raise SourceError(name, f"not a regular file ({what})", category="not a regular file")
+
+
 @dataclass(frozen=True)
 class Blob:
     """The bytes of one media file: a whole file, a byte range of one, or bytes in memory.
@@ -66,14 +78,15 @@ class Blob:
         return base.rsplit(".", 1)[-1].lower() if "." in base else ""
 
     def read(self) -> bytes:
-        """All of the blob's bytes, read in one call."""
+        """All of the blob's bytes, read in one call (no more than the file held when opened)."""
         if self.data is not None:
             return self.data
+        fd, st = self._open_regular()
         try:
-            with open(self.path, "rb") as f:  # type: ignore[arg-type]
+            with os.fdopen(fd, "rb") as f:
                 if self.offset:
                     f.seek(self.offset)
-                data = f.read() if self.size is None else f.read(self.size)
+                data = f.read(max(st.st_size - self.offset, 0) if self.size is None else self.size)
         except OSError as err:
             raise SourceError(self.name, err.strerror or str(err)) from err
         if self.size is not None and len(data) != self.size:
@@ -83,11 +96,35 @@ class Blob:
     def open(self) -> BinaryIO:
         """A seekable binary file object over the blob (for demuxers that seek)."""
         if self.data is None and self.offset == 0 and self.size is None:
+            fd, _ = self._open_regular()
+            return os.fdopen(fd, "rb")
+        return io.BytesIO(self.read())
+
+    def check(self) -> None:
+        """Refuse a blob's file that is not a regular file, before a decoder opens its path itself:
+        opening a FIFO waits for a writer forever, a device (a link to /dev/zero) never ends."""
+        if self.data is None and self.path is not None:
             try:
-                return open(self.path, "rb")  # type: ignore[arg-type]
+                st = os.stat(self.path)
             except OSError as err:
                 raise SourceError(self.name, err.strerror or str(err)) from err
-        return io.BytesIO(self.read())
+            _refuse_irregular(self.name, st.st_mode)
+
+
+    def _open_regular(self) -> tuple[int, os.stat_result]:
+        """A descriptor on the blob's file and its stat, refused unless it is a regular file
+        (opened without blocking: a FIFO is refused, not waited on)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))  # type: ignore[arg-type]
+        except OSError as err:
+            raise SourceError(self.name, err.strerror or str(err)) from err
+        try:
+            st = os.fstat(fd)
+            _refuse_irregular(self.name, st.st_mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
 
     def nbytes(self) -> int:
         if self.data is not None:

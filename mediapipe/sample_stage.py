@@ -127,6 +127,8 @@ class SampleStage:
         blob = plan.blob(ref, name)
         if getattr(decoder, "reads_whole", True) and blob.data is None:
             blob = replace(blob, data=blob.read())
+        else:
+            blob.check()  # the decoder opens the file itself: never a FIFO or a device
         stats.bytes += blob.nbytes()
         t1 = time.perf_counter()
         stats.seconds["read"] += t1 - t0

@@ -261,3 +261,84 @@ def test_padding_repeats_of_a_bad_sample_count_once(mixed):
     batches = list(loader)
     assert batches[-1]["valid"].tolist() == [False, False, False]
     assert sum(loader.stats.errors.values()) == 1
+
+
+# -- hostile files in a folder ------------------------------------------------------------------
+def _hostile_folder(root: Path) -> dict[str, str]:
+    """Ten good JPEGs and, among them, what a hostile (or careless) folder holds; returns each
+    bad file's name with the reason class it must be counted under."""
+    write_image_folder(root, 10, classes=2, seed=11)
+    c0, c1 = root / "class0", root / "class1"
+    os.mkfifo(c0 / "fifo.jpg")  # opening it for reading waits for a writer: forever
+    (c1 / "zero.jpg").symlink_to("/dev/zero")  # reading it never ends
+    (c1 / "loop").mkdir()
+    (c1 / "loop" / "up").symlink_to("..")  # a directory loop: class1 again, and again...
+    shutil.copy(c0 / "img0000.jpg", c1 / "new\nline ünïcødé 日本.jpg")  # a name is bytes: fine
+    return {"fifo.jpg": "source: not a regular file", "zero.jpg": "source: not a regular file"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_fifo_a_device_and_a_directory_loop_in_a_folder(tmp_path, workers):
+    """A FIFO used to block the loader forever, a link to /dev/zero to read until memory ran out,
+    and a link back up the tree to list every file once per level (dozens of times)."""
+    bad = _hostile_folder(tmp_path)
+    source = mp.loaders.folder(tmp_path)
+    keys = [source.ref(i).key for i in range(len(source))]
+    assert len(keys) == len(set(keys)) == 10 + 3 and not any("loop" in k for k in keys)
+    assert "class1/new\nline ünïcødé 日本.jpg" in keys
+    loader = pipeline(tmp_path, "skip").loader(num_workers=workers, shuffle=False)
+    batches = list(loader)
+    assert [len(b["index"]) for b in batches] == [4, 4, 4, 1]
+    assert dict(loader.stats.errors) == {"source: not a regular file": 2}
+    assert sorted(f.rsplit("/", 1)[1] for f in loader.stats.failed) == [
+        "fifo.jpg: not a regular file (a FIFO)", "zero.jpg: not a regular file (a character device)"]
+    with pytest.raises(mp.SourceError, match=r"fifo\.jpg.*not a regular file \(a FIFO\)"):
+        list(pipeline(tmp_path, "raise").loader(num_workers=workers, shuffle=False))
+    assert set(bad) == {"fifo.jpg", "zero.jpg"}
+
+
+@pytest.mark.timeout(120)
+def test_files_replaced_mid_epoch_by_a_fifo_or_a_directory(tmp_path):
+    """Listed as files, then replaced while the epoch runs: each is a clean, skippable error."""
+    write_image_folder(tmp_path, 16, classes=1, seed=5)
+    pipe = pipeline(tmp_path, "skip")
+    loader = pipe.loader(num_workers=0, shuffle=False)
+    it = iter(loader)
+    next(it)  # (the batch after it is built already: the last one is not)
+    files = sorted((tmp_path / "class0").glob("*.jpg"))
+    files[14].unlink()
+    os.mkfifo(files[14])
+    files[15].unlink()
+    files[15].mkdir()
+    list(it)
+    assert dict(loader.stats.errors) == {"source: not a regular file": 2}, loader.stats.failed
+
+
+def _wav_bytes(seconds: float = 0.25, rate: int = 8000) -> bytes:
+    import io
+    import math
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(i / 7))) for i in range(int(seconds * rate))))
+    return buf.getvalue()
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_among_files_a_decoder_opens_itself(tmp_path):
+    """Audio and video decoders open the file themselves (FFmpeg, libsndfile): the sample stage
+    refuses a FIFO before they do, rather than wait in their open for ever."""
+    (tmp_path / "a.wav").write_bytes(_wav_bytes())
+    (tmp_path / "b.wav").write_bytes(_wav_bytes(0.3))
+    os.mkfifo(tmp_path / "c.wav")
+    pipe = mp.Pipeline(mp.loaders.folder(tmp_path), {"audio": mp.decoders.audio(sample_rate=8000)}, [],
+                       batch_size=3, device="cpu", on_error="replace", collate={"audio": "pad"})
+    loader = pipe.loader(shuffle=False)
+    (batch,) = list(loader)
+    assert batch["valid"].tolist() == [True, True, False]
+    assert dict(loader.stats.errors) == {"source: not a regular file": 1}
