@@ -37,7 +37,10 @@ def _bin(value: float, edges: tuple[float, ...], unit: str = "") -> str:
 def summarize(root: str | os.PathLike) -> dict[str, Any]:
     """Counts, bytes, classes, and histograms of resolution, duration, fps and codecs."""
     manifest = sf.read_manifest(root)
-    records = sf.read_samples(root, manifest["num_samples"]) if manifest["complete"] else []
+    records = []
+    if manifest["complete"]:
+        sf.check_sample_count(root, manifest)
+        records = sf.read_samples(root, manifest["num_samples"])
     kinds, codecs, sides, durations, fps, labels, gops = (Counter() for _ in range(7))
     single_keyframe = 0
     for r in records:
@@ -190,6 +193,7 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
     records = None
     if manifest["complete"]:  # (written when the conversion finishes)
         try:
+            sf.check_sample_count(root, manifest)
             records = sf.read_samples(root, manifest["num_samples"])
         except SourceError as err:
             refused(err)

@@ -752,6 +752,26 @@ def resolve_shards(root: str | os.PathLike, manifest: dict[str, Any],
     return found
 
 
+def check_sample_count(root: str | os.PathLike, manifest: dict[str, Any]) -> None:
+    """Refuse a manifest whose ``num_samples`` the shard files on disk cannot hold (each sample
+    takes a 512-byte tar header at least), before its sample records are read: they are bounded
+    in proportion to that count, and a count the manifest made up would let a small gzip take any
+    memory. (The loader checks each shard's size against the manifest instead.)"""
+    claimed = manifest.get("num_samples")
+    if claimed is None:
+        return
+    size = 0
+    for files in resolve_shards(root, manifest, problems=[]).values():  # (unsafe entries count nothing)
+        try:
+            size += stat_regular(files.tar, "shard").st_size
+        except SourceError:
+            continue
+    if claimed * BLOCK > size:
+        raise SourceError(str(Path(root) / MANIFEST), f"num_samples: {claimed} samples cannot fit in the {size} "
+                          f"bytes of the shard files on disk (at most {size // BLOCK}); the sample records "
+                          "are not read")
+
+
 def write_manifest(root: str | os.PathLike, manifest: dict[str, Any]) -> None:
     write_atomic(Path(root) / MANIFEST, json_bytes(manifest))
 

@@ -651,3 +651,28 @@ def test_inspect_names_labels_outside_the_class_list_by_number(ds: Path, capsys)
     _write_records(ds, records)
     code, out = _cli(capsys, "inspect", "--json", str(ds))
     assert code == 0 and json.loads(out)["classes"]["-1"] == 1
+
+
+def test_a_manifest_claiming_more_samples_than_its_shards_hold_is_refused_before_the_records(
+        ds: Path, capsys) -> None:
+    """The records are bounded in proportion to the manifest's num_samples; a manifest that
+    claims a million samples (and shard sizes to match) let a 50 kB samples.jsonl.gz of short
+    records cost `inspect` and `verify` hundreds of MB (the loader compares the shards' sizes
+    on disk first)."""
+    manifest = _manifest(ds)
+    claimed = 1_000_000
+    manifest["shards"][0].update(samples=claimed, bytes=claimed * 1024)
+    manifest["num_samples"] = sum(e["samples"] for e in manifest["shards"])
+    _write_manifest(ds, manifest)
+    _gzip_bomb(ds / sf.SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
+    assert (ds / sf.SAMPLES).stat().st_size < 100_000
+    peak, error = _peak_bytes(lambda: _cli(capsys, "inspect", str(ds)))
+    assert error is None and peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
+    peak, error = _peak_bytes(lambda: verify(ds, decode=False))
+    assert error is None and peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
+    problems = verify(ds, decode=False)
+    assert any(p["shard"] == sf.MANIFEST and "cannot fit in the" in p["reason"] for p in problems), problems
+    code, out = _cli(capsys, "inspect", str(ds))
+    assert code == 2 and "num_samples: 1000" in out and "cannot fit in the" in out and "Traceback" not in out
+    with pytest.raises(SourceError, match="bytes, the manifest says"):
+        mp.loaders.shards(ds)
