@@ -236,6 +236,8 @@ class ShardSource(Source):
             indices[sid] = sf.read_index(where.idx, shard_size=st.st_size, samples=entry["samples"])
             self._shards[sid] = ShardFile(where.tar, st.st_size, st.st_mtime_ns,
                                           entry["sha256"] if verify == "sha256" else None)
+        if self.shard_ids is not None:  # the records of every shard are read: the others' sizes bound them too
+            sf.check_sample_count(self.root, self.manifest)
         records = sf.read_samples(self.root, self.manifest["num_samples"])
         self._set_rows(records, indices, set(entries), {sid: f.name for sid, f in files.items()},
                        where=str(self.root / sf.SAMPLES))

@@ -676,3 +676,22 @@ def test_a_manifest_claiming_more_samples_than_its_shards_hold_is_refused_before
     assert code == 2 and "num_samples: 1000" in out and "cannot fit in the" in out and "Traceback" not in out
     with pytest.raises(SourceError, match="bytes, the manifest says"):
         mp.loaders.shards(ds)
+
+
+def test_a_source_of_some_shards_bounds_the_records_by_every_shard_on_disk(ds: Path) -> None:
+    """A source of some shards (a rank's, `for_rank`) checks its own shards' sizes only, yet reads
+    every shard's records: another shard's made-up count let a small samples.jsonl.gz cost
+    hundreds of MB."""
+    manifest = _manifest(ds)
+    claimed = 1_000_000
+    manifest["shards"][1].update(samples=claimed, bytes=claimed * 1024)
+    manifest["num_samples"] = sum(e["samples"] for e in manifest["shards"])
+    _write_manifest(ds, manifest)
+    _gzip_bomb(ds / sf.SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
+    peak, error = _peak_bytes(lambda: mp.loaders.shards(ds).for_rank(0, 2))
+    assert isinstance(error, SourceError) and "bytes, the manifest says" in str(error)  # the whole dataset: sizes
+    from mediapipe.loaders.shards import ShardSource
+
+    peak, error = _peak_bytes(lambda: ShardSource(ds, [0]))
+    assert isinstance(error, SourceError) and "cannot fit in the" in str(error), error
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
