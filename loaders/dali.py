@@ -237,6 +237,7 @@ class _Live:
     feed: _Feed
     epoch: int
     position: int
+    busy: bool = False  # a pass is running on it
 
 
 class DaliLoader(SamplerDriven):
@@ -296,6 +297,7 @@ class DaliLoader(SamplerDriven):
         self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
         self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
+        self._current: object | None = None  # the token of the pass that moves the sampler's position
 
     # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -310,49 +312,85 @@ class DaliLoader(SamplerDriven):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = dict(state)
         self.sampler.load_state_dict(state.pop("sampler"))
-        self._live, self._checkpoint = None, None
+        self._live, self._checkpoint, self._current = None, None, None  # a running pass no longer moves it
         dali = state.pop("dali", None)
         if dali is not None:
             self._checkpoint = (dali["checkpoint"], dali["epoch"], dali["position"])
         if state:
             raise ValueError(f"unexpected keys in DALI loader state: {sorted(state)}")
 
+    def set_epoch(self, epoch: int) -> None:
+        self._current = None  # a running pass goes on with its own epoch, no longer moving the loader's
+        self.sampler.set_epoch(epoch)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """A pass from the loader's (epoch, position), as `Loader`'s: the newest pass is the
+        loader's current one (only it moves the position that `state_dict` describes), a pass
+        begun at an epoch's end is the next epoch, and a pass begun while an older one still runs
+        gets a DALI pipeline of its own (a pipeline is one stream: two passes never share one)."""
         sampler = self.sampler
-        epoch, start = sampler.epoch, sampler.position
         planned = sampler.batches()
+        if planned and sampler.position == len(planned):  # an epoch delivered to its end: the next one
+            self._roll_over(sampler.epoch, len(planned))
+            sampler.set_epoch(sampler.epoch + 1)
+            planned = sampler.batches()
+        epoch, start = sampler.epoch, sampler.position
         if start > len(planned):
             raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
         live = self._live
-        if live is None or (live.epoch, live.position) != (epoch, start):
+        if live is None or live.busy or (live.epoch, live.position) != (epoch, start):
             # a fresh pipeline: at a checkpoint's position, or seeded by (seed, rank, epoch)
             checkpoint = self._current_checkpoint()
             if start > 0 and checkpoint is None:
                 warnings.warn(f"DaliLoader resumes at batch {start} without a DALI checkpoint: the samples are the "
                               "same, DALI's random draws are not those of an uninterrupted run", stacklevel=2)
-            self._live = None  # the old pipeline goes before the new one allocates
+            if live is not None and not live.busy:
+                self._live = None  # the old pipeline goes before the new one allocates
             live = self._start(epoch, start, checkpoint)
         self._live, self._checkpoint = live, None
-        for _ in range(len(planned) - start):
-            t0 = time.perf_counter()
-            try:
-                outputs = live.pipe.run()
-            except BaseException:  # a bad sample (raised by the feed or DALI): this pipeline's state is lost
-                self._live = None
-                raise
-            t1 = time.perf_counter()
-            batch, refs = live.feed.host.popleft()
-            out = self._to_torch(outputs, live.feed.fields, batch, refs)
-            self.stats.seconds["wait"] += t1 - t0  # DALI's decode and ops, as far as they were not ahead
-            self.stats.seconds["transfer"] += time.perf_counter() - t1
-            self.stats.samples += batch.valid
-            self.stats.batches += 1
-            sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
-            live.position += 1
-            yield out
-        if sampler.epoch == epoch and sampler.position >= len(planned):
-            sampler.set_epoch(epoch + 1)
+        live.busy = True
+        self._current = current = object()
+        return self._pass(live, current, epoch, start, len(planned))
+
+    def _pass(self, live: _Live, current: object, epoch: int, start: int, length: int) -> Iterator[dict[str, Any]]:
+        sampler = self.sampler
+        try:
+            for _ in range(length - start):
+                t0 = time.perf_counter()
+                try:
+                    outputs = live.pipe.run()
+                except BaseException:  # a bad sample (raised by the feed or DALI): this pipeline's state is lost
+                    if self._live is live:
+                        self._live = None
+                    raise
+                t1 = time.perf_counter()
+                batch, refs = live.feed.host.popleft()
+                out = self._to_torch(outputs, live.feed.fields, batch, refs)
+                self.stats.seconds["wait"] += t1 - t0  # DALI's decode and ops, as far as they were not ahead
+                self.stats.seconds["transfer"] += time.perf_counter() - t1
+                self.stats.samples += batch.valid
+                self.stats.batches += 1
+                live.position += 1
+                if self._current is current:
+                    sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
+                yield out
             live.epoch, live.position = epoch + 1, 0  # the feed runs on into the next epoch
+            if self._current is current and sampler.epoch == epoch and sampler.position >= length:
+                sampler.set_epoch(epoch + 1)
+        finally:
+            live.busy = False
+
+    def _roll_over(self, epoch: int, length: int) -> None:
+        """A pipeline or checkpoint at the end of ``epoch`` is at the start of the next one (the feed
+        runs on), so a pass begun there goes on as an uninterrupted run would."""
+        live = self._live
+        if live is not None and (live.epoch, live.position) == (epoch, length):
+            if live.busy:  # its pass delivered the last batch and has not ended: go on from its state
+                self._checkpoint = (live.pipe.checkpoint(), epoch + 1, 0)
+            else:
+                live.epoch, live.position = epoch + 1, 0
+        elif self._checkpoint is not None and self._checkpoint[1:] == (epoch, length):
+            self._checkpoint = (self._checkpoint[0], epoch + 1, 0)
 
     def close(self) -> None:
         """Let the DALI pipeline (its threads and memory) go now; a later pass starts a fresh

@@ -187,6 +187,70 @@ def test_resume_at_an_epoch_boundary(image_folder):
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
 
 
+def test_resume_from_a_state_taken_after_the_last_batch(image_folder):
+    """A state taken after an epoch's last batch, before the pass ended (a checkpoint in the loop):
+    the next pass is the next epoch, as the uninterrupted run's and the torch backend's are. It
+    used to be an empty pass, then the next epoch with other draws."""
+    augment = [A.RandomResizedCrop(40), A.HorizontalFlip(), A.Normalize()]
+    loader = _pipe(image_folder, augment, batch_size=8, seed=5).loader(backend="dali")
+    it = iter(loader)
+    for _ in range(len(loader)):
+        next(it)
+    state = loader.state_dict()
+    assert (state["sampler"]["epoch"], state["sampler"]["position"]) == (0, 3)
+    second = list(loader)  # the uninterrupted run goes on: epoch 1
+    assert loader.epoch == 2
+    resumed = _pipe(image_folder, augment, batch_size=8, seed=5).loader(backend="dali")
+    resumed.load_state_dict(state)
+    for a, b in zip(resumed, second, strict=True):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+    torch_loader = _pipe(image_folder, augment, batch_size=8, seed=5).loader(backend="torch")
+    torch_loader.load_state_dict(state)
+    assert [b["index"].tolist() for b in torch_loader] == [b["index"].tolist() for b in second]
+
+
+def test_two_live_passes_never_share_a_pipeline(image_folder):
+    """As with the torch backend, each pass delivers its own whole epoch: two iterators, or
+    zip(loader, loader), used to pull from one DALI stream in turns (each got every other batch,
+    then the next epoch's)."""
+    augment = [A.RandomResizedCrop(40), A.HorizontalFlip(), A.Normalize()]
+    uninterrupted = _pipe(image_folder, augment, seed=3).loader(backend="dali")
+    reference, epoch1 = list(uninterrupted), list(uninterrupted)
+    loader = _pipe(image_folder, augment, seed=3).loader(backend="dali")
+    pairs = list(zip(loader, loader))
+    assert len(pairs) == len(reference)
+    for (a, b), r in zip(pairs, reference):
+        for x in (a, b):
+            assert torch.equal(x["index"], r["index"]) and torch.equal(x["image"], r["image"])
+    for x, r in zip(loader, epoch1, strict=True):  # the next pass: epoch 1, as the uninterrupted run's
+        assert torch.equal(x["index"], r["index"]) and torch.equal(x["image"], r["image"])
+    loader.set_epoch(0)
+    a = iter(loader)
+    first = next(a)
+    b = iter(loader)  # starts where the loader is (batch 1); a goes on with its own pipeline
+    rest_a, from_b = list(a), list(b)
+    assert [x["index"].tolist() for x in [first, *rest_a]] == [r["index"].tolist() for r in reference]
+    assert [x["index"].tolist() for x in from_b] == [r["index"].tolist() for r in reference[1:]]
+    assert all(torch.equal(x["image"], r["image"]) for x, r in zip(from_b, reference[1:]))
+
+
+def test_set_epoch_while_a_pass_runs_leaves_that_pass_and_the_new_epoch_alone(image_folder):
+    """The running pass keeps its epoch; the loader is then at the start of the epoch set. The
+    pass used to move the new epoch's position with each of its batches."""
+    pipe = _pipe(image_folder, [A.Resize((32, 32))], seed=2)
+    reference = [b["index"].tolist() for b in pipe.loader(backend="dali")]
+    loader = pipe.loader(backend="dali")
+    it = iter(loader)
+    got = [next(it)["index"].tolist()]
+    loader.set_epoch(5)
+    got += [b["index"].tolist() for b in it]
+    assert got == reference
+    assert (loader.epoch, loader.sampler.position) == (5, 0)
+    fresh = pipe.loader(backend="torch")
+    fresh.set_epoch(5)
+    assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in fresh]
+
+
 @dataclass(frozen=True)
 class Posterize(Op):
     """A test op with no DALI counterpart."""
