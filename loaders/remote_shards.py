@@ -210,6 +210,7 @@ class RemoteShardSource(ShardSource):
             raise ValueError(f"{self.num_shards} shards cannot be shared by world_size={world_size} ranks")
         source = RemoteShardSource(self.root, ids, verify=self.verify, **self._options())
         source.split_by_rank = True
+        source.rank_samples = self.rank_sizes(world_size)
         return source
 
     def _options(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ resume is arithmetic: nothing before the resume point is read or decoded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -64,6 +65,10 @@ class EpochBatchSampler:
       last sample; ``batch["valid"]`` (always present) flags the padding.
 
     ``PlannedBatch.valid`` counts the real samples at the front of each batch.
+
+    A source that is this rank's part already (shards read by rank) is read whole as rank 0 of
+    1; ``part_sizes`` (every rank's part's size) then gives each rank the slots of the largest
+    part (the smallest for "drop"), so ranks with parts of other sizes still step together.
     """
 
     STATE_VERSION = 1
@@ -78,7 +83,11 @@ class EpochBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         last_batch: str = "partial",
+        part_sizes: Sequence[int] | None = None,
     ) -> None:
+        if part_sizes is not None and (world_size != 1 or num_samples not in part_sizes):
+            raise ValueError(f"part_sizes={list(part_sizes)}: for a source that is this rank's part already "
+                             f"(read as rank 0 of 1), one of its sizes ({num_samples} samples)")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
         if batch_size <= 0:
@@ -90,16 +99,21 @@ class EpochBatchSampler:
         self.num_samples, self.batch_size = num_samples, batch_size
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
         self.last_batch = last_batch
+        self.part_sizes = tuple(part_sizes) if part_sizes is not None else None
         self.epoch, self.position = 0, 0
 
     @property
     def may_pad(self) -> bool:
         """Whether a batch of some rank may hold padding (then every batch carries ``valid``)."""
-        return self.last_batch == "pad" or (self.last_batch == "partial" and self.num_samples % self.world_size != 0)
+        uneven = self.num_samples % self.world_size != 0 or len(set(self.part_sizes or ())) > 1
+        return self.last_batch == "pad" or (self.last_batch == "partial" and uneven)
 
     def samples_per_rank(self) -> int:
         """The sample slots each rank reads per epoch, padding included (before "pad" fills the
-        last batch): ceil(N / W), or floor(N / W) for "drop"."""
+        last batch): ceil(N / W), or floor(N / W) for "drop"; for a source split by rank, the
+        largest part (the smallest for "drop")."""
+        if self.part_sizes:
+            return min(self.part_sizes) if self.last_batch == "drop" else max(self.part_sizes)
         if self.last_batch == "drop":
             return self.num_samples // self.world_size
         return -(-self.num_samples // self.world_size)

@@ -2,7 +2,8 @@
 
 Resolves ``drop_last`` / ``last_batch``, this process's rank among the training processes
 (given, or torch.distributed's), and a source already split by rank (converted shards read
-by rank: its loader reads all of it, as rank 0 of 1).
+by rank: its loader reads all of it, as rank 0 of 1, padded or cut to the other ranks' parts
+by ``source.rank_samples`` so that every rank gets the same number of batches).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: str =
         len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
         rank=ranks.sampler_rank, world_size=ranks.sampler_world_size,
         last_batch=resolve_last_batch(last_batch, drop_last),
+        part_sizes=getattr(pipeline.source, "rank_samples", None) if ranks.split_by_source else None,
     )
 
 

@@ -206,6 +206,7 @@ class ShardSource(Source):
 
     kind = "shards"
     split_by_rank = False  # True for `for_rank`'s sources: the loader must not split them again
+    rank_samples: tuple[int, ...] | None = None  # for `for_rank`'s sources: every rank's part's size
 
     def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None, verify: str | None = None) -> None:
         if verify not in VERIFY:
@@ -315,7 +316,15 @@ class ShardSource(Source):
             raise ValueError(f"{self.num_shards} shards cannot be shared by world_size={world_size} ranks")
         source = ShardSource(self.root, ids, verify=self.verify)
         source.split_by_rank = True  # read by Loader: this rank's part already
+        source.rank_samples = self.rank_sizes(world_size)
         return source
+
+    def rank_sizes(self, world_size: int) -> tuple[int, ...]:
+        """The samples of each rank's part (`for_rank`), from the manifest: parts differ when shards
+        do, and the loader pads (or cuts) every rank to the same number of batches by them."""
+        counts = {e["shard"]: e["samples"] for e in self.manifest["shards"] if e["samples"]}
+        ids = sorted(counts)
+        return tuple(sum(counts[i] for i in ids[r::world_size]) for r in range(world_size))
 
     def to_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"kind": self.kind, "root": str(self.root)}

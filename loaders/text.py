@@ -50,6 +50,7 @@ class TokenizedSource(Source):
         self.field, self.out = field, out or f"{field}_ids"
         self.collate = {self.out: "pad"}  # read by the batch builder: padded, with <out>_lengths
         self.split_by_rank = getattr(self.source, "split_by_rank", False)
+        self.rank_samples = getattr(self.source, "rank_samples", None)
 
     def __len__(self) -> int:
         return len(self.source)

@@ -106,6 +106,33 @@ def test_fewer_samples_than_ranks(ten_images):
         assert list(pipe.loader(rank=rank, world_size=4, last_batch="drop")) == []
 
 
+@pytest.mark.parametrize("last_batch", ["partial", "drop", "pad"])
+def test_shards_read_by_rank_give_every_rank_the_same_number_of_batches(image_folder, tmp_path, last_batch):
+    """3 shards of 8 on 2 ranks: rank 0 reads 16 samples, rank 1 reads 8. Each loader used to plan
+    its own part alone (4 batches and 2): DDP's all-reduce at step 3 waited for ever. Now every
+    rank reads the largest part's slots (the smallest with "drop"), padding flagged invalid."""
+    from mediapipe.convert import convert
+
+    convert(image_folder, tmp_path / "shards", shard_size=8)
+    whole = mp.loaders.shards(tmp_path / "shards")
+    counts, lengths, real = [], [], []
+    for rank in range(2):
+        part = whole.for_rank(rank, 2)
+        assert part.rank_samples == (16, 8)
+        pipe = mp.Pipeline(part, {"image": mp.decoders.image()}, [A.Resize((16, 16))], batch_size=3, seed=1,
+                           device="cpu")
+        loader = pipe.loader(rank=rank, world_size=2, last_batch=last_batch)
+        batches = list(loader)
+        counts.append(len(batches))
+        lengths.append(len(loader))
+        for b in batches:
+            assert ("valid" in b) == (last_batch != "drop")
+            valid = b.get("valid", torch.ones(len(b["index"]), dtype=torch.bool))
+            real += [part.ref(i).key for i in b["index"][valid].tolist()]
+    assert counts == lengths == [{"partial": 6, "drop": 2, "pad": 6}[last_batch]] * 2
+    assert len(real) == len(set(real)) == {"partial": 24, "drop": 12, "pad": 24}[last_batch]
+
+
 # -- per-batch draws ------------------------------------------------------------------------
 def _mix_pipeline(image_folder) -> mp.Pipeline:
     return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
