@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources import FolderSource, ManifestSource, Source, source_from_config
+from mediapipe.sample import Blob
 
 if TYPE_CHECKING:
     from mediapipe.convert import InputItem
@@ -119,9 +120,8 @@ def _source(config: str) -> Source:
 def read_input(item: InputItem) -> bytes:
     """The bytes of one conversion input: its file, or its record read through its source
     (an audio segment cut to FLAC)."""
-    if item.source is None:
-        with open(item.path, "rb") as f:
-            return f.read()
+    if item.source is None:  # (a FIFO or a device is refused, not read: `Blob.read`)
+        return Blob(item.path, path=item.path).read()
     ref = _source(item.source).ref(item.position)
     if item.blob not in ref.blobs:
         raise SourceError(item.path, f"no media {item.blob!r} in this sample")

@@ -40,7 +40,7 @@ from mediapipe import shard_format as sf
 from mediapipe.errors import MediapipeError
 from mediapipe.progress import Progress
 from mediapipe.reasons import readable, reason
-from mediapipe.sample import kind_of_bytes, kind_of_extension
+from mediapipe.sample import Blob, kind_of_bytes, kind_of_extension
 from mediapipe.transcode import TranscodeError, TranscodeOptions, transcode
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,7 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
     for name, path in item.extra:  # masks and other per-field media: lossless, so copied as they are
         ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else "bin"
         try:
-            with open(path, "rb") as f:
-                extra[f"{sf.safe_key(name)}.{ext}"] = f.read()
+            extra[f"{sf.safe_key(name)}.{ext}"] = Blob(path, path=path).read()
         except OSError as err:
             return ItemResult(item, error=f"cannot read its {name!r} file {path}: {err.strerror or err}")
     try:

@@ -342,3 +342,18 @@ def test_a_fifo_among_files_a_decoder_opens_itself(tmp_path):
     (batch,) = list(loader)
     assert batch["valid"].tolist() == [True, True, False]
     assert dict(loader.stats.errors) == {"source: not a regular file": 1}
+
+
+@pytest.mark.timeout(120)
+def test_convert_reports_a_fifo_and_a_device_in_a_folder_and_finishes(tmp_path):
+    """`mediapipe convert` read each input whole with open().read(): a FIFO blocked it for ever,
+    and a link to /dev/zero read until the machine ran out of memory."""
+    from mediapipe.convert import convert
+
+    src = tmp_path / "src"
+    _hostile_folder(src)
+    result = convert(src, tmp_path / "out", shard_size=8)
+    assert sorted((f["input"].rsplit("/", 1)[-1], f["reason"]) for f in result.failures) == [
+        ("fifo.jpg", "cannot read: not a regular file (a FIFO)"),
+        ("zero.jpg", "cannot read: not a regular file (a character device)")]
+    assert len(mp.loaders.shards(tmp_path / "out")) == 11  # the ten and the one with an odd name
