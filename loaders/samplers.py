@@ -6,8 +6,8 @@ resume is arithmetic: nothing before the resume point is read or decoded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
