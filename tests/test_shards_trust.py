@@ -653,18 +653,24 @@ def test_inspect_names_labels_outside_the_class_list_by_number(ds: Path, capsys)
     assert code == 0 and json.loads(out)["classes"]["-1"] == 1
 
 
+def _claim_a_million_samples(ds: Path, shard: int) -> None:
+    """A manifest whose shard ``shard`` claims a million samples (and the bytes they need), and
+    a small samples.jsonl.gz that inflates to a million short records."""
+    manifest = _manifest(ds)
+    claimed = 1_000_000
+    manifest["shards"][shard].update(samples=claimed, bytes=claimed * 1024)
+    manifest["num_samples"] = sum(e["samples"] for e in manifest["shards"])
+    _write_manifest(ds, manifest)
+    _gzip_bomb(ds / sf.SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
+
+
 def test_a_manifest_claiming_more_samples_than_its_shards_hold_is_refused_before_the_records(
         ds: Path, capsys) -> None:
     """The records are bounded in proportion to the manifest's num_samples; a manifest that
     claims a million samples (and shard sizes to match) let a 50 kB samples.jsonl.gz of short
     records cost `inspect` and `verify` hundreds of MB (the loader compares the shards' sizes
     on disk first)."""
-    manifest = _manifest(ds)
-    claimed = 1_000_000
-    manifest["shards"][0].update(samples=claimed, bytes=claimed * 1024)
-    manifest["num_samples"] = sum(e["samples"] for e in manifest["shards"])
-    _write_manifest(ds, manifest)
-    _gzip_bomb(ds / sf.SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
+    _claim_a_million_samples(ds, shard=0)
     assert (ds / sf.SAMPLES).stat().st_size < 100_000
     peak, error = _peak_bytes(lambda: _cli(capsys, "inspect", str(ds)))
     assert error is None and peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
@@ -682,12 +688,7 @@ def test_a_source_of_some_shards_bounds_the_records_by_every_shard_on_disk(ds: P
     """A source of some shards (a rank's, `for_rank`) checks its own shards' sizes only, yet reads
     every shard's records: another shard's made-up count let a small samples.jsonl.gz cost
     hundreds of MB."""
-    manifest = _manifest(ds)
-    claimed = 1_000_000
-    manifest["shards"][1].update(samples=claimed, bytes=claimed * 1024)
-    manifest["num_samples"] = sum(e["samples"] for e in manifest["shards"])
-    _write_manifest(ds, manifest)
-    _gzip_bomb(ds / sf.SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
+    _claim_a_million_samples(ds, shard=1)
     peak, error = _peak_bytes(lambda: mp.loaders.shards(ds).for_rank(0, 2))
     assert isinstance(error, SourceError) and "bytes, the manifest says" in str(error)  # the whole dataset: sizes
     from mediapipe.loaders.shards import ShardSource

@@ -46,28 +46,38 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["fork", "forkserver"])
-def test_workers_exit_when_the_training_process_is_killed(image_folder, tmp_path, method):
-    script = tmp_path / "trainer.py"
-    script.write_text(TRAINER)
-    proc = subprocess.Popen([sys.executable, str(script), str(image_folder), method], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+def _kill_trainer(script: str, tmp_path: Path, *args: str) -> list[int]:
+    """Run a trainer script until it prints "PIDS ..." (its workers and helpers), SIGKILL it
+    (no cleanup of any kind runs in it) and return those pids."""
+    path = tmp_path / "trainer.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
     try:
         line = proc.stdout.readline()
         assert line.startswith("PIDS"), proc.stderr.read()
         pids = [int(p) for p in line.split()[1:]]
         assert len(pids) >= 2 and all(process_alive(p) for p in pids)
     finally:
-        proc.kill()  # SIGKILL: no cleanup of any kind runs in the trainer
+        proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 10
+    return pids
+
+
+def _assert_gone_within(pids: list[int], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
     while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = [p for p in pids if process_alive(p)]
     for p in left:  # don't leave them behind for the next test
         os.kill(p, signal.SIGKILL)
-    assert not left, f"still running 10 s after the trainer was killed: {left} of {pids}"
+    assert not left, f"still running {seconds:.0f} s after the trainer was killed: {left} of {pids}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_workers_exit_when_the_training_process_is_killed(image_folder, tmp_path, method):
+    _assert_gone_within(_kill_trainer(TRAINER, tmp_path, str(image_folder), method), 10)
 
 
 # -- start method -----------------------------------------------------------------------------
@@ -477,25 +487,9 @@ def test_busy_workers_exit_when_the_training_process_is_killed(image_folder, tmp
     """Workers in the middle of a long batch, more batches queued: a forkserver's workers used
     to finish every queued batch first (the forkserver, their parent, outlives the trainer
     until they exit), and so did workers forked from a thread (no parent-death signal)."""
-    script = tmp_path / "busy.py"
-    script.write_text(BUSY_TRAINER)
-    proc = subprocess.Popen([sys.executable, str(script), str(image_folder), method], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("PIDS"), proc.stderr.read()
-        pids = [int(p) for p in line.split()[1:]]
-        assert len(pids) == 2 and all(process_alive(p) for p in pids)
-    finally:
-        proc.kill()
-        proc.wait()
-    deadline = time.monotonic() + 8  # each worker sleeps 30 s inside its batch
-    while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [p for p in pids if process_alive(p)]
-    for p in left:
-        os.kill(p, signal.SIGKILL)
-    assert not left, f"still running 8 s after the trainer was killed: {left} of {pids}"
+    pids = _kill_trainer(BUSY_TRAINER, tmp_path, str(image_folder), method)
+    assert len(pids) == 2
+    _assert_gone_within(pids, 8)  # each worker sleeps 30 s inside its batch
 
 
 # -- loaders in other processes ------------------------------------------------------------------
