@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from mediapipe import memory
 from mediapipe.batch_builder import BatchBuilder
 from mediapipe.errors import WorkerError
 from mediapipe.host_batch import BatchTask, HostBatch
@@ -78,12 +79,18 @@ def _to_tensors(data: dict[str, Any]) -> dict[str, Any]:
 
 class BatchActor:
     """A Ray actor: builds host batches (the local loader's worker job) for any loader of this
-    driver; each loader's `BatchBuilder` comes once by reference and is kept (a few at most)."""
+    driver; each loader's `BatchBuilder` comes once by reference and is kept (a few at most).
+
+    As in a loader worker, the batch kernels write into buffers recycled from one batch to the
+    next (fresh memory costs a page fault per page, a large part of a CPU Normalize): a batch
+    is copied into the object store as its call returns, so its buffers are free at the next."""
 
     KEEP = 4
 
     def __init__(self) -> None:
         self.builders: dict[str, BatchBuilder] = {}
+        self.lent: list[int] = []
+        memory.use_shared_memory(0)
 
     def ready(self) -> tuple[int, str]:
         import ray
@@ -101,7 +108,9 @@ class BatchActor:
             while len(self.builders) >= self.KEEP:
                 self.builders.pop(next(iter(self.builders)))
         self.builders[key] = found  # most recently used last
+        memory.release(self.lent)
         host = found(task)
+        self.lent, host.buffers = list(host.buffers.values()), {}
         host.data = _to_arrays(host.data)
         return host
 

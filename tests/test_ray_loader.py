@@ -100,6 +100,25 @@ def test_batches_equal_the_local_loaders_for_each_rank(cluster, images):
             loader.close()
 
 
+def test_batches_in_the_object_store_equal_the_local_loaders(cluster, images):
+    """Float batches of 4 x 3 x 96 x 96 (442 KB: the object store's, not inlined in the reply),
+    written by the actors into buffers they recycle from batch to batch."""
+    pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
+                       augment=[A.RandomResizedCrop(96), A.HorizontalFlip(), A.Normalize()],
+                       batch_size=4, seed=5, device="cpu")
+    want = collect(pipe.loader(num_workers=0))
+    loader = ray_loader(pipe)
+    try:
+        got = []
+        for batch in loader:
+            got.append(batch)  # every batch kept alive, none cloned
+            time.sleep(0.02)
+        assert got[0]["image"].nbytes > 100 << 10
+        assert_same(want, got)
+    finally:
+        loader.close()
+
+
 def test_resume_mid_epoch_and_next_epoch(cluster, images):
     pipe = make_pipeline(images)
     local = pipe.loader(num_workers=0)
