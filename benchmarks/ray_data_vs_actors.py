@@ -33,6 +33,7 @@ def main() -> None:
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--batches", type=int, default=16)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--prefetch", type=int, default=2, help="the Ray loader's batches in flight per actor")
     args = p.parse_args()
 
     import ray
@@ -49,7 +50,8 @@ def main() -> None:
     rates: dict[str, list[float]] = {"actors": [], "ray-data": []}
 
     def actors() -> float:
-        loader = pipe.loader(backend="ray", num_workers=args.cpus, shuffle=True, drop_last=True)
+        loader = pipe.loader(backend="ray", num_workers=args.cpus, prefetch=args.prefetch, shuffle=True,
+                             drop_last=True)
         it = iter(loader)
         next(it), next(it)
         t0 = time.perf_counter()

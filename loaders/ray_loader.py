@@ -24,6 +24,7 @@ import itertools
 import os
 import socket
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -72,9 +73,13 @@ def _to_arrays(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _to_tensors(data: dict[str, Any]) -> dict[str, Any]:
-    """Tensors that own their memory: the object store's read-only buffer is released at once."""
-    return {k: torch.from_numpy(np.array(v, copy=True)) if isinstance(v, np.ndarray) else v
-            for k, v in data.items()}
+    """Tensors on the object store's memory, not copied (as the local loader hands over its
+    workers' shared buffers): the batch stays in the store while a tensor of it is alive, and
+    goes when the training loop drops it. Ray marks the arrays read-only, but each batch is
+    read once, by this loader alone, so writing to it in place harms nothing."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in data.items()}
 
 
 class BatchActor:
