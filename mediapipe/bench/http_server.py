@@ -28,6 +28,11 @@ from pathlib import Path
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # a batch's ranged reads connect at once: a short backlog drops SYNs (retried after 1, 3, 7... s)
+
+
 class RangeServer:
     """Serves ``root`` at ``url`` (127.0.0.1, a free port) from a thread until `close`."""
 
@@ -49,8 +54,7 @@ class RangeServer:
             def do_GET(self) -> None:
                 server._serve(self)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
