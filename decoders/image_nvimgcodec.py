@@ -169,7 +169,9 @@ class NvImageCodecImageDecoder(ImageDecoder):
             except DecodeError as err:
                 out[i] = err
         if batch:
-            for i, image in zip(where, decoder.decode(batch, params=self._params)):
+            # decoded in order with torch's work on its current stream (the loader's side stream)
+            stream = torch.cuda.current_stream(self.device).cuda_stream if self.on_gpu else 0
+            for i, image in zip(where, decoder.decode(batch, params=self._params, cuda_stream=stream)):
                 if image is None:
                     out[i] = DecodeError(blobs[i].name, self.name, "corrupt or truncated JPEG data")
                 else:

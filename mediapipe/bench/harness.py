@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mediapipe import convert as conversion
 from mediapipe.bench import datasets
 from mediapipe.bench.core import (
     INPUT_BOUND_FRACTION,
@@ -64,6 +63,8 @@ NOTES = {
                      "decoded_frames_per_s over the faster ceiling (pyav sequential or dav1d) with the same threads"),
     "padding": ("audio datasets: the share of mediapipe's duration-bucketed batches (time x batch) that is "
                 "padding, from its sampler's plan over the repeated epoch the run reads"),
+    "gpu_mb_by_rep": ("GPU memory torch's allocator holds for tensors in the backend's process (memory_allocated) "
+                      "after each repetition, on cuda rows; gpu_growth_pct as rss_growth_pct"),
     "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
     "first_batch_s": "building the pipeline, starting workers and the first batch",
     "epochs": ("passes over the dataset during the run. Unless --real-epochs, the image backends see a small "
@@ -345,7 +346,9 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
                 bar.desc = f"bench {scenario.name} {row.backend}/{row.device} w{workers} {repeat + 1}/{settings.repeats}"
                 files = evict.get((scenario.name, row.data))
                 if files is not None:  # before the call: the drain of prefetched batches is not timed
-                    conversion.evict_from_page_cache(files)
+                    from mediapipe.convert import evict_from_page_cache  # not before: it needs tqdm
+
+                    evict_from_page_cache(files)
                 try:
                     reply = proc.call("rep", timeout=settings.timeout, sample_rss=True, batches=settings.batches,
                                       drain=drains[id(row)], step_ms=settings.step_ms)
