@@ -40,7 +40,7 @@ from mediapipe.bench.core import (
     tree_cpu_seconds,
 )
 from mediapipe.bench.progress import make_progress
-from mediapipe.bench.scenarios import SCENARIOS, Scenario, unit_of, why_not
+from mediapipe.bench.scenarios import GPU_ONLY, SCENARIOS, Scenario, unit_of, why_not
 from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 
 OURS = "mediapipe"
@@ -218,6 +218,8 @@ def run(settings: Settings) -> dict[str, Any]:
             rows = []
             for backend in settings.backends or scenario.backends:
                 for device in settings.devices:
+                    if not settings.backends and (scenario.kind, backend) in GPU_ONLY and device != "cuda":
+                        continue  # a GPU peer is a row of the cuda runs only, unless asked for by name
                     for ds in sets:
                         row = Result(scenario=name, backend=backend, device=device, workers=workers, data=ds.label,
                                      unit=unit_of(scenario, backend),
