@@ -4,7 +4,7 @@ the CPU, so every line here runs in CI (on the CPU, nvImageCodec's CPU-only back
 for nvJPEG).
 
 Each check takes a working folder (sample media are generated there once) and a device,
-asserts what must hold, and returns the facts it measured (for the self-check's JSON). They need only torch, PyAV, nvImageCodec,
+asserts what must hold, and returns the figures it found (for the self-check's JSON). They need only torch, PyAV, nvImageCodec,
 simplejpeg and this library: no pytest, no torchvision.
 """
 
@@ -144,7 +144,7 @@ def check_memory_across_epochs(work: Path, device: torch.device, quick: bool = F
 
 def check_batch_stage_speed(work: Path, device: torch.device, quick: bool = False) -> dict[str, Any]:
     """The batch-stage ops alone (flip, normalise) on uint8 224x224 batches already on the device:
-    images per second, against the target on a GPU. Measured, not asserted (a shared GPU is noisy)."""
+    images per second, against the target on a GPU. Reported, not asserted (a shared GPU is noisy)."""
     import numpy as np
 
     from mediapipe import augment as A

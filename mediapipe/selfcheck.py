@@ -91,7 +91,7 @@ def _bench(plan: Plan, scenarios: list[str], device: str, backends: list[str], w
 
 
 def targets(bench: dict[str, Any], checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets next to this run's figures: met or not (None where not measured)."""
+    """The issue's targets next to this run's figures: met or not (None where not run)."""
     out = []
     for row in bench.get("ratios", []):
         if row["scenario"] == "image-train" and row["device"] == "cuda" and row["peer"] in TARGETS:
