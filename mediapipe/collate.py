@@ -147,9 +147,9 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str, 
 def _empty(shape: tuple[int, ...], like: torch.Tensor, private: bool) -> torch.Tensor:
     """A batch buffer on the samples' device: a field decoded on a device stays there. On the CPU
     in a worker, shared memory (`mediapipe.memory`) unless the field stays ``private``."""
-    if private:
+    if private or like.device.type != "cpu":
         return torch.empty(shape, dtype=like.dtype, device=like.device)
-    return memory.empty(shape, dtype=like.dtype, device=like.device)
+    return memory.empty(shape, dtype=like.dtype)
 
 
 def _rows_of_one_tensor(values: list[torch.Tensor | None]) -> torch.Tensor | None:
