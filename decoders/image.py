@@ -30,6 +30,12 @@ def image(
     ``device_decode``: for backends that can decode a whole batch on the pipeline's device
     (nvimgcodec): None decodes there when the device is CUDA, True always (on the CPU too,
     in the training process), False never (per sample in the workers).
+
+    Damaged JPEGs: every backend raises `DecodeError` for a file cut short or a header that
+    declares more pixels than its bytes can hold. Damage inside the entropy-coded data
+    (libjpeg's "Corrupt JPEG data" warnings: a broken restart interval, a bad Huffman code)
+    is an error on "turbo"; "pillow" and "nvimgcodec" decode such a file as libjpeg does,
+    with grey or smeared blocks past the damage (neither reports the warning).
     """
     if mode not in MODES:
         raise ValueError(f"image(mode={mode!r}): expected one of {MODES}")
