@@ -15,8 +15,11 @@ def main_stream(streams: Any) -> Any:
 
     def score(stream: Any) -> tuple[bool, bool, int]:
         disposition = int(stream.disposition or 0)
-        ctx = stream.codec_context
-        size = (ctx.width or 0) * (ctx.height or 0) if stream.type == "video" else (ctx.channels or 0)
+        ctx = stream.codec_context  # None for a codec FFmpeg cannot decode: ranked last by size
+        if ctx is None:
+            size = 0
+        else:
+            size = (ctx.width or 0) * (ctx.height or 0) if stream.type == "video" else (ctx.channels or 0)
         return (not disposition & _ATTACHED_PIC, bool(disposition & _DEFAULT), size)
 
     return max(streams, key=score)  # max keeps the first of equal scores
