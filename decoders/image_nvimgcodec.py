@@ -11,7 +11,8 @@ device it runs as a device decoder: the workers read the bytes and draw the crop
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
 hardware JPEG decoder where the GPU has one), every JPEG's region at full scale, which the
 fused op then resizes as one batch on the GPU. Non-JPEG formats (and EXIF-rotated images)
-go to the turbo/Pillow path on the CPU, counted in ``loader.stats.fallbacks``.
+go to the turbo/Pillow path on the CPU, counted in ``loader.stats.fallbacks``; so does a file
+cut short, which a region decode could stop above, for the turbo path to report.
 
 Its CPU-only backend runs the same batched path without a GPU (``device_decode=True`` on a
 CPU device): the tests run the device stage with it.
@@ -27,7 +28,14 @@ import torch
 
 from mediapipe.cuda_access import nvidia_gpu
 from mediapipe.decoders.base import _NO_RNG, Decoded, DecodeHint
-from mediapipe.decoders.image import ImageDecoder, check_hint, hwc_to_chw, jpeg_is_progressive, plan_decode
+from mediapipe.decoders.image import (
+    ImageDecoder,
+    check_hint,
+    hwc_to_chw,
+    jpeg_is_complete,
+    jpeg_is_progressive,
+    plan_decode,
+)
 from mediapipe.decoders.image_turbo import TurboImageDecoder
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
@@ -112,6 +120,8 @@ class NvImageCodecImageDecoder(ImageDecoder):
             return "JPEG header not read"
         height, width, _ = header
         self.check_pixels(width, height, name)
+        if not jpeg_is_complete(data):  # a region decode stops above the cut: the turbo path reports it
+            return "cut-short JPEG"
         if batched:
             return None
         if plan_decode(hint, (height, width)).denominator != 1:

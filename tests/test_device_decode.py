@@ -133,23 +133,45 @@ def test_stats_of_the_device_stage(tmp_path):
     assert loader.stats.as_dict()["fallbacks"] == {"nvimgcodec: not a JPEG": 1}
 
 
-@pytest.fixture
-def truncated(tmp_path):
+def cut_short(data: bytes) -> bytes:
+    return data[:3000]
+
+
+def undefined_tables(data: bytes) -> bytes:
+    """The scan names Huffman tables the file never defines: the header reads fine (the worker's
+    probe passes it), the decode fails, in nvImageCodec itself."""
+    data = bytearray(data)
+    sos = data.index(b"\xff\xda")
+    for c in range(data[sos + 4]):
+        data[sos + 6 + 2 * c] = 0x33
+    return bytes(data)
+
+
+# damage -> (how, the decoder that reports it, its reason): a file cut short goes to the turbo
+# path on the device too (a region decode would stop above the cut and never see it)
+DAMAGE = {"cut short": (cut_short, "turbo", "Premature end of JPEG file"),
+          "undefined Huffman tables": (undefined_tables, "nvimgcodec", "corrupt or truncated JPEG data")}
+
+
+@pytest.fixture(params=list(DAMAGE))
+def damaged(request, tmp_path):
+    """Six JPEGs in two class folders, the third of the source (slot 2) damaged."""
     write_image_folder(tmp_path, 6, classes=2, seed=2)
     bad = sorted(tmp_path.rglob("*.jpg"))[2]
-    bad.write_bytes(bad.read_bytes()[:3000])
-    return tmp_path, bad
+    damage, decoder, reason = DAMAGE[request.param]
+    bad.write_bytes(damage(bad.read_bytes()))
+    return tmp_path, bad, decoder, reason
 
 
-def test_a_truncated_jpeg_on_the_device_raises_naming_the_file(truncated):
-    root, bad = truncated
+def test_a_damaged_jpeg_on_the_device_raises_naming_the_file(damaged):
+    root, bad, decoder, reason = damaged
     with pytest.raises(mp.DecodeError, match=bad.name) as err:
         list(pipeline(root, True).loader(shuffle=False))
-    assert err.value.decoder == "nvimgcodec" and err.value.path == str(bad)
+    assert err.value.decoder == decoder and err.value.path == str(bad) and reason in err.value.reason
 
 
-def test_a_truncated_jpeg_on_the_device_is_replaced_by_zeros(truncated):
-    root, bad = truncated
+def test_a_damaged_jpeg_on_the_device_is_replaced_by_zeros(damaged):
+    root, bad, decoder, reason = damaged
     pipe = pipeline(root, True, [A.RandomResizedCrop(SIZE), A.HorizontalFlip()], on_error="replace")
     position = next(i for i in range(len(pipe.source)) if root / pipe.source.ref(i).key == bad)
     loader = pipe.loader(shuffle=False)
@@ -157,14 +179,14 @@ def test_a_truncated_jpeg_on_the_device_is_replaced_by_zeros(truncated):
     assert batch["valid"].tolist() == [i != position for i in range(6)]
     assert batch["index"].tolist() == list(range(6))
     assert not batch["image"][position].any() and all(batch["image"][i].any() for i in range(6) if i != position)
-    assert dict(loader.stats.errors) == {"nvimgcodec: corrupt or truncated JPEG data": 1}
-    assert loader.stats.failed == [f"{bad}: corrupt or truncated JPEG data"]
+    assert dict(loader.stats.errors) == {f"{decoder}: {reason}": 1}
+    assert loader.stats.failed == [f"{bad}: {reason}"]
 
 
-def test_a_truncated_jpeg_on_the_device_is_skipped_as_a_worker_skips_it(truncated):
+def test_a_damaged_jpeg_on_the_device_is_skipped_as_a_worker_skips_it(damaged):
     """The stand-in is the one a worker would have chosen (same key), loaded whole on the device:
     its index, label and pixels in the slot, and the batch keeps its size."""
-    root, bad = truncated
+    root, bad, decoder, reason = damaged
     device = pipeline(root, True, on_error="skip").loader(shuffle=False)
     workers = pipeline(root, False, on_error="skip").loader(shuffle=False)
     a, b = next(iter(device)), next(iter(workers))
@@ -173,7 +195,7 @@ def test_a_truncated_jpeg_on_the_device_is_skipped_as_a_worker_skips_it(truncate
     assert a["index"].tolist()[2] != 2  # the failed sample's slot holds its stand-in
     stand_in = a["index"].tolist().index(a["index"].tolist()[2])  # where that sample is in its own slot
     assert torch.equal(a["image"][2], a["image"][stand_in])  # same sample, same draws
-    assert sum(device.stats.errors.values()) == 1 and device.stats.failed == [f"{bad}: corrupt or truncated JPEG data"]
+    assert dict(device.stats.errors) == {f"{decoder}: {reason}": 1} and device.stats.failed == [f"{bad}: {reason}"]
 
 
 def test_every_sample_failing_on_the_device_is_replaced_by_zeros_of_a_good_ones_shape(tmp_path):
