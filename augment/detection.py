@@ -51,6 +51,12 @@ class _OnCanvas(Op):
     canvas_key: str | None = field(default=None, kw_only=True)
     reads_canvas = True
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.canvas_key is not None and not self.canvas_key:
+            raise ValueError(f"{type(self).__name__}(canvas_key=''): expected a field name, or None for the first "
+                             "image, mask or video field")
+
     def bind(self, types: Mapping[str, FieldType], where: str = "") -> Op:
         return self._with_canvas(super().bind(types, where), types, where)
 
@@ -240,8 +246,12 @@ class RandomIoUCrop(Op):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range(self, "min_scale", (self.min_scale, self.max_scale), 0.0, 1.0, strict_low=True)
-        check_range(self, "min_aspect_ratio", (self.min_aspect_ratio, self.max_aspect_ratio), 0.0, strict_low=True)
+        if not 0 < self.min_scale <= self.max_scale <= 1:
+            raise ValueError(f"RandomIoUCrop(min_scale={self.min_scale}, max_scale={self.max_scale}): expected "
+                             "0 < min_scale <= max_scale <= 1 (fractions of the image's sides)")
+        if not 0 < self.min_aspect_ratio <= self.max_aspect_ratio:
+            raise ValueError(f"RandomIoUCrop(min_aspect_ratio={self.min_aspect_ratio}, max_aspect_ratio="
+                             f"{self.max_aspect_ratio}): expected 0 < min_aspect_ratio <= max_aspect_ratio")
         if not self.sampler_options or any(not o >= 0 for o in self.sampler_options):
             raise ValueError(f"RandomIoUCrop(sampler_options={self.sampler_options!r}): expected minimum IoUs >= 0")
         check_positive(self, trials=self.trials)
