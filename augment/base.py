@@ -306,11 +306,15 @@ class Op:
         sizes = self.raster_sizes(data, fields)
         if not sizes:
             return None
+        stacked = next((s for s in sizes.values() if not isinstance(s, list)), None)
+        lists = [s for s in sizes.values() if isinstance(s, list)]
+        if stacked is not None and lists:  # a stacked image with a list field (one mask per object each)
+            sizes = {f: s if isinstance(s, list) else [s] * len(lists[0]) for f, s in sizes.items()}
         first = next(iter(sizes.values()))
         if any(s != first for s in sizes.values()):
             raise CanvasError(f"{type(self).__name__} draws once for {list(self.inputs)}, but their sizes differ: "
                               + ", ".join(f"{f} {s}" for f, s in sizes.items()))
-        return first
+        return stacked if stacked is not None else first  # one size for every sample where one is stacked
 
     def raster_sizes(self, data: dict[str, Any], fields: Collection[str] | None = None) -> dict[str, Any]:
         """field -> (H, W) (a list of them for a list batch) of the raster inputs among ``fields``."""

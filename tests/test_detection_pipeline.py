@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
@@ -186,3 +187,67 @@ def test_labels_that_do_not_match_the_boxes_name_the_file(objects):
     in_batches = pipeline(objects, ops[:2], source=MismatchedManifest)  # the batch stage: the batch's counts
     with pytest.raises(ValueError, match=r"'boxes' has \[0, 1, 1, 1\] objects but 'labels' has \[0, 1, 0, 1\]"):
         list(in_batches.loader(num_workers=0, shuffle=False))
+
+
+class InstanceMaskManifest(LabelledBoxManifest):
+    """Also one mask per object, (N, H, W): its box's pixels; and an iscrowd flag per object."""
+
+    kind = "test-instance-mask-manifest"
+
+    def field_types(self) -> dict:
+        return {**super().field_types(), "masks": per_object("mask"), "iscrowd": per_object("other")}
+
+    def ref(self, index: int):
+        ref = super().ref(index)
+        row = self._rows[index]
+        h, w = Image.open(row["path"]).size[::-1]  # (a path made absolute by the manifest)
+        masks = torch.zeros(len(row["boxes"]), h, w, dtype=torch.uint8)
+        for k, (x0, y0, x1, y1) in enumerate(row["boxes"]):
+            masks[k, y0:y1, x0:x1] = 1
+        ref.fields["masks"] = masks
+        ref.fields["iscrowd"] = [k % 2 for k in range(len(row["boxes"]))]
+        return ref
+
+
+@pytest.mark.parametrize("collate", ["list", "pad"])
+def test_one_mask_per_object_moves_and_is_dropped_with_its_box(objects, collate):
+    ops = [A.RandomIoUCrop(), A.HorizontalFlip(), A.Letterbox(64, fill=0), A.RandomRotation(8),
+           A.SanitizeBoundingBoxes()]
+    pipe = pipeline(objects, ops, source=InstanceMaskManifest, collate={"masks": collate, "iscrowd": collate})
+    assert pipe.plan.placed[0].op.inputs == ("image", "mask", "boxes", "points", "masks")
+    assert pipe.plan.placed[-1].op.inputs == ("boxes", "points", "labels", "masks", "iscrowd")
+    checked = 0
+    for batch in pipe.loader(num_workers=0, shuffle=False):
+        for i in range(batch["image"].shape[0]):
+            bxs, masks, crowd = rows_of(batch, "boxes", i), rows_of(batch, "masks", i), rows_of(batch, "iscrowd", i)
+            labels = rows_of(batch, "labels", i)
+            assert len(bxs) == len(masks) == len(crowd) and masks.shape[-2:] == (64, 64)
+            assert crowd.tolist() == [(int(k) - 1) % 2 for k in labels]  # the rows kept are the boxes'
+            for box, mask in zip(bxs, masks):
+                ys, xs = torch.nonzero(mask, as_tuple=True)
+                seen = torch.stack((xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)).float()
+                assert (box - seen).abs().max() <= 3.0, (box, seen)  # rotated: the box around the turned box
+                checked += 1
+    assert checked >= 8
+
+
+def test_per_object_class_ids_are_checked_per_sample(objects, tmp_path):
+    class Fractional(LabelledBoxManifest):
+        kind = "test-fractional-manifest"
+
+        def ref(self, index: int):
+            ref = super().ref(index)
+            if index == 1:
+                ref.fields["labels"] = [1.5]
+            if index == 3:
+                del ref.fields["labels"]  # none given: none, whatever the boxes say
+            return ref
+
+    pipe = pipeline(objects, [A.Letterbox(32)], source=Fractional)
+    with pytest.raises(DecodeError, match=r"1\.jpg.*field 'labels' \(class ids per object\) holds fractions"):
+        list(pipe.loader(num_workers=0, shuffle=False))
+    batch = next(iter(pipeline(objects, [A.Letterbox(32)], source=Fractional, on_error="replace").loader(
+        num_workers=0, shuffle=False)))
+    assert [len(v) for v in batch["labels"]] == [0, 0, 1, 0] and batch["labels"][2].dtype == torch.int64
+    with pytest.raises(ValueError, match="one row per object is for"):
+        per_object("image")
