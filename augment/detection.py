@@ -274,7 +274,7 @@ class RandomIoUCrop(Op):
         boxes = meta.get("fields", {}).get(drawn_on[0]) if drawn_on else None
         if boxes is None or boxes.shape[0] == 0:
             return whole  # no crop can hold an object
-        xyxy = O.convert_boxes(boxes.float(), self.binding.type_of(drawn_on[0]).format, "xyxy").numpy()
+        xyxy = O.convert_boxes(boxes, self.binding.type_of(drawn_on[0]).format, "xyxy").double().numpy()
         for _ in range(MAX_OPTION_DRAWS):
             min_iou = rng.choice(self.sampler_options)
             if min_iou >= 1.0:
@@ -288,31 +288,23 @@ class RandomIoUCrop(Op):
                     min_iou: float) -> dict[str, int] | None:
         """The first of ``trials`` drawn crops (all drawn at once) that holds a box's centre and
         overlaps such a box by ``min_iou``; None when none does."""
-        u = np.array([rng.random() for _ in range(4 * self.trials)]).reshape(self.trials, 4)
-        scale = self.min_scale + (self.max_scale - self.min_scale) * u[:, :2]
-        new_w, new_h = (width * scale[:, 0]).astype(np.int64), (height * scale[:, 1]).astype(np.int64)
-        left = ((width - new_w) * u[:, 2]).astype(np.int64)
-        top = ((height - new_h) * u[:, 3]).astype(np.int64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            aspect = new_w / new_h
-        ok = (new_w > 0) & (new_h > 0) & (self.min_aspect_ratio <= aspect) & (aspect <= self.max_aspect_ratio)
-        crops = np.stack((left, top, left + new_w, top + new_h), axis=1).astype(np.float64)  # (trials, 4)
-        cx, cy = (xyxy[:, 0] + xyxy[:, 2]) * 0.5, (xyxy[:, 1] + xyxy[:, 3]) * 0.5
-        inside = ((crops[:, None, 0] < cx) & (cx < crops[:, None, 2]) & (crops[:, None, 1] < cy)
-                  & (cy < crops[:, None, 3]))  # (trials, boxes)
-        lo = np.maximum(xyxy[None, :, :2], crops[:, None, :2])
-        hi = np.minimum(xyxy[None, :, 2:], crops[:, None, 2:])
-        inter = np.clip(hi - lo, 0, None).prod(axis=-1)
-        area_box = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
-        area_crop = (crops[:, 2] - crops[:, 0]) * (crops[:, 3] - crops[:, 1])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            iou = inter / (area_box[None, :] + area_crop[:, None] - inter)
-        best = np.where(inside, np.nan_to_num(iou, nan=0.0), -1.0).max(axis=1)
-        ok &= inside.any(axis=1) & (best >= min_iou)
+        u = rng.numpy().random((self.trials, 4))  # per trial: width, height, left, top fractions
+        size = np.floor(np.array([width, height]) * (self.min_scale + (self.max_scale - self.min_scale) * u[:, :2]))
+        corner = np.floor((np.array([width, height]) - size) * u[:, 2:])  # (left, top), as torchvision's int()
+        crops = np.concatenate((corner, corner + size), axis=1)  # (trials, 4) xyxy
+        aspect = size[:, 0] / np.maximum(size[:, 1], 1.0)
+        ok = (size.min(axis=1) > 0) & (self.min_aspect_ratio <= aspect) & (aspect <= self.max_aspect_ratio)
+        centres = (xyxy[:, :2] + xyxy[:, 2:]) * 0.5  # (boxes, 2)
+        inside = ((crops[:, None, :2] < centres) & (centres < crops[:, None, 2:])).all(axis=2)  # (trials, boxes)
+        inter = (np.minimum(xyxy[None, :, 2:], crops[:, None, 2:]) - np.maximum(xyxy[None, :, :2], crops[:, None, :2]))
+        inter = inter.clip(min=0).prod(axis=2)
+        union = (xyxy[:, 2:] - xyxy[:, :2]).prod(axis=1) + size.prod(axis=1)[:, None] - inter
+        iou = np.where(inside, inter / np.maximum(union, 1e-12), -1.0)
+        ok &= iou.max(axis=1) >= min_iou  # (and some centre inside: an IoU of -1 never passes)
         if not ok.any():
             return None
         t = int(np.argmax(ok))
-        return {"top": int(top[t]), "left": int(left[t]), "height": int(new_h[t]), "width": int(new_w[t])}
+        return {"top": int(corner[t, 1]), "left": int(corner[t, 0]), "height": int(size[t, 1]), "width": int(size[t, 0])}
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         if not params["crop"]:
