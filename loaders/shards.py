@@ -25,6 +25,7 @@ from typing import Any
 from mediapipe import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources import Source
+from mediapipe.remote import is_remote
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
@@ -236,9 +237,23 @@ class ShardSource(Source):
             self._shards[sid] = ShardFile(where.tar, st.st_size, st.st_mtime_ns,
                                           entry["sha256"] if verify == "sha256" else None)
         records = sf.read_samples(self.root, self.manifest["num_samples"])
-        pairs = sf.match_records(records, indices, set(entries), where=str(self.root / sf.SAMPLES))
+        self._set_rows(records, indices, set(entries), {sid: f.name for sid, f in files.items()},
+                       where=str(self.root / sf.SAMPLES))
+
+    def __new__(cls, root: str | os.PathLike | None = None, *args: Any, **kwargs: Any) -> ShardSource:
+        """A dataset at a URL (https://, s3://, gs://) is a `RemoteShardSource` (unpickling passes no root)."""
+        if cls is ShardSource and is_remote(root):
+            from mediapipe.loaders.remote_shards import RemoteShardSource
+
+            cls = RemoteShardSource
+        return super().__new__(cls)
+
+    def _set_rows(self, records: list[dict[str, Any]], indices: dict[int, list[list[sf.Member]]],
+                  with_samples: set[int], names: dict[int, str], *, where: str) -> None:
+        """Pair the records with their index entries: (record, media members, meta) per sample."""
+        pairs = sf.match_records(records, indices, with_samples, where=where)
         self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
-        prefixes = {sid: f"{f.name}:" for sid, f in files.items()}
+        prefixes = {sid: f"{name}:" for sid, name in names.items()}
         for record, row in pairs:
             prefix = prefixes[record["shard"]]
             cut = len(record["key"]) + 1  # every name is "<key>.<extension>" (read_index, match_records)
@@ -309,8 +324,11 @@ class ShardSource(Source):
         return config
 
 
-def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None = None) -> ShardSource:
-    """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file).
+def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None = None,
+           **remote: Any) -> ShardSource:
+    """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file),
+    or its URL (``https://``, ``s3://``, ``gs://``: see `RemoteShardSource`, which takes
+    ``cache_dir``, ``cache_bytes``, ``storage_options`` and ``retry`` as ``remote`` options).
 
     ``by_rank=True`` keeps only this process's shards when torch.distributed is initialised
     (rank r reads shards r, r + W, ...); the loader then does not split them again.
@@ -318,7 +336,9 @@ def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None
     refuses its samples when the digest differs from the manifest's (a disk or copy
     error that sizes and tar headers do not show); each shard is hashed once per process.
     """
-    source = ShardSource(path, verify=verify)
+    if remote and not is_remote(path):
+        raise TypeError(f"shards({str(path)!r}): {sorted(remote)} apply to a dataset at a URL only")
+    source = ShardSource(path, verify=verify, **remote)
     if by_rank:
         from mediapipe.loaders.loader import distributed_rank_and_size
 
