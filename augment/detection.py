@@ -442,7 +442,7 @@ class RandomShortestSize(_Resizing):
 
 
 @dataclass(frozen=True)
-class Letterbox(Op):
+class Letterbox(_Resizing):
     """YOLO's letterbox: resize keeping the aspect ratio so the image fits ``size``, then pad to
     exactly ``size`` with ``fill``.
 
@@ -465,9 +465,7 @@ class Letterbox(Op):
     fill: Fill = 114
     center: bool = True
     interpolation: str = "bilinear"
-    antialias: bool = True
-    functional = S.resize  # and S.pad: both move every spatial kind
-    batched = False
+    antialias: bool = True  # (resized as the other resizes, fused into the decoder; S.pad moves the same kinds)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -484,15 +482,6 @@ class Letterbox(Op):
         return {"size": (h, w), "padding": (left, top, out_w - w - left, out_h - h - top)}
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
-        size = tuple(int(v) for v in params["size"])
-        x = S.resize(x, size, interpolation=self.interpolation, antialias=self.antialias, **_meta(field, canvas_size))
+        x = super().transform(x, params, field, canvas_size)  # the resize; then the pad around it
         return S.pad(x, *(int(v) for v in params["padding"]), fill=self.fill, padding_mode="constant",
-                     **_meta(field, size))
-
-    def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
-
-    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        if self.interpolation.startswith("nearest"):
-            return None
-        return DecodeHint(size=tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias)
+                     **_meta(field, tuple(int(v) for v in params["size"])))
