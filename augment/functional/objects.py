@@ -230,16 +230,6 @@ def valid_boxes(boxes: torch.Tensor, *, canvas_size: tuple[int, int] | torch.Ten
     return valid & (xyxy[:, 1] <= height) & (xyxy[:, 3] <= height)
 
 
-def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(M, K) intersection over union of xyxy boxes ``a`` (M, 4) and ``b`` (K, 4)."""
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    lo = torch.maximum(a[:, None, :2], b[None, :, :2])
-    hi = torch.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = (hi - lo).clamp(min=0).prod(dim=-1)
-    return inter / (area_a[:, None] + area_b[None, :] - inter)
-
-
 def centres_within(boxes: torch.Tensor, format: str, top: Number, left: Number, height: Number,
                    width: Number) -> torch.Tensor:
     """bool (M,): whether each box's centre lies strictly inside the crop (torchvision's RandomIoUCrop test)."""
