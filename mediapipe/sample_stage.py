@@ -39,11 +39,7 @@ class SampleStage:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
         label, index and the source's extra fields. Raises on a bad sample."""
         ref = self.plan.source.ref(index)
-        data: dict[str, Any] = {"index": index}
-        if ref.label is not None:
-            data["label"] = ref.label
-        data.update(ref.fields)
-        self.check_objects(data, ref.key)
+        data = self.source_fields(ref)
         params_cache: dict[int, Params] = {}
         done: set[tuple[int, str]] = set()
         decoders, spans = self.plan.decoders(), {}
@@ -52,6 +48,17 @@ class SampleStage:
         t0 = time.perf_counter()
         self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False, key=ref.key)
         stats.seconds["sample_ops"] += time.perf_counter() - t0
+        return data
+
+    def source_fields(self, ref: SampleRef) -> dict[str, Any]:
+        """What a sample takes from its source rather than its decoders: ``index``, ``label``
+        (when the source labels it) and the source's own fields (a manifest's columns, boxes
+        as tensors). Both backends start a sample here."""
+        data: dict[str, Any] = {"index": ref.index}
+        if ref.label is not None:
+            data["label"] = ref.label
+        data.update(ref.fields)
+        self.check_objects(data, ref.key)
         return data
 
     def check_objects(self, data: dict[str, Any], key: str) -> None:
@@ -140,7 +147,7 @@ class SampleStage:
         plan = self.plan
         t0 = time.perf_counter()
         source = plan.decode[name].from_field
-        blob = ref.blob(plan.decode[source].kind, source) if source else ref.blob(decoder.kind, name)
+        blob = plan.blob(ref, name)
         if getattr(decoder, "reads_whole", True) and blob.data is None:
             blob = replace(blob, data=blob.read())
         stats.bytes += blob.nbytes()
