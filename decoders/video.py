@@ -13,11 +13,12 @@ Side field ``<field>_colour``: the stream's colour code (matrix x range, `colour
 an int64 (B,) in a batch, which ``YUVToRGB(matrix="auto", range="auto")`` reads.
 
 Geometry: a fused crop (``DecodeHint.roi``, in the displayed picture's pixels) is resampled
-exactly as drawn: chroma is replicated onto the luma grid (as FFmpeg's conversion does)
-for the region, so a box with odd edges in 4:2:0 is neither snapped nor shifted. Phone
-video's display matrix (a rotation by a multiple of 90 degrees) is applied unless
-``apply_rotation=False``; the time spans of the clips go to a field decoded ``from_field``
-this one (`Decoded.span`), e.g. the file's audio track.
+exactly as drawn: chroma is replicated onto the luma grid for the region, so a box with odd
+edges in 4:2:0 is neither snapped nor shifted. FFmpeg's conversion replicates too for frames of
+even width and height; for odd sizes its swscale interpolates chroma instead, and the two differ
+at sharp colour edges. Phone video's display matrix (a rotation by a multiple of 90 degrees) is
+applied unless ``apply_rotation=False``; the time spans of the clips go to a field decoded
+``from_field`` this one (`Decoded.span`), e.g. the file's audio track.
 """
 
 from __future__ import annotations
@@ -278,7 +279,8 @@ def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation
 def chroma_region(plane: np.ndarray, top: int, left: int, height: int, width: int, sub_y: int,
                   sub_x: int) -> np.ndarray:
     """The luma region (top, left, height, width) of a subsampled chroma plane, each chroma
-    sample repeated ``sub_y`` x ``sub_x`` times (FFmpeg's conversion does so): (height, width).
+    sample repeated ``sub_y`` x ``sub_x`` times (FFmpeg's conversion does so for even frame
+    sizes): (height, width).
     Exact for any region, odd edges included."""
     c0, c1 = top // sub_y, -(-(top + height) // sub_y)
     d0, d1 = left // sub_x, -(-(left + width) // sub_x)
