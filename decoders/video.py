@@ -45,6 +45,8 @@ BIT_DEPTHS = (8, 16)
 RESAMPLINGS = ("bilinear", "bicubic")  # what the fused plane resize honours from the hint
 
 
+MIN_FPS, MAX_FPS = 1e-3, 1e4  # fps= bounds: a frame every 1000 s to high-speed cameras; NaN and inf refused
+
 def video(
     clip_len: int = 16,
     stride: int = 1,
@@ -87,8 +89,8 @@ def video(
         raise ValueError(f"video(clip_len={clip_len}): expected >= 1")
     if stride < 1:
         raise ValueError(f"video(stride={stride}): expected >= 1")
-    if fps is not None and fps <= 0:
-        raise ValueError(f"video(fps={fps}): expected a positive rate or None")
+    if fps is not None and (isinstance(fps, bool) or not (isinstance(fps, (int, float)) and MIN_FPS <= fps <= MAX_FPS)):
+        raise ValueError(f"video(fps={fps}): expected frames per second in [{MIN_FPS:g}, {MAX_FPS:g}] or None")
     if clips_per_video < 1:
         raise ValueError(f"video(clips_per_video={clips_per_video}): expected >= 1")
     if sampling not in SAMPLINGS:

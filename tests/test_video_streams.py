@@ -43,15 +43,21 @@ def film(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_video(root / "film.mkv", render_frames(H, W, FRAMES, seed=9), fps=FPS, gop=8, audio=(tone, 48000, 0.0))
 
 
-def test_a_cover_picture_listed_first_is_not_the_video(film, tmp_path):
-    """Two video tracks, neither flagged default: FFmpeg takes the larger (the film); the decoder
-    read the first (a 32x32 still) and padded a clip of it."""
+def with_cover(film: Path, tmp_path: Path) -> Path:
+    """``film`` remuxed behind a 32x32 still: two video tracks, neither flagged default."""
     cover = tmp_path / "cover.png"
     Image.new("RGB", (32, 32), (255, 0, 0)).save(cover)
     path = tmp_path / "with_cover.mkv"
     subprocess.run([ffmpeg(), "-v", "error", "-y", "-i", str(cover), "-i", str(film), "-map", "0", "-map", "1:v",
                     "-c:v:0", "png", "-c:v:1", "copy", "-disposition:v:0", "0", "-disposition:v:1", "0", str(path)],
                    check=True)
+    return path
+
+
+def test_a_cover_picture_listed_first_is_not_the_video(film, tmp_path):
+    """Two video tracks, neither flagged default: FFmpeg takes the larger (the film); the decoder
+    read the first (a 32x32 still) and padded a clip of it."""
+    path = with_cover(film, tmp_path)
     raw = subprocess.run([ffmpeg(), "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
                          capture_output=True, check=True).stdout
     assert len(raw) == FRAMES * H * W * 3  # FFmpeg takes the film
@@ -89,3 +95,20 @@ def test_the_default_audio_track_is_the_one_decoded(film, tmp_path):
     clip_audio = from_field.decode(blob(path), DecodeHint(span=span), SampleRNG(0, 0, 0, 0), {}).value.numpy()[0]
     (start, end), = span.spans
     assert len(clip_audio) == round((end - start) * RATE) and abs(pitch(clip_audio) - 440) < 40
+
+
+def test_convert_probes_and_transcodes_the_film_not_its_cover(film, tmp_path):
+    """`mediapipe convert` reads the stream the decoders read: the probe and the AV1 transcode
+    of a file with a cover picture listed first describe and keep the film."""
+    from mediapipe.transcode import TranscodeOptions, probe_video, transcode_video
+
+    data = with_cover(film, tmp_path).read_bytes()
+    meta = probe_video(data)
+    assert (meta["height"], meta["width"], meta["frames"]) == (H, W, FRAMES)
+    for codec in ("copy", "av1"):
+        ext, out, meta = transcode_video(data, "mkv", TranscodeOptions(video_codec=codec))
+        assert (meta["height"], meta["width"], meta["frames"]) == (H, W, FRAMES), codec
+        path = tmp_path / f"out_{codec}.{ext}"
+        path.write_bytes(out)
+        dec = mp.decoders.video(clip_len=4, stride=2, sampling="uniform").create()
+        assert dec.probe(blob(path))["frames"] == FRAMES

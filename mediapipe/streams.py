@@ -22,4 +22,6 @@ def main_stream(streams: Any) -> Any:
             size = (ctx.width or 0) * (ctx.height or 0) if stream.type == "video" else (ctx.channels or 0)
         return (not disposition & _ATTACHED_PIC, bool(disposition & _DEFAULT), size)
 
+    if not streams:
+        raise IndexError("no stream of that kind")  # as ``streams[0]`` would
     return max(streams, key=score)  # max keeps the first of equal scores
