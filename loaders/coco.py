@@ -249,6 +249,12 @@ class CocoSource(Source):
         return int(self._ids[self._samples[index]])
 
     def ref(self, index: int) -> SampleRef:
+        return self._ref(index, self.masks)
+
+    def listing_ref(self, index: int) -> SampleRef:
+        return self._ref(index, masks=False)
+
+    def _ref(self, index: int, masks: bool) -> SampleRef:
         i = int(self._samples[index])
         first, count = int(self._first[i]), int(self._count[i])
         rows = slice(first, first + count)
@@ -260,7 +266,7 @@ class CocoSource(Source):
             "iscrowd": torch.from_numpy(self._crowd[rows].copy()),
         }
         height, width = (int(v) for v in self._sizes[i])
-        if self.masks:
+        if masks:
             where = self._where(int(self._ids[i]))
             check_mask_bytes(count, height, width, where)
             ends = self._segment_ends

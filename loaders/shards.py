@@ -30,6 +30,7 @@ from mediapipe.sample import Blob, SampleMeta, SampleRef
 META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
              "channels", "codec", "kind", "bytes")
 VERIFY = (None, "sha256")
+MAX_TARGETS_BYTES = 64 << 20  # one sample's .json member when it carries targets (masks as RLE)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,9 @@ class ShardSource(Source):
 
     ``blobs`` are keyed by extension (``jpg``, ``mkv``, ``flac``...), so the image, video
     and audio decoders find their member, and a manifest's named media (``<key>.mask.png``)
-    by field name (``mask``); numeric manifest fields come back as ``fields``; the label comes from the sample records (the
+    by field name (``mask``); numeric manifest fields come back as ``fields``, and the targets a
+    detection source gave (boxes, labels, masks: read from the ``.json`` member, typed by
+    `field_types`, as the source declared them); the label comes from the sample records (the
     same value as the ``.cls`` member); ``meta(i)`` gives width/height, duration, fps,
     frames, keyframes and sample_rate without any I/O. ``shard_ids`` restricts the source
     to some shards (see `for_rank`). ``verify="sha256"`` checks each shard against the
@@ -235,19 +238,28 @@ class ShardSource(Source):
             indices[sid] = sf.read_index(where.idx, shard_size=st.st_size, samples=entry["samples"])
             self._shards[sid] = ShardFile(where.tar, st.st_size, st.st_mtime_ns,
                                           entry["sha256"] if verify == "sha256" else None)
+        self._types: dict[str, Any] = {}
+        if "field_types" in self.manifest:
+            from mediapipe.loaders.targets import types_from_config
+
+            self._types = types_from_config(self.manifest["field_types"], str(self.root / sf.MANIFEST))
         records = sf.read_samples(self.root, self.manifest["num_samples"])
         pairs = sf.match_records(records, indices, set(entries), where=str(self.root / sf.SAMPLES))
         self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
+        self._targets: list[tuple[str, int, int] | None] = []  # each sample's .json member, when it has targets
         prefixes = {sid: f"{f.name}:" for sid, f in files.items()}
         for record, row in pairs:
             prefix = prefixes[record["shard"]]
             cut = len(record["key"]) + 1  # every name is "<key>.<extension>" (read_index, match_records)
-            media = []
+            media, targets = [], None
             for m in row:
                 ext = m.name[cut:]
                 if ext not in sf.META_EXTENSIONS:  # "jpg" -> blob "jpg"; "mask.png" (a named field) -> blob "mask"
                     media.append((ext.partition(".")[0], prefix + m.name, m.offset, m.size))
+                elif ext == "json" and self._types:
+                    targets = (prefix + m.name, m.offset, m.size)
             self._rows.append((record, tuple(media), {k: record[k] for k in META_KEYS if k in record}))
+            self._targets.append(targets)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -260,11 +272,37 @@ class ShardSource(Source):
     def num_shards(self) -> int:
         return len(self._shards)
 
+    def field_types(self) -> dict[str, Any]:
+        """The types of the targets each sample carries (boxes, labels, masks...), as the source
+        the dataset was converted from declared them; {} for a dataset without targets."""
+        return dict(self._types)
+
     def ref(self, index: int) -> SampleRef:
         record, media, meta = self._rows[index]
         shard = self._shards[record["shard"]]
         blobs = {ext: ShardBlob(name, shard.path, offset, size, shard=shard) for ext, name, offset, size in media}
-        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), dict(record.get("fields", {})))
+        fields = dict(record.get("fields", {}))
+        if self._types:
+            fields.update(self._read_targets(index, shard))
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), fields)
+
+    def _read_targets(self, index: int, shard: ShardFile) -> dict[str, Any]:
+        """Sample ``index``'s targets from its .json member (read from the shard, bounded, checked)."""
+        from mediapipe.loaders.targets import BAD_ANNOTATION, targets_from_json
+
+        where = self._targets[index]
+        if where is None:
+            raise SourceError(f"{self._shards[self._rows[index][0]['shard']].path}: {self._rows[index][0]['key']}",
+                              "no .json member, but the manifest says samples carry targets", category=BAD_ANNOTATION)
+        name, offset, size = where
+        if size > MAX_TARGETS_BYTES:
+            raise SourceError(name, f"{size} bytes, more than the {MAX_TARGETS_BYTES} a sample's targets may take",
+                              category=BAD_ANNOTATION)
+        document = sf.parse_json(ShardBlob(name, shard.path, offset, size, shard=shard).read(), name)
+        if type(document) is not dict or "targets" not in document:
+            raise SourceError(name, "no 'targets' object, but the manifest says samples carry targets",
+                              category=BAD_ANNOTATION)
+        return targets_from_json(document["targets"], self._types, name)
 
     def meta(self, index: int) -> SampleMeta:
         return dict(self._rows[index][2])

@@ -186,14 +186,22 @@ def targets_from_json(obj: Any, types: Mapping[str, FieldType], where: str) -> d
             raise SourceError(where, f"targets[{name!r}]: expected a list, got {type(value).__name__}",
                               category=BAD_ANNOTATION)
         try:
-            array = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise SourceError(where, f"targets[{name!r}]: expected numbers", category=BAD_ANNOTATION) from None
+            array = np.asarray(value)
+        except (TypeError, ValueError):  # ragged
+            array = np.asarray(None)
+        if array.size and array.dtype.kind not in "iuf":
+            raise SourceError(where, f"targets[{name!r}]: expected numbers", category=BAD_ANNOTATION)
+        array = array.astype(np.float64)
         if not np.isfinite(array).all():
             raise SourceError(where, f"targets[{name!r}]: holds a value that is not a finite number",
                               category=BAD_ANNOTATION)
+        if t.kind in (BOXES, KEYPOINTS) and array.size and (
+                array.shape[-1:] != ((4,) if t.kind == BOXES else (2,)) or (t.kind == BOXES and array.ndim != 2)):
+            raise SourceError(where, f"targets[{name!r}]: shape {array.shape}, expected "
+                              f"{'(N, 4)' if t.kind == BOXES else '(N, ..., 2)'}", category=BAD_ANNOTATION)
         if t.kind in (BOXES, KEYPOINTS):
-            out[name] = torch.from_numpy(array.astype(np.float32))
+            empty = (0, 4) if t.kind == BOXES else (0, 2)
+            out[name] = torch.from_numpy(array.astype(np.float32)) if array.size else torch.zeros(empty)
         elif array.size and (array != np.round(array)).any():
             out[name] = torch.from_numpy(array)
         else:
