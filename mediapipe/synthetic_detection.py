@@ -13,6 +13,7 @@ sequential; some images have no objects. Everything is a pure function of the se
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,16 @@ class DetectionDataset:
     images: Path
     labels: Path | None
     classes: tuple[str, ...]
+
+
+def dataset_at(root: str | Path) -> DetectionDataset:
+    """The generated dataset in ``root`` (as `write_detection_dataset` left it)."""
+    root = Path(root)
+    document = json.loads((root / "annotations.json").read_text())
+    classes = tuple(c["name"] for c in sorted(document["categories"], key=lambda c: c["id"]))
+    labels = root / "labels"
+    return DetectionDataset(root, root / "annotations.json", root / "images", labels if labels.is_dir() else None,
+                            classes)
 
 
 def rle_counts(mask: np.ndarray) -> list[int]:
@@ -124,12 +135,13 @@ def write_detection_dataset(root: str | Path, count: int = 16, seed: int = 0, *,
                             heights: tuple[int, int] = (96, 160), widths: tuple[int, int] = (128, 224),
                             objects: tuple[int, int] = (1, 5), empty: float = 0.1, crowd: float = 0.1,
                             flat: bool = False, quality: int = 92, yolo: bool = False,
-                            images_per_background: int = 8) -> DetectionDataset:
+                            images_per_background: int = 8,
+                            on_image: Callable[[int], None] | None = None) -> DetectionDataset:
     """``count`` JPEGs under ``root/images`` with ``root/annotations.json`` (COCO), and with
     ``yolo=True`` a ``root/labels/<stem>.txt`` per image (class cx cy w h, normalised; crowd
     objects included). A share ``empty`` of the images has no objects; the others have
     ``objects`` (low, high inclusive) where they fit. Backgrounds are cut from pictures drawn
-    once per ``images_per_background`` images."""
+    once per ``images_per_background`` images. ``on_image(bytes)`` is called after each image."""
     root = Path(root)
     images_dir = root / "images"
     images_dir.mkdir(parents=True, exist_ok=True)
@@ -152,7 +164,10 @@ def write_detection_dataset(root: str | Path, count: int = 16, seed: int = 0, *,
         image, objs = draw_image(r, background, n, flat=flat, crowd=crowd)
         image_id = 1000 + 7 * i
         name = f"{i:06d}.jpg"
-        (images_dir / name).write_bytes(jpeg_bytes(image, quality=quality))
+        data = jpeg_bytes(image, quality=quality)
+        (images_dir / name).write_bytes(data)
+        if on_image is not None:
+            on_image(len(data))
         images.append({"id": image_id, "file_name": name, "width": w, "height": h})
         lines = []
         for obj in objs:

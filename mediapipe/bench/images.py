@@ -128,6 +128,10 @@ class RepeatedSource(Source):
         n = len(self.inner)
         self.inner.prefetch([i % n for i in indices])
 
+    def field_types(self) -> dict[str, Any]:
+        declared = getattr(self.inner, "field_types", None)  # boxes and labels of a detection source
+        return declared() if callable(declared) else {}
+
     @property
     def classes(self) -> list[str] | None:
         return self.inner.classes
