@@ -163,8 +163,10 @@ class Loader(SamplerDriven):
             self._pool = None
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # not contextlib.suppress: at interpreter exit this module's globals may be gone
             self.close()
+        except Exception:
+            pass
 
     # -- workers ----------------------------------------------------------------------
     def _host_batches(self, tasks: Iterator[BatchTask]) -> tuple[Iterator[HostBatch], ProcessPool | None, bool]:
@@ -264,8 +266,10 @@ class LoaderIterator:
             self.loader._give_back(pool, self._persistent)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # not contextlib.suppress: at interpreter exit this module's globals may be gone
             self.close()
+        except Exception:
+            pass
 
     def _end_of_epoch(self) -> None:
         sampler = self.loader.sampler

@@ -16,7 +16,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 from mediapipe import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources import Source
+from mediapipe.remote import is_remote
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
@@ -238,16 +239,31 @@ class ShardSource(Source):
             indices[sid] = sf.read_index(where.idx, shard_size=st.st_size, samples=entry["samples"])
             self._shards[sid] = ShardFile(where.tar, st.st_size, st.st_mtime_ns,
                                           entry["sha256"] if verify == "sha256" else None)
+        records = sf.read_samples(self.root, self.manifest["num_samples"])
+        self._set_rows(records, indices, set(entries), {sid: f.name for sid, f in files.items()},
+                       where=str(self.root / sf.SAMPLES))
+
+    def __new__(cls, root: str | os.PathLike | None = None, *args: Any, **kwargs: Any) -> ShardSource:
+        """A dataset at a URL (https://, s3://, gs://) is a `RemoteShardSource` (unpickling passes no root)."""
+        if cls is ShardSource and is_remote(root):
+            from mediapipe.loaders.remote_shards import RemoteShardSource
+
+            cls = RemoteShardSource
+        return super().__new__(cls)
+
+    def _set_rows(self, records: list[dict[str, Any]], indices: dict[int, list[list[sf.Member]]],
+                  with_samples: set[int], names: dict[int, str], *, where: str) -> None:
+        """Pair the records with their index entries: (record, media members, meta) per sample, and
+        where each sample's targets are (its .json member) when the manifest says it has some."""
+        pairs = sf.match_records(records, indices, with_samples, where=where)
+        self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
         self._types: dict[str, Any] = {}
         if "field_types" in self.manifest:
             from mediapipe.loaders.targets import types_from_config
 
-            self._types = types_from_config(self.manifest["field_types"], str(self.root / sf.MANIFEST))
-        records = sf.read_samples(self.root, self.manifest["num_samples"])
-        pairs = sf.match_records(records, indices, set(entries), where=str(self.root / sf.SAMPLES))
-        self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
+            self._types = types_from_config(self.manifest["field_types"], where.replace(sf.SAMPLES, sf.MANIFEST))
         self._targets: list[tuple[str, int, int] | None] = []  # each sample's .json member, when it has targets
-        prefixes = {sid: f"{f.name}:" for sid, f in files.items()}
+        prefixes = {sid: f"{name}:" for sid, name in names.items()}
         for record, row in pairs:
             prefix = prefixes[record["shard"]]
             cut = len(record["key"]) + 1  # every name is "<key>.<extension>" (read_index, match_records)
@@ -281,28 +297,33 @@ class ShardSource(Source):
         record, media, meta = self._rows[index]
         shard = self._shards[record["shard"]]
         blobs = {ext: ShardBlob(name, shard.path, offset, size, shard=shard) for ext, name, offset, size in media}
-        fields = dict(record.get("fields", {}))
-        if self._types:
-            fields.update(self._read_targets(index, shard))
-        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), fields)
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta),
+                         self._fields(index, lambda name, offset, size: ShardBlob(name, shard.path, offset, size,
+                                                                                  shard=shard)))
 
-    def _read_targets(self, index: int, shard: ShardFile) -> dict[str, Any]:
-        """Sample ``index``'s targets from its .json member (read from the shard, bounded, checked)."""
+    def _fields(self, index: int, member: Callable[[str, int, int], Blob]) -> dict[str, Any]:
+        """Sample ``index``'s numbers and text, and its targets when the dataset has some: read from
+        its .json member (``member(name, offset, size)`` is its blob), bounded and checked."""
+        record = self._rows[index][0]
+        fields = dict(record.get("fields", {}))
+        if not self._types:
+            return fields
         from mediapipe.loaders.targets import BAD_ANNOTATION, targets_from_json
 
         where = self._targets[index]
         if where is None:
-            raise SourceError(f"{self._shards[self._rows[index][0]['shard']].path}: {self._rows[index][0]['key']}",
-                              "no .json member, but the manifest says samples carry targets", category=BAD_ANNOTATION)
+            raise SourceError(record["key"], "no .json member, but the manifest says samples carry targets",
+                              category=BAD_ANNOTATION)
         name, offset, size = where
         if size > MAX_TARGETS_BYTES:
             raise SourceError(name, f"{size} bytes, more than the {MAX_TARGETS_BYTES} a sample's targets may take",
                               category=BAD_ANNOTATION)
-        document = sf.parse_json(ShardBlob(name, shard.path, offset, size, shard=shard).read(), name)
+        document = sf.parse_json(member(name, offset, size).read(), name)
         if type(document) is not dict or "targets" not in document:
             raise SourceError(name, "no 'targets' object, but the manifest says samples carry targets",
                               category=BAD_ANNOTATION)
-        return targets_from_json(document["targets"], self._types, name)
+        fields.update(targets_from_json(document["targets"], self._types, name))
+        return fields
 
     def meta(self, index: int) -> SampleMeta:
         return dict(self._rows[index][2])
@@ -347,8 +368,11 @@ class ShardSource(Source):
         return config
 
 
-def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None = None) -> ShardSource:
-    """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file).
+def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None = None,
+           **remote: Any) -> ShardSource:
+    """A dataset written by `mediapipe convert` (the folder holding manifest.json, or that file),
+    or its URL (``https://``, ``s3://``, ``gs://``: see `RemoteShardSource`, which takes
+    ``cache_dir``, ``cache_bytes``, ``storage_options`` and ``retry`` as ``remote`` options).
 
     ``by_rank=True`` keeps only this process's shards when torch.distributed is initialised
     (rank r reads shards r, r + W, ...); the loader then does not split them again.
@@ -356,7 +380,9 @@ def shards(path: str | os.PathLike, *, by_rank: bool = False, verify: str | None
     refuses its samples when the digest differs from the manifest's (a disk or copy
     error that sizes and tar headers do not show); each shard is hashed once per process.
     """
-    source = ShardSource(path, verify=verify)
+    if remote and not is_remote(path):
+        raise TypeError(f"shards({str(path)!r}): {sorted(remote)} apply to a dataset at a URL only")
+    source = ShardSource(path, verify=verify, **remote)
     if by_rank:
         from mediapipe.loaders.loader import distributed_rank_and_size
 

@@ -26,7 +26,7 @@ class Source:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.kind:
+        if cls.__dict__.get("kind"):  # a subclass that inherits its kind (remote shards) keeps the base's entry
             _SOURCES[cls.kind] = cls
 
     def __len__(self) -> int:

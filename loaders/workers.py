@@ -431,8 +431,10 @@ class ProcessPool:
             self.control[worker].put((RELEASE, keys))
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # not contextlib.suppress: at interpreter exit this module's globals may be gone
             self.close()
+        except Exception:
+            pass
 
     def close(self) -> None:
         """Stop the workers: asked to when idle, terminated when busy (their results are not

@@ -74,10 +74,12 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, Policy],
     if reference is None:
         raise PipelineError("every sample of a batch failed to load")
     out: dict[str, Any] = {}
-    for name, first in reference.items():
+    for name, first in _fields(reference, present).items():
         values = [s.get(name) if s is not None else None for s in samples]
         if name == "index" and indices is not None:
             values = list(indices)
+        elif isinstance(first, (torch.Tensor, bool, int, float, np.integer, np.floating)):
+            _require_everywhere(name, samples, indices)
         if isinstance(first, torch.Tensor):
             policy = policies.get(name, "stack")
             policy, axis = (policy, -1) if isinstance(policy, str) else policy
@@ -89,6 +91,27 @@ def collate(samples: list[dict[str, Any] | None], policies: dict[str, Policy],
         else:
             out[name] = values
     return out
+
+
+def _fields(reference: dict[str, Any], present: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every field of the batch's samples, each with its first value (a field the first sample
+    lacks is not dropped)."""
+    fields = dict(reference)
+    for sample in present:
+        for name, value in sample.items():
+            fields.setdefault(name, value)
+    return fields
+
+
+def _require_everywhere(name: str, samples: list[dict[str, Any] | None], indices: list[int] | None) -> None:
+    """A tensor or number field must be in every loaded sample: a zero in its place would pass for
+    data. (A text or other field missing from a sample is None in the batch's list.)"""
+    lacking = [i for i, s in enumerate(samples) if s is not None and name not in s]
+    if lacking:
+        which = [indices[i] for i in lacking] if indices is not None else lacking
+        raise PipelineError(f"field {name!r} is missing from sample(s) {which[:8]} of a batch whose other samples "
+                            "have it: give every sample the field (a default in the source or manifest), or "
+                            "leave it out of all of them")
 
 
 def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str, private: bool = False,

@@ -445,7 +445,8 @@ def _plural(n: int, noun: str) -> str:
 def convert(src: Any, out: str | os.PathLike, *, shard_size: str | int = "256MB",
             shuffle: bool = True, seed: int = 0, workers: int = 1, resume: bool = False, engine: str = "local",
             options: TranscodeOptions = DEFAULT_OPTIONS, ray_address: str | None = None,
-            progress: bool = False) -> ConversionResult:
+            progress: bool = False, storage_options: dict[str, Any] | None = None,
+            on_commit: Callable[[dict[str, Any], ShardResult | None], None] | None = None) -> ConversionResult:
     """Convert ``src`` (a folder of class sub-folders, a JSON-lines manifest, a dataset that
     `open_inputs` reads: TFRecord, RecordIO, Parquet, Hugging Face, NeMo, Lhotse, a COCO
     annotation file; or a source: ``mp.loaders.yolo(...)``) into ``out``. A source that declares
@@ -454,7 +455,18 @@ def convert(src: Any, out: str | os.PathLike, *, shard_size: str | int = "256MB"
 
     ``resume=True`` continues a killed run (same inputs and settings), redoing only the
     shards its manifest does not list; the result equals an uninterrupted run byte for byte.
+    ``out`` may be a URL (``s3://bucket/out``: see `mediapipe.convert_remote`, which passes
+    ``storage_options`` to fsspec); ``on_commit(manifest, result)`` runs after each shard is
+    committed, and once more with None when the dataset is complete.
     """
+    from mediapipe.remote import is_remote
+
+    if is_remote(str(out)):
+        from mediapipe.convert_remote import convert_to_store
+
+        return convert_to_store(src, str(out), resume=resume, storage_options=storage_options, shard_size=shard_size,
+                                shuffle=shuffle, seed=seed, workers=workers, engine=engine, options=options,
+                                ray_address=ray_address, progress=progress)
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}: expected one of {ENGINES}")
     if workers < 1:
@@ -493,11 +505,16 @@ def convert(src: Any, out: str | os.PathLike, *, shard_size: str | int = "256MB"
             if engine == "ray" and bar is not None:
                 bar.update(len(result.records) + len(result.failures), bytes=result.bytes_in)
             commit_shard(out, manifest, result)
+            if on_commit is not None:
+                on_commit(manifest, result)
             failed_now += result.failures
     finally:
         if bar is not None:
             bar.close()
-    return _result(out, plan, finish(out, manifest), total_in, start, earlier, failed_now)
+    finished = finish(out, manifest)
+    if on_commit is not None:
+        on_commit(finished, None)
+    return _result(out, plan, finished, total_in, start, earlier, failed_now)
 
 
 def _earlier_work(plan: ConversionPlan, manifest: dict[str, Any], done: set[int]) -> tuple[int, int, int]:

@@ -97,14 +97,20 @@ class Pipeline:
 
     def loader(self, num_workers: int = 0, shuffle: bool = True, drop_last: bool | None = None,
                last_batch: str = "partial", backend: str = "torch", **kwargs: Any) -> Any:
-        """An iterable of device batches (see `Loader`); ``backend="dali"`` lowers the spec to DALI."""
+        """An iterable of device batches (see `Loader`); ``backend="dali"`` lowers the spec to DALI;
+        ``backend="ray"`` runs the sample stage on a Ray cluster (see `RayLoader`)."""
+        if backend == "ray":
+            from mediapipe.loaders.ray_loader import RayLoader
+
+            return RayLoader(self, num_workers=num_workers or 2, shuffle=shuffle, drop_last=drop_last,
+                             last_batch=last_batch, **kwargs)
         if backend == "dali":
             from mediapipe.loaders.dali import DaliLoader
 
             return DaliLoader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
                               last_batch=last_batch, **kwargs)
         if backend != "torch":
-            raise ValueError(f"backend={backend!r}: expected 'torch' or 'dali'")
+            raise ValueError(f"backend={backend!r}: expected 'torch', 'dali' or 'ray'")
         return Loader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
                       last_batch=last_batch, **kwargs)
 

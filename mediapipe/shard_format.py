@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from mediapipe.errors import SourceError
 
@@ -270,10 +270,20 @@ def read_index(path: str | os.PathLike, *, shard_size: int | None = None,
     its size is given, and ``samples`` samples when the manifest gives a count. The file
     itself is refused before it is read when it is larger than such an index can be.
     ``path`` is a real path (see `resolve_shards`): a link in its place is refused."""
-    where = str(path)
-    limit = INDEX_FLOOR_BYTES + (shard_size if shard_size is not None else MAX_MANIFEST_BYTES)
+    limit = index_limit(shard_size)
+    return parse_index(read_bounded(path, limit, "index"), str(path), shard_size=shard_size, samples=samples)
+
+
+def index_limit(shard_size: int | None) -> int:
+    """The most bytes a shard's index can need: refused before it is read when larger."""
+    return INDEX_FLOOR_BYTES + (shard_size if shard_size is not None else MAX_MANIFEST_BYTES)
+
+
+def parse_index(data: bytes, where: str, *, shard_size: int | None = None,
+                samples: int | None = None) -> list[list[Member]]:
+    """`read_index`'s checks on an index's bytes (read from a file or a remote store)."""
     try:
-        lines = read_bounded(path, limit, "index").decode("utf-8").split("\n")
+        lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError as err:
         raise SourceError(where, f"cannot read index: {err}") from err
     head = lines[0].split()
@@ -668,7 +678,12 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
     if not os.path.lexists(path):
         raise SourceError(where, "no manifest.json: not a converted dataset")
     real = dataset_path(os.path.realpath(root), MANIFEST, where=where, field="manifest.json")
-    manifest = parse_json(read_bounded(real, MAX_MANIFEST_BYTES, "manifest"), where)
+    return parse_manifest(read_bounded(real, MAX_MANIFEST_BYTES, "manifest"), where)
+
+
+def parse_manifest(data: bytes, where: str) -> dict[str, Any]:
+    """`read_manifest`'s checks on a manifest's bytes (read from a file or a remote store)."""
+    manifest = parse_json(data, where)
     check_fields(manifest, MANIFEST_SCHEMA, where=where, what="the manifest", field=str)
     if manifest["format"] != FORMAT_NAME:
         raise SourceError(where, f"format {_show.repr(manifest['format'])}, expected {FORMAT_NAME!r}")
@@ -760,12 +775,23 @@ def read_samples(root: str | os.PathLike, num_samples: int | None = None) -> lis
     if num_samples is None:
         num_samples = read_manifest(root).get("num_samples")
     real = dataset_path(os.path.realpath(root), SAMPLES, where=where, field=SAMPLES)
-    limit = SAMPLES_FLOOR_BYTES + SAMPLES_BYTES_PER_RECORD * (num_samples or 0)
-    expected = MAX_SIZE if num_samples is None else num_samples
     fd, _ = open_regular(real, "sample records")
+    with os.fdopen(fd, "rb") as raw:
+        return parse_samples(raw, where, num_samples)
+
+
+def samples_limit(num_samples: int | None) -> int:
+    """The most bytes the sample records of ``num_samples`` samples may inflate to."""
+    return SAMPLES_FLOOR_BYTES + SAMPLES_BYTES_PER_RECORD * (num_samples or 0)
+
+
+def parse_samples(raw: io.BufferedIOBase | BinaryIO, where: str, num_samples: int | None) -> list[dict[str, Any]]:
+    """`read_samples`'s checks on a gzip stream of sample records (a file or downloaded bytes)."""
+    limit = samples_limit(num_samples)
+    expected = MAX_SIZE if num_samples is None else num_samples
     records: list[dict[str, Any]] = []
     try:
-        with os.fdopen(fd, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as f:
             for lineno, line in enumerate(_bounded_lines(f, where, limit, f"{num_samples} samples"), 1):
                 if lineno > expected:
                     raise SourceError(f"{where}:{lineno}", f"more records than the manifest's num_samples "

@@ -97,6 +97,27 @@ def test_outputs_written(bench_run: dict) -> None:
     assert "mediapipe / peer" in text and "samples/s" in text
 
 
+def test_the_tables_explain_their_columns_and_backends(bench_run: dict) -> None:
+    rep = bench_run["report"]
+    text = report.render_table(rep)
+    legend = text.split("\nlegend:\n", 1)[1]
+    for column in ("private", "RSS growth", "input-bound", "PSNR med/min", "mediapipe/peer"):
+        assert f"\n  {column}: " in "\n" + legend, column
+    ran = {r["backend"] for r in rep["results"] if r.get("error") is None}
+    for backend in ran:
+        assert f"\n  {backend}: " in "\n" + legend, backend
+    assert "\n  pyav: " not in "\n" + legend  # only what the report shows
+    assert "## Legend" in report.render_markdown(rep)
+
+
+def test_every_backend_has_its_own_plot_colour() -> None:
+    from mediapipe.bench.legend import BACKENDS as described
+
+    colours = [report.backend_colour(b) for b in scenarios.BACKENDS]
+    assert len(set(colours)) == len(colours)
+    assert set(scenarios.BACKENDS) <= set(described)  # and every backend is in the legend
+
+
 def test_the_fused_paths_psnr_stands_next_to_its_speed(bench_run: dict) -> None:
     rep = bench_run["report"]
     for scenario, op in (("image-train", "RandomResizedCrop"), ("image-eval", "Resize")):

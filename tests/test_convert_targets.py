@@ -185,3 +185,23 @@ def test_a_manifest_or_member_that_lies_about_targets_is_refused(coco_shards, tm
     back = targets_from_json({"masks": masks_to_rle(masks)}, types, "x")["masks"]
     assert torch.equal(back, masks)
     assert targets_from_json({"masks": masks_to_rle(masks[:0])}, types, "x")["masks"].shape == (0, 5, 7)
+
+
+def test_targets_over_http_are_those_on_disk(coco_shards, tmp_path: Path):
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from mediapipe.bench.http_server import RangeServer
+    from mediapipe.remote import Retry
+
+    shutil.copytree(coco_shards, tmp_path / "ds")
+    server = RangeServer(tmp_path)
+    try:
+        remote = mp.loaders.shards(f"{server.url}/ds", retry=Retry(attempts=2, backoff=0.01, timeout=10))
+        local = mp.loaders.shards(coco_shards)
+        assert remote.field_types() == local.field_types()
+        for i in range(len(local)):
+            a, b = local.ref(i).fields, remote.ref(i).fields
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor)
+                                                else a[k] == b[k] for k in a)
+    finally:
+        server.close()

@@ -118,3 +118,29 @@ def test_readme_python_block_runs(number: int, workdir: Path):
         state = torch.load(workdir / "ckpt.pt")
         assert state["loader"]["sampler"]["epoch"] == 2 and state["loader"]["sampler"]["position"] == 0
         assert set(state) == {"model", "optimizer", "loader"}
+
+
+def test_every_file_the_docs_name_is_in_the_repository():
+    """The README and docs/architecture.md stand on their own: each repository path they name
+    in backticks exists, and nothing points outside the repository."""
+    root = Path(__file__).resolve().parent.parent
+    for doc in ("README.md", "docs/architecture.md"):
+        text = (root / doc).read_text()
+        assert "DESIGN.md" not in text and "../shared" not in text, doc
+        named = set(re.findall(r"`((?:docs|examples|benchmarks|mediapipe|loaders|decoders|augment|tests)/[\w/.-]+\.(?:py|md))`",
+                               text))
+        missing = sorted(p for p in named if not (root / p).exists())
+        assert not missing, f"{doc} names files that are not in the repository: {missing}"
+    assert "docs/architecture.md" in (root / "README.md").read_text()
+
+
+def test_the_readme_names_every_dependency_a_plain_install_brings():
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps}
+    shown = {"av": "PyAV", "pillow": "Pillow", "pyyaml": "PyYAML"}
+    sentence = (root / "README.md").read_text().split("needs only", 1)[1].split(". Extras", 1)[0]
+    listed = {w.strip(" ,\n") for w in re.split(r",|\band\b", sentence)}
+    assert {shown.get(n, n) for n in names} == listed, sentence

@@ -31,12 +31,12 @@ def normalize(
     multiply and add on the new tensor (the input is never written).
 
     uint8 input is read as x / 255; float input as it is. ``mean`` and ``std`` have
-    one value per channel. ``x.to(f32).mul_(a).add_(b)`` measured 3x faster than
+    one value per channel. ``x.to(f32).mul_(a).add_(b)`` rather than
     ``torch.addcmul(b, x.to(f32), a)``, whose broadcast of ``b`` to the output is slow.
     ``mirror`` (bool (B,)) flips those samples along ``mirror_dim`` on the way (a fused flip,
     bit-identical to flipping first), sample by sample so each sample's three passes stay in
-    cache; the graph fuses a flip so on the CPU only. 64 images at 224 px took 7.1 ms this way
-    against 9.9 ms for a batch flip, then a batch normalise (two processes at once, as workers).
+    cache; the graph fuses a flip so on the CPU only, where it beats a batch flip then a batch
+    normalise.
     """
     scale = 255.0 if x.dtype == torch.uint8 else 1.0
     c = x.shape[-3]

@@ -152,11 +152,13 @@ class _Repeat:
 
 # -- this library ------------------------------------------------------------------------
 def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, seed: int = 0,
-                       options: dict[str, Any] | None = None) -> Any:
+                       options: dict[str, Any] | None = None, source: Source | None = None) -> Any:
     import mediapipe as mp
 
-    layout = dataset_layout(data)
-    if layout == "folder":
+    layout = dataset_layout(data) if source is None else "given"  # given: the same data read another way
+    if layout == "given":
+        pass
+    elif layout == "folder":
         source = mp.loaders.folder(data)
     elif layout == "manifest":
         source = mp.loaders.manifest(data)

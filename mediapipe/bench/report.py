@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mediapipe.bench.legend import BACKENDS, legend_lines
+
 STAGE_COLUMNS = ("read", "decode", "sample_ops", "collate", "worker_batch_ops", "wait", "host_to_device",
                  "device_ops", "step", "other")
 
@@ -220,6 +222,16 @@ def _stage_rows(report: dict[str, Any], scenario: str) -> list[list[str]]:
     return rows
 
 
+def _legend(report: dict[str, Any]) -> list[str]:
+    """What the shown columns and backends mean (`mediapipe.bench.legend`)."""
+    headers: list[str] = []
+    for scenario in _scenarios(report):
+        if any(r["scenario"] == scenario and r.get("error") is None for r in report["results"]):
+            headers += [h for h, _ in _columns(report, scenario) if h not in headers]
+    backends = list(dict.fromkeys(r["backend"] for r in report["results"] if r.get("error") is None))
+    return legend_lines(headers, backends)
+
+
 def render_table(report: dict[str, Any]) -> str:
     """The terminal report: per scenario, throughput and resources, then stage seconds,
     errors with their reasons, and the ratio of this library to each peer."""
@@ -268,6 +280,11 @@ def render_table(report: dict[str, Any]) -> str:
         for r in across:
             out.append(f"  {r['scenario']:<12} {r['device']:<4} w{r['workers']:<3} {r['backend']} on {r['data']} / "
                        f"{r['backend']} on {r['peer_data']}: {r['ratio']:.2f}x ({r['metric']})")
+    legend = _legend(report)
+    if legend:
+        out.append("")
+        out.append("legend:")
+        out.extend("  " + line for line in legend)
     if report.get("elapsed_s") is not None:
         out.append("")
         out.append(f"finished in {report['elapsed_s']:.0f} s")
@@ -319,6 +336,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                      [[r["scenario"], r["device"], str(r["workers"]), r["backend"], r["data"], r["peer_data"],
                        f"{r['ratio']:.2f}x"] for r in across])
         out.append("")
+    legend = _legend(report)
+    if legend:
+        out += ["## Legend", "", *(f"- {line}" for line in legend), ""]
     return "\n".join(out)
 
 
@@ -328,6 +348,24 @@ def write_json(report: dict[str, Any], path: Path) -> None:
 
 def write_markdown(report: dict[str, Any], path: Path) -> None:
     Path(path).write_text(render_markdown(report))
+
+
+# one colour per backend in every panel and every plot (this library first); as many as backends
+_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
+            "tab:olive", "tab:cyan", "black", "gold", "teal", "navy", "lime", "maroon")
+
+
+def backend_colour(backend: str) -> str:
+    """The plot colour of a backend: fixed by its place in the legend's list of backends."""
+    names = list(BACKENDS)
+    at = names.index(backend) if backend in names else len(names) + sum(map(ord, backend))
+    return _COLOURS[at % len(_COLOURS)]
+
+
+def _dataset_name(report: dict[str, Any], scenario: str) -> str:
+    """The dataset a scenario ran on, as the report names it (its folder's name)."""
+    path = (report.get("datasets", {}).get(scenario) or {}).get("path")
+    return Path(path).name if path else "?"
 
 
 def write_plot(report: dict[str, Any], path: Path) -> None:
@@ -351,12 +389,13 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
             values = [r["samples_per_s"] for r in best]
             errors = [[v - r["samples_per_s_min"] for v, r in zip(values, best)],
                       [r["samples_per_s_max"] - v for v, r in zip(values, best)]]
-            colours = ["tab:blue" if r["backend"] == "mediapipe" else "tab:gray" for r in best]
+            colours = [backend_colour(r["backend"]) for r in best]
             baseline = (_labels(report, scenario) or [None])[0]
             hatches = ["//" if several and r.get("data") != baseline else "" for r in best]  # not the first dataset
             bars.bar(labels, values, yerr=errors, color=colours, capsize=4, hatch=hatches, edgecolor="white")
             cold = ", cold cache" if report.get("settings", {}).get("cold_cache") else ""
-            bars.set_title(f"{scenario}, {top} workers{cold}")
+            dataset = "several datasets" if several else _dataset_name(report, scenario)
+            bars.set_title(f"{scenario} on {dataset}, {top} workers{cold}", fontsize=10)
             bars.set_ylabel(f"{best[0]['unit']}/s (median, min-max)")
             bars.tick_params(axis="x", labelsize=8)
             lines: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
@@ -365,8 +404,8 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
                 lines.setdefault((r["backend"], r["device"], on), []).append((r["workers"], r["samples_per_s"]))
             for (backend, device, on), points in sorted(lines.items()):
                 points.sort()
-                scale.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                           label=f"{backend} {device}" + (f" on {on}" if on else ""))
+                scale.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=backend_colour(backend),
+                           linestyle="-" if device == "cpu" else "--", label=f"{backend} {device}" + (f" on {on}" if on else ""))
             scale.set_xticks(sorted({r["workers"] for r in ok}))
             scale.set_ylim(bottom=0)
             scale.set_xlabel("workers")
@@ -379,6 +418,9 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
         else:
             bars.text(0.5, 0.5, "no backend ran", ha="center", va="center")
             scale.axis("off")
+    machine = report.get("machine", {})
+    gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
+    fig.suptitle(f"mediapipe bench: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}){gpu}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -50,7 +50,8 @@ SCENARIOS = {
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
 BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets", "pyav", "torchcodec",
-            "dav1d", "ceiling")
+            "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http")
+ON_REQUEST = {"image": ("mediapipe-ray", "mediapipe-http")}  # run only when asked for (mediapipe.bench.remote_backends)
 DEVICES = ("cpu", "cuda")
 
 # backend -> runner function of mediapipe.bench.<kind> (a dict when it differs by device)
@@ -106,6 +107,10 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
 
     Cheap: checks what is installed without importing heavy modules (the video and audio
     modules of this package are imported, to see that their runner exists)."""
+    if backend in ON_REQUEST.get(scenario.kind, ()):
+        from mediapipe.bench.remote_backends import why_not as remote_why_not
+
+        return remote_why_not(backend)
     if backend not in scenario.backends:
         if backend not in BACKENDS:
             return f"unknown backend; known: {', '.join(BACKENDS)}"
@@ -157,6 +162,11 @@ def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, wo
                 batch_size: int | None, options: dict[str, Any]) -> Stream:
     """Open ``backend``'s stream of batches for a scenario (in the bench worker process)."""
     scenario = SCENARIOS[scenario_name]
+    if backend in ON_REQUEST.get(scenario.kind, ()):
+        from mediapipe.bench.remote_backends import OPENERS
+
+        return OPENERS[backend](scenario.name, data, device=device, workers=workers, batch_size=batch_size or 64,
+                                options=options)
     if scenario.kind == "image":
         from mediapipe.bench import images
 

@@ -23,6 +23,10 @@ EXAMPLES = """examples:
                                                     the folder against its shards, read from the disk
   mediapipe bench --dataset sample-images --as-shards
                                                     the sample images as a folder and as shards, same run
+  mediapipe bench --backend ray --scenario image-train --workers 2
+                                                    the local loader against its sample stage on Ray
+  mediapipe bench --as-shards --backends mediapipe,mediapipe-http --scenario image-train
+                                                    shards over HTTP (a server on 127.0.0.1) against on disk
 """
 
 
@@ -60,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-cache", action="store_true",
                         help="before each timed repetition, evict the dataset's files (only those) from the page "
                              "cache, so the repetition reads from the disk")
+    parser.add_argument("--backend", choices=("ray",), help="ray: this library's loader locally and with its "
+                        "sample stage on a local Ray (as many CPUs as workers), same run (--backends "
+                        "mediapipe,mediapipe-ray)")
     parser.add_argument("--backends", type=_csv, metavar="LIST",
                         help=f"comma-separated, of {', '.join(BACKENDS)} (default: all that apply)")
     parser.add_argument("--device", type=_csv, metavar="cpu|cuda",
@@ -103,7 +110,8 @@ def settings_from_args(args: argparse.Namespace) -> object:
     return Settings(
         scenarios=scenarios or list(DEFAULT_SCENARIOS), data=args.data, dataset=args.dataset,
         as_shards=args.as_shards, cold_cache=args.cold_cache,
-        backends=args.backends, devices=devices, workers=args.workers or [os.cpu_count() or 1],
+        backends=args.backends or (["mediapipe", "mediapipe-ray"] if args.backend == "ray" else None),
+        devices=devices, workers=args.workers or [os.cpu_count() or 1],
         batches=args.batches, repeats=args.repeats, warmup=args.warmup, batch_size=args.batch_size,
         step_ms=args.step_ms, count=args.count, cache_dir=args.cache_dir, progress=not args.no_progress,
         worker_type=args.worker_type, real_epochs=args.real_epochs, timeout=args.timeout,

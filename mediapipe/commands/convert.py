@@ -14,7 +14,8 @@ from mediapipe.transcode import AUDIO_CODECS, TranscodeOptions
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", help="a folder (class sub-folders become labels), a JSON-lines manifest, a COCO annotation "
                                "file (.json) or, with --labels-dir, a folder of images with YOLO labels")
-    p.add_argument("out", help="the output folder (new, or the one to --resume)")
+    p.add_argument("out", help="the output folder (new, or the one to --resume), or a URL (s3://bucket/out, gs://...; "
+                               "credentials and endpoint from the environment, as the store's own tools read them)")
     g = p.add_argument_group("shards")
     g.add_argument("--shard-size", default="256MB",
                    help="per shard: a size of input bytes (256MB, 1GB) or a sample count (1000); default 256MB")

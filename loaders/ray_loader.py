@@ -1,0 +1,389 @@
+"""The sample stage on a Ray cluster: ``pipe.loader(backend="ray")``.
+
+Ray actors, each holding the pipeline's `BatchBuilder`, read, decode, run the sample-stage
+ops and collate whole batches; each training rank's loader sends them its own batches'
+`BatchTask`s and receives `HostBatch`es through Ray's object store, in order, and runs the
+batch stage on its device exactly as the local `Loader` does (`LoaderIterator` is shared:
+transfer, batch ops, stats, position, epochs). The batches equal the local loader's bit for
+bit: the plan of an epoch and every random draw are keyed by (seed, epoch, index), not by
+which process builds a batch.
+
+Faults cost time, not data: a batch whose actor or node died (or whose result was lost
+with its node) is built again on a live actor, with the same draws, and each batch number
+is delivered once, in order. A replacement actor is started for each one lost, and used
+once Ray has placed it. At most ``max_in_flight`` batches are asked for and not yet
+delivered, so the object store holds a bounded number of batches (backpressure).
+
+Ray is an optional extra (``pip install "mediapipe-loader[ray]"``), imported only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from mediapipe.batch_builder import BatchBuilder
+from mediapipe.errors import WorkerError
+from mediapipe.host_batch import BatchTask, HostBatch
+from mediapipe.loaders.loader import Loader
+
+if TYPE_CHECKING:
+    from mediapipe.loaders.workers import ProcessPool
+    from mediapipe.pipeline import Pipeline
+
+RAY_HINT = 'backend="ray" needs Ray: pip install "mediapipe-loader[ray]"'
+_NUMPY_DTYPES = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+                 torch.float64, torch.bool}
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as err:
+        raise ImportError(RAY_HINT) from err
+    return ray
+
+
+def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's errors that mean "the process or node that held this batch is gone": build it again."""
+    ex = ray.exceptions
+    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "ObjectLostError", "OwnerDiedError",
+             "ObjectReconstructionFailedError", "WorkerCrashedError", "NodeDiedError", "ObjectFetchTimedOutError",
+             "LocalRayletDiedError", "TaskCancelledError")
+    return tuple(getattr(ex, n) for n in names if isinstance(getattr(ex, n, None), type))
+
+
+# -- what travels: numpy arrays (zero-copy in Ray's object store), tensors again here ------
+def _to_arrays(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.numpy() if isinstance(v, torch.Tensor) and v.dtype in _NUMPY_DTYPES and v.device.type == "cpu"
+            else v for k, v in data.items()}
+
+
+def _to_tensors(data: dict[str, Any]) -> dict[str, Any]:
+    """Tensors that own their memory: the object store's read-only buffer is released at once."""
+    return {k: torch.from_numpy(np.array(v, copy=True)) if isinstance(v, np.ndarray) else v
+            for k, v in data.items()}
+
+
+class BatchActor:
+    """A Ray actor: builds host batches (the local loader's worker job) for any loader of this
+    driver; each loader's `BatchBuilder` comes once by reference and is kept (a few at most)."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self.builders: dict[str, BatchBuilder] = {}
+
+    def ready(self) -> tuple[int, str]:
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def build(self, builder: list[Any], task: BatchTask) -> HostBatch:
+        import ray
+
+        ref = builder[0]  # in a list, so Ray hands over the reference, not the object
+        key = ref.hex()
+        found = self.builders.pop(key, None)
+        if found is None:
+            found = ray.get(ref)
+            while len(self.builders) >= self.KEEP:
+                self.builders.pop(next(iter(self.builders)))
+        self.builders[key] = found  # most recently used last
+        host = found(task)
+        host.data = _to_arrays(host.data)
+        return host
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    ready_ref: Any
+    ready: bool = False
+    dead: bool = False
+    pid: int | None = None
+    node: str | None = None
+    busy: int = 0
+
+
+@dataclass
+class _InFlight:
+    task: BatchTask
+    ref: Any
+    actor: _Actor
+    attempts: int = 1
+    lost: list[str] = field(default_factory=list)
+
+
+class ActorPool:
+    """Ray actors that build batches, shared by every loader of this driver with the same CPUs
+    per actor (a training and an evaluation loader do not ask the cluster for twice the CPUs);
+    the pool grows to the most actors a loader asked for, and a lost actor is replaced."""
+
+    def __init__(self, *, num_cpus: float, spread: bool) -> None:
+        ray = import_ray()
+        self.ray, self.size = ray, 0
+        options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 0, "max_concurrency": 1}
+        if spread:
+            options["scheduling_strategy"] = "SPREAD"
+        self._cls = ray.remote(**options)(BatchActor)
+        self.actors: list[_Actor] = []
+        self.replaced = 0
+
+    def grow(self, size: int) -> None:
+        """At least ``size`` actors from now on."""
+        while self.size < size:
+            self.size += 1
+            self._start()
+
+    def _start(self) -> _Actor:
+        handle = self._cls.remote()
+        actor = _Actor(handle, handle.ready.remote())
+        self.actors.append(actor)
+        return actor
+
+    def _poll_ready(self, timeout: float = 0.0) -> None:
+        pending = [a for a in self.actors if not a.ready and not a.dead]
+        if not pending:
+            return
+        done, _ = self.ray.wait([a.ready_ref for a in pending], num_returns=1 if timeout else len(pending),
+                                timeout=timeout, fetch_local=True)
+        done_ids = set(done)
+        for a in pending:
+            if a.ready_ref in done_ids:
+                try:
+                    a.pid, a.node = self.ray.get(a.ready_ref)
+                    a.ready = True
+                except _lost_errors(self.ray):
+                    self.lost(a)
+
+    def live(self) -> list[_Actor]:
+        return [a for a in self.actors if a.ready and not a.dead]
+
+    def pick(self, timeout: float | None) -> _Actor:
+        """The live actor with the fewest batches in flight (waiting for one to start if none is up)."""
+        self._poll_ready()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.live():
+            if not any(not a.dead for a in self.actors):
+                raise WorkerError("every Ray actor of the loader died and none could be started again")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise WorkerError(f"no Ray actor of the loader started within {timeout} s: the cluster has no "
+                                  "free CPU for one (see ray.cluster_resources())")
+            self._poll_ready(timeout=min(left, 1.0) if left is not None else 1.0)
+        return min(self.live(), key=lambda a: a.busy)
+
+    def submit(self, builder: Any, task: BatchTask, timeout: float | None) -> tuple[Any, _Actor]:
+        """Ask the least busy live actor for ``task``'s batch (``builder``: the builder's object ref)."""
+        actor = self.pick(timeout)
+        actor.busy += 1
+        return actor.handle.build.remote([builder], task), actor
+
+    def lost(self, actor: _Actor) -> None:
+        """``actor`` is gone: forget it and start a replacement (Ray places it where there is room)."""
+        if actor.dead:
+            return
+        actor.dead = True
+        with contextlib.suppress(Exception):
+            self.ray.kill(actor.handle, no_restart=True)
+        self.actors.remove(actor)
+        self.replaced += 1
+        self._start()
+
+    @property
+    def pids(self) -> list[int]:
+        self._poll_ready()
+        return [a.pid for a in self.live() if a.pid is not None]
+
+    @property
+    def nodes(self) -> list[str]:
+        self._poll_ready()
+        return [a.node for a in self.live() if a.node is not None]
+
+    def close(self) -> None:
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                self.ray.kill(a.handle, no_restart=True)
+        self.actors, self.size = [], 0
+
+
+_POOLS: dict[tuple[str, float, bool], ActorPool] = {}
+
+
+def shared_pool(num_cpus: float, spread: bool) -> ActorPool:
+    """This driver's pool for actors of ``num_cpus`` CPUs, in the Ray session now connected."""
+    ray = import_ray()
+    key = (ray.get_runtime_context().get_job_id(), num_cpus, spread)
+    pool = _POOLS.get(key)
+    if pool is None:
+        for old in [k for k in _POOLS if k[0] != key[0]]:  # pools of an earlier session: gone with it
+            del _POOLS[old]
+        pool = _POOLS[key] = ActorPool(num_cpus=num_cpus, spread=spread)
+    return pool
+
+
+def stop_actors() -> None:
+    """Stop every batch actor this driver started (they stop anyway with ``ray.shutdown()``)."""
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
+
+
+class RayLoader(Loader):
+    """`Loader` whose sample stage runs on Ray actors (``pipe.loader(backend="ray")``).
+
+    ``num_workers`` actors of ``num_cpus_per_worker`` CPUs each (spread over the cluster's
+    nodes) build the batches; ``prefetch`` batches per actor may be in flight
+    (``max_in_flight`` overrides the total). ``ray_address``: "auto" or "ray://host:10001"
+    joins a running cluster; None joins the one this process already initialised, else
+    starts a local Ray with ``num_cpus`` CPUs (default: one per actor), shut down with the
+    loader. The batch stage runs on this process's device (on a CPU device, in the actors,
+    as the local loader runs it in its workers; ``batch_ops_in_workers`` decides).
+
+    A batch lost with its actor or node is built again on a live actor, at most
+    ``max_retries`` times (a batch that kills every actor it meets raises `WorkerError`);
+    ``timeout`` (seconds, 0: none) bounds the wait for one batch. Everything else (length,
+    epochs, ``state_dict``, ``on_error``, ``stats``, ranks) is the local `Loader`'s.
+    """
+
+    def __init__(self, pipeline: Pipeline, *, num_workers: int = 2, shuffle: bool = True,
+                 drop_last: bool | None = None, last_batch: str = "partial", prefetch: int = 2,
+                 pin_memory: bool | None = None, sampler: Any = None, rank: int | None = None,
+                 world_size: int | None = None, timeout: float = 0.0, batch_ops_in_workers: bool | None = None,
+                 ray_address: str | None = None, num_cpus: int | None = None, num_cpus_per_worker: float = 1.0,
+                 max_in_flight: int | None = None, max_retries: int = 3, spread: bool = True) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers={num_workers}: the Ray backend needs at least one actor")
+        if max_retries < 0:
+            raise ValueError(f"max_retries={max_retries}: expected >= 0")
+        plan = pipeline.plan
+        if batch_ops_in_workers is None:
+            batch_ops_in_workers = pipeline.device.type == "cpu" and not plan.deferred
+        super().__init__(pipeline, num_workers=0, shuffle=shuffle, drop_last=drop_last, last_batch=last_batch,
+                         prefetch=prefetch, pin_memory=pin_memory, sampler=sampler, rank=rank,
+                         world_size=world_size, timeout=timeout, batch_ops_in_workers=batch_ops_in_workers)
+        self.num_workers = num_workers
+        self.max_in_flight = max_in_flight or num_workers * prefetch
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight={max_in_flight}: expected >= 1")
+        self.max_retries = max_retries
+        self.ray_address, self.num_cpus, self.num_cpus_per_worker = ray_address, num_cpus, num_cpus_per_worker
+        self.spread = spread
+        self._actors: ActorPool | None = None
+        self._builder_ref: Any = None  # the builder, put in the object store once per loader
+        self._started_ray = False
+        self.rebuilt = 0  # batches asked for again after their actor or node was lost
+
+    # -- the cluster ------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        ray = import_ray()
+        if not ray.is_initialized():
+            t0 = time.perf_counter()
+            if self.ray_address is None:
+                cpus = self.num_cpus or int(-(-self.num_workers * self.num_cpus_per_worker // 1))
+                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            else:
+                ray.init(address=self.ray_address, log_to_driver=False, configure_logging=False)
+            self._started_ray = True
+            self.stats.seconds["startup"] += time.perf_counter() - t0
+        return ray
+
+    def actors(self) -> ActorPool:
+        """The actor pool (this driver's, shared with its other Ray loaders), started on first use."""
+        if self._actors is None:
+            ray = self._connect()
+            t0 = time.perf_counter()
+            self._actors = shared_pool(self.num_cpus_per_worker, self.spread)
+            self._actors.grow(self.num_workers)
+            self._builder_ref = ray.put(self.builder)
+            self.stats.seconds["startup"] += time.perf_counter() - t0
+        return self._actors
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The pids of the live actors (on their own nodes)."""
+        return self._actors.pids if self._actors is not None else []
+
+    def close(self) -> None:
+        """Let go of the actors (shared with this driver's other Ray loaders; `stop_actors` stops
+        them), and shut down the local Ray this loader started, if it did."""
+        self._actors, self._builder_ref = None, None
+        if self._started_ray:
+            self._started_ray = False
+            stop_actors()
+            with contextlib.suppress(Exception):
+                import_ray().shutdown()
+
+    # -- the iterator's batches ----------------------------------------------------------------
+    def _host_batches(self, tasks: Iterator[BatchTask]) -> tuple[Iterator[HostBatch], ProcessPool | None, bool]:
+        return self._stream(tasks), None, False
+
+    def _stream(self, tasks: Iterator[BatchTask]) -> Iterator[HostBatch]:
+        """The host batches of ``tasks``, in order, each exactly once, at most ``max_in_flight`` asked ahead."""
+        pool = self.actors()
+        builder = self._builder_ref
+        ray = pool.ray
+        lost_errors = _lost_errors(ray)
+        timeout = self.timeout or None
+        tasks = iter(tasks)
+        flight: dict[int, _InFlight] = {}
+        order: deque[int] = deque()
+        try:
+            while True:
+                for task in itertools.islice(tasks, max(0, self.max_in_flight - len(flight))):
+                    ref, actor = pool.submit(builder, task, timeout)
+                    flight[task.number] = _InFlight(task, ref, actor)
+                    order.append(task.number)
+                if not order:
+                    return
+                head = flight[order[0]]
+                try:
+                    host = ray.get(head.ref, timeout=timeout)
+                except ray.exceptions.GetTimeoutError:
+                    raise WorkerError(f"no batch from the Ray actors in {self.timeout} s (batch {head.task.number} "
+                                      f"of epoch {head.task.epoch})") from None
+                except ray.exceptions.RayTaskError as err:  # the builder raised: the sample's own error
+                    cause = getattr(err, "cause", None)
+                    if isinstance(cause, lost_errors):
+                        self._rebuild(pool, builder, flight, head.actor, str(cause), timeout)
+                        continue
+                    if isinstance(cause, BaseException):
+                        raise cause from None
+                    raise
+                except lost_errors as err:
+                    self._rebuild(pool, builder, flight, head.actor, type(err).__name__, timeout)
+                    continue
+                order.popleft()
+                del flight[head.task.number]
+                head.actor.busy -= 1
+                host.data = _to_tensors(host.data)
+                yield host
+        finally:
+            for f in flight.values():  # a pass left early: its batches are not wanted any more
+                with contextlib.suppress(Exception):
+                    ray.cancel(f.ref)
+                f.actor.busy = max(0, f.actor.busy - 1)
+
+    def _rebuild(self, pool: ActorPool, builder: Any, flight: dict[int, _InFlight], dead: _Actor, why: str,
+                 timeout: float | None) -> None:
+        """``dead`` is gone with every batch it held: ask live actors for them again."""
+        pool.lost(dead)
+        for f in sorted((f for f in flight.values() if f.actor is dead), key=lambda f: f.task.number):
+            if f.attempts > self.max_retries:
+                raise WorkerError(f"batch {f.task.number} of epoch {f.task.epoch} (samples "
+                                  f"{f.task.indices.tolist()}) was lost {f.attempts} times with its Ray actor or "
+                                  f"node ({'; '.join([*f.lost, why])}); max_retries={self.max_retries}")
+            f.lost.append(why)
+            f.ref, f.actor = pool.submit(builder, f.task, timeout)
+            f.attempts += 1
+            self.rebuilt += 1

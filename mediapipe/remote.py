@@ -1,0 +1,431 @@
+"""Datasets in object storage (``https://``, ``s3://``, ``gs://``) through fsspec.
+
+A `RemoteStore` is one dataset folder of a store: it names files only inside that folder
+(`remote_name`: no other host, no ``..``, no query), reads exact byte ranges with retries
+and exponential backoff on transient failures (a dropped connection, HTTP 5xx or 429, a
+timeout), refuses at once what retrying cannot fix (403, 404, a server that ignores Range
+or announces another length than the range asked for), and bounds every read before it
+spends memory: a range is exactly its length, a whole small file at most its limit, a
+shard download at most the manifest's size. Errors are `SourceError`s naming the URL.
+
+HTTP(S) goes through fsspec's HTTP file system and its aiohttp session, with the checks
+above applied to each response (fsspec's own ``cat_file`` reads whatever body comes back);
+other protocols through their fsspec file systems (s3fs, gcsfs). fsspec and its protocol
+packages are the ``remote`` extra, imported on first use only.
+
+`ShardCache` keeps whole shards on local disk, bounded in bytes, least recently used
+evicted first; a shard enters it only once its size and sha256 match the manifest's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import random
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mediapipe.errors import SourceError
+
+REMOTE_SCHEMES = ("http", "https", "s3", "gs", "gcs")
+REMOTE_HINT = 'remote datasets need fsspec and its protocol packages: pip install "mediapipe-loader[remote]"'
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")  # one path component: no '/', '%', '?', '#', ':'
+CHUNK = 1 << 20
+PERMANENT_STATUS = {400: "bad request", 401: "authentication required", 403: "access denied",
+                    404: "not found", 410: "gone", 416: "range not satisfiable"}
+
+
+def is_remote(path: object) -> bool:
+    """Whether ``path`` is a URL of a remote store this library reads (http, https, s3, gs)."""
+    if not isinstance(path, str):
+        return False
+    m = _SCHEME.match(path)
+    return m is not None and m.group(1).lower() in REMOTE_SCHEMES
+
+
+def remote_name(name: object, *, where: str, field: str) -> str:
+    """A file name a remote dataset names, refused unless it is a relative path of plain
+    components inside the dataset's folder: no scheme or other host, no ``..``, no query."""
+    if type(name) is not str or not name or len(name) > 1024:
+        raise SourceError(where, f"{field}: expected a file name, got {name!r:.80}")
+    parts = name.split("/")
+    if not all(_SAFE_NAME.fullmatch(p) and p not in (".", "..") for p in parts):
+        raise SourceError(where, f"{field}: {name!r:.80} is not a plain file name inside the dataset folder "
+                          "(another host, '..', an absolute path, a query or an escape)")
+    return name
+
+
+class _Permanent(Exception):
+    """A failure retrying cannot fix: reported at once."""
+
+
+class _Transient(Exception):
+    """A failure worth another try (a dropped connection, a 5xx)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often and how patiently a failed request is tried again (exponential backoff with jitter)."""
+
+    attempts: int = 5
+    backoff: float = 0.2  # seconds before the second try; doubled each time
+    max_backoff: float = 10.0
+    timeout: float = 60.0  # seconds a connection may stay silent
+
+    def delays(self) -> list[float]:
+        return [min(self.max_backoff, self.backoff * 2**i) * (0.5 + random.random() / 2)
+                for i in range(self.attempts - 1)]
+
+
+def _import_fsspec() -> Any:
+    try:
+        import fsspec
+    except ImportError as err:
+        raise ImportError(REMOTE_HINT) from err
+    return fsspec
+
+
+class RemoteStore:
+    """One dataset folder of a remote store: confined names, exact ranged reads, bounded
+    whole-file reads, downloads and uploads, each retried on transient failures.
+
+    Pickles without its file system (each process opens its own, as fsspec's async file
+    systems must not cross a fork)."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, retry: Retry = Retry()) -> None:
+        if not is_remote(url):
+            raise ValueError(f"{url!r} is not a URL of a remote store ({', '.join(REMOTE_SCHEMES)})")
+        self.url = url.rstrip("/")
+        self.protocol = _SCHEME.match(url).group(1).lower()  # type: ignore[union-attr]
+        self.http = self.protocol in ("http", "https")
+        self.storage_options = dict(storage_options or {})
+        self.retry = retry
+        self._fs: Any = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fs": None, "_pid": -1}
+
+    @property
+    def fs(self) -> Any:
+        """This process's fsspec file system for the store."""
+        if self._fs is None or self._pid != os.getpid():
+            fsspec = _import_fsspec()
+            options = dict(self.storage_options)
+            if self.http:
+                try:
+                    import aiohttp
+                except ImportError as err:
+                    raise ImportError(REMOTE_HINT) from err
+                client = dict(options.pop("client_kwargs", {}))
+                client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=self.retry.timeout,
+                                                                   sock_read=self.retry.timeout))
+                options["client_kwargs"] = client
+                options.setdefault("skip_instance_cache", True)
+            try:
+                self._fs = fsspec.filesystem(self.protocol, **options)
+            except ImportError as err:
+                raise ImportError(f"{REMOTE_HINT} ({err})") from err
+            self._pid = os.getpid()
+        return self._fs
+
+    def child(self, name: str) -> str:
+        """The URL of ``name`` (a `remote_name`) inside the folder."""
+        return f"{self.url}/{remote_name(name, where=self.url, field='name')}"
+
+    # -- retries --------------------------------------------------------------------------
+    def _retrying(self, url: str, what: str, attempt: Callable[[], Any]) -> Any:
+        failures: list[str] = []
+        for delay in [*self.retry.delays(), None]:
+            try:
+                return attempt()
+            except SourceError:
+                raise
+            except _Permanent as err:
+                raise SourceError(url, f"{what}: {err}") from None
+            except FileNotFoundError as err:
+                raise SourceError(url, f"{what}: not found (404){_detail(err)}") from None
+            except PermissionError as err:
+                raise SourceError(url, f"{what}: access denied (403){_detail(err)}") from None
+            except (_Transient, OSError, asyncio.TimeoutError, *_client_errors()) as err:
+                failures.append(f"{type(err).__name__}: {err}"[:200])
+                if delay is None:
+                    break
+                time.sleep(delay)
+        raise SourceError(url, f"{what} failed {len(failures)} times; last: {failures[-1]}")
+
+    # -- reads ----------------------------------------------------------------------------
+    def read(self, name: str, start: int, length: int) -> bytes:
+        """Exactly ``length`` bytes of ``name`` from ``start``."""
+        url = self.child(name)
+        if length <= 0:
+            return b""
+        return self._retrying(url, f"reading {length} bytes at offset {start}",
+                              lambda: self._read_once(url, start, length))
+
+    def _read_once(self, url: str, start: int, length: int) -> bytes:
+        if self.http:
+            return self._sync(_http_range(self.fs, url, start, length))
+        data = self.fs.cat_file(url, start=start, end=start + length)
+        if len(data) != length:
+            raise _Transient(f"got {len(data)} bytes of the {length} asked for")
+        return data
+
+    def read_many(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
+        """Several (name, start, length) ranges fetched concurrently, one try each: None where
+        one failed (its reader then tries it again on its own, with retries and its error)."""
+        if not requests:
+            return []
+        urls = [self.child(n) for n, _, _ in requests]
+        try:
+            if self.http:
+                async def gather() -> list[Any]:
+                    return await asyncio.gather(*(_http_range(self.fs, u, s, n) for u, (_, s, n) in
+                                                  zip(urls, requests)), return_exceptions=True)
+                out = self._sync(gather())
+            else:
+                out = self.fs.cat_ranges(urls, [s for _, s, _ in requests], [s + n for _, s, n in requests],
+                                         on_error="return")
+        except Exception:  # noqa: BLE001 - only a prefetch: each read reports its own failure
+            return [None] * len(requests)
+        return [d if isinstance(d, bytes) and len(d) == n else None for d, (_, _, n) in zip(out, requests)]
+
+    def read_small(self, name: str, limit: int, what: str) -> bytes:
+        """A whole file of at most ``limit`` bytes, refused before it is read when larger."""
+        url = self.child(name)
+
+        def once() -> bytes:
+            chunks: list[bytes] = []
+            if self.http:
+                self._sync(_http_get(self.fs, url, limit, chunks.append, what))
+                return b"".join(chunks)
+            size = self.fs.size(url)
+            if size is not None and size > limit:
+                raise _Permanent(f"{what} has {size} bytes, more than the {limit} it can need")
+            with self.fs.open(url, "rb") as f:
+                got = 0
+                while chunk := f.read(min(CHUNK, limit + 1 - got)):
+                    got += len(chunk)
+                    if got > limit:
+                        raise _Permanent(f"{what} has more than the {limit} bytes it can need")
+                    chunks.append(chunk)
+            return b"".join(chunks)
+
+        return self._retrying(url, f"reading the {what}", once)
+
+    def download(self, name: str, dest: Path, size: int, sha256: str | None) -> None:
+        """``name`` into the file ``dest``: exactly ``size`` bytes, with that digest when given."""
+        url = self.child(name)
+
+        def once() -> None:
+            digest = hashlib.sha256()
+            with open(dest, "wb") as out:
+                def sink(chunk: bytes) -> None:
+                    out.write(chunk)
+                    digest.update(chunk)
+
+                if self.http:
+                    got = self._sync(_http_get(self.fs, url, size, sink, "shard"))
+                else:
+                    got = 0
+                    with self.fs.open(url, "rb") as f:
+                        while chunk := f.read(min(CHUNK, size + 1 - got)):
+                            got += len(chunk)
+                            if got > size:
+                                raise _Permanent(f"shard has more than the manifest's {size} bytes")
+                            sink(chunk)
+            if got != size:
+                raise _Permanent(f"shard has {got} bytes, the manifest says {size}")
+            if sha256 is not None and digest.hexdigest() != sha256:
+                raise _Permanent(f"sha256 {digest.hexdigest()} differs from the manifest's {sha256}")
+
+        self._retrying(url, "downloading", once)
+
+    # -- writes ---------------------------------------------------------------------------
+    def exists(self, name: str) -> bool:
+        url = self.child(name)
+        return bool(self._retrying(url, "checking", lambda: self.fs.exists(url)))
+
+    def put_file(self, local: str | os.PathLike, name: str) -> None:
+        url = self.child(name)
+        self._retrying(url, "uploading", lambda: self.fs.put_file(str(local), url))
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        url = self.child(name)
+        self._retrying(url, "uploading", lambda: self.fs.pipe_file(url, data))
+
+    def _sync(self, coro: Any) -> Any:
+        from fsspec.asyn import sync
+
+        fs = self.fs
+        return sync(fs.loop, lambda: coro)
+
+
+def _detail(err: BaseException) -> str:
+    text = str(err)
+    return f" ({text[:200]})" if text else ""
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import aiohttp
+    except ImportError:
+        return ()
+    return (aiohttp.ClientError,)
+
+
+def _check_status(status: int, reason: str | None) -> None:
+    if status in PERMANENT_STATUS:
+        message = PERMANENT_STATUS[status]
+        if status == 404:
+            raise FileNotFoundError(message)
+        if status in (401, 403):
+            raise PermissionError(f"HTTP {status} {reason or message}")
+        raise _Permanent(f"HTTP {status} {reason or message}")
+    if status >= 400:
+        raise _Transient(f"HTTP {status} {reason or ''}".strip())
+
+
+def _declared_length(headers: Any) -> int | None:
+    text = headers.get("Content-Length")
+    if text is None:
+        return None
+    if not text.strip().isdigit() or len(text.strip()) > 19:
+        raise _Permanent(f"bad Content-Length {text[:40]!r}")
+    return int(text)
+
+
+async def _http_range(fs: Any, url: str, start: int, length: int) -> bytes:
+    """One ranged GET: a 206 with exactly this range, read to exactly ``length`` bytes."""
+    session = await fs.set_session()
+    end = start + length - 1
+    headers = {"Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
+    async with session.get(fs.encode_url(url), headers=headers, **fs.kwargs) as r:
+        _check_status(r.status, r.reason)
+        if r.status != 206:
+            raise _Permanent(f"the server ignored the Range request (HTTP {r.status}, not 206 Partial Content): "
+                             "ranged reads need a server that honours Range, or pass cache_dir= to download "
+                             "whole shards")
+        declared = _declared_length(r.headers)
+        if declared is not None and declared != length:
+            raise _Permanent(f"the server announced {declared} bytes for a range of {length}")
+        content_range = r.headers.get("Content-Range", "")
+        if not content_range.startswith(f"bytes {start}-{end}/"):
+            raise _Permanent(f"the server answered the range {start}-{end} with Content-Range {content_range[:60]!r}")
+        data = bytearray()
+        while len(data) < length:
+            chunk = await r.content.read(min(CHUNK, length - len(data)))
+            if not chunk:
+                raise _Transient(f"the connection closed after {len(data)} of {length} bytes")
+            data += chunk
+        return bytes(data)
+
+
+async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any], what: str) -> int:
+    """One whole GET, streamed to ``sink``, refused once it announces or sends more than ``limit``."""
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers={"Accept-Encoding": "identity"}, **fs.kwargs) as r:
+        _check_status(r.status, r.reason)
+        declared = _declared_length(r.headers)
+        if declared is not None and declared > limit:
+            raise _Permanent(f"{what} has {declared} bytes, more than the {limit} it can need")
+        got = 0
+        async for chunk in r.content.iter_chunked(CHUNK):
+            got += len(chunk)
+            if got > limit:
+                raise _Permanent(f"{what} sent more than the {limit} bytes it can need")
+            sink(chunk)
+        if declared is not None and got != declared:
+            raise _Transient(f"the connection closed after {got} of {declared} bytes")
+        return got
+
+
+# -- the local cache of whole shards ----------------------------------------------------------
+class ShardCache:
+    """Whole shards on local disk, at most ``max_bytes`` of them, least recently used evicted
+    first. A shard enters under a name made of its URL and digest, once downloaded whole and
+    checked (size, sha256); processes share the folder (downloads are atomic renames, one
+    process downloads a shard while the others wait for it). A shard larger than the whole
+    cache is not cached (its samples are read by range)."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"cache_bytes={max_bytes}: expected > 0")
+        self.directory, self.max_bytes = Path(directory), int(max_bytes)
+
+    def file_for(self, url: str, size: int, sha256: str | None) -> Path:
+        key = hashlib.sha256(f"{url}\0{size}\0{sha256}".encode()).hexdigest()[:32]
+        return self.directory / f"{key}.tar"
+
+    def fits(self, size: int) -> bool:
+        return size <= self.max_bytes
+
+    def get(self, store: RemoteStore, name: str, size: int, sha256: str | None) -> Path:
+        """The local copy of shard ``name`` (downloaded now if absent), marked as just used."""
+        path = self.file_for(store.child(name), size, sha256)
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == size:
+                _touch(path)
+                return path
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with _locked(path.with_suffix(".lock")):
+            with contextlib.suppress(OSError):
+                if path.stat().st_size == size:  # another process downloaded it meanwhile
+                    _touch(path)
+                    return path
+            self.evict(keep=size)
+            fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".tar", dir=self.directory)
+            os.close(fd)
+            try:
+                store.download(name, Path(tmp), size, sha256)
+                _touch(Path(tmp))
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        return path
+
+    def evict(self, keep: int = 0) -> None:
+        """Remove the least recently used shards until ``keep`` more bytes fit in the bound
+        (a shard being read stays readable: its open descriptor outlives the name)."""
+        entries = []
+        for p in self.directory.glob("*.tar"):
+            with contextlib.suppress(OSError):
+                st = p.stat()
+                entries.append((st.st_mtime_ns, st.st_size, p))
+        total = sum(size for _, size, _ in entries)
+        for _, size, p in sorted(entries):
+            if total + keep <= self.max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                p.unlink()
+                total -= size
+
+
+def _touch(path: Path) -> None:
+    """Mark a cached shard as just used (a fine clock: the file system's own is coarse)."""
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks: two processes may both download (the rename is atomic)
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,238 @@
+"""pipe.loader(backend="ray"): the local loader's batches, resume, errors and stats, bounded
+in-flight batches, and faults (an actor killed, a node removed) that cost time, not data.
+
+One small `ray.cluster_utils.Cluster` (nodes of one CPU each) serves the whole module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+from tests.conftest import state_after, write_image_folder
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node and one more, one CPU each (a third node comes and goes in the fault test)."""
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return write_image_folder(tmp_path_factory.mktemp("ray-images"), 20, scale=0.3)
+
+
+def make_pipeline(root, batch_size: int = 4, **kwargs) -> mp.Pipeline:
+    return mp.Pipeline(source=mp.loaders.folder(root), decode={"image": mp.decoders.image()},
+                       augment=[A.RandomResizedCrop(24, scale=(0.3, 1.0)), A.HorizontalFlip(), A.Normalize()],
+                       batch_size=batch_size, seed=3, device="cpu", **kwargs)
+
+
+def collect(batches) -> list[dict]:
+    return [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in batches]
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert torch.equal(x[k], y[k]), k
+
+
+def ray_loader(pipe, **kwargs):
+    kwargs.setdefault("num_workers", 2)
+    kwargs.setdefault("timeout", 60)
+    return pipe.loader(backend="ray", **kwargs)
+
+
+def test_import_mediapipe_does_not_import_ray():
+    code = ("import sys, mediapipe, mediapipe.pipeline, mediapipe.loaders, mediapipe.loaders.loader; "
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_batches_equal_the_local_loaders_for_each_rank(cluster, images):
+    pipe = make_pipeline(images)
+    for rank, in_workers in ((0, True), (1, False)):  # the batch stage in the actors, then here
+        local = collect(pipe.loader(num_workers=0, rank=rank, world_size=2))
+        loader = ray_loader(pipe, rank=rank, world_size=2, batch_ops_in_workers=in_workers)
+        try:
+            got = collect(loader)
+            assert loader.epoch == 1
+            assert_same(local, got)
+            assert loader.stats.batches == len(local) and loader.stats.samples == sum(len(b["index"]) for b in local)
+            assert loader.stats.seconds["decode"] > 0  # the actors' stage seconds come back with each batch
+        finally:
+            loader.close()
+
+
+def test_resume_mid_epoch_and_next_epoch(cluster, images):
+    pipe = make_pipeline(images)
+    local = pipe.loader(num_workers=0)
+    epoch0, epoch1 = collect(local), collect(local)
+    loader = ray_loader(pipe)
+    try:
+        state = state_after(loader, 2)
+    finally:
+        loader.close()
+    resumed = ray_loader(pipe)
+    resumed.load_state_dict(state)
+    try:
+        assert_same(epoch0[2:], collect(resumed))
+        assert_same(epoch1, collect(resumed))  # the epoch advanced by itself
+    finally:
+        resumed.close()
+
+
+def test_on_error_skip_counts_like_the_local_loader_and_raise_names_the_file(cluster, tmp_path):
+    root = write_image_folder(tmp_path / "imgs", 12, scale=0.3)
+    bad = sorted(root.rglob("*.jpg"))[5]
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    skip = make_pipeline(root, on_error="skip")
+    local = skip.loader(num_workers=0)
+    want = collect(local)
+    loader = ray_loader(skip)
+    try:
+        assert_same(want, collect(loader))
+        assert loader.stats.errors == local.stats.errors and sum(loader.stats.errors.values()) == 1
+        assert str(bad) in loader.stats.failed[0]
+    finally:
+        loader.close()
+    loader = ray_loader(make_pipeline(root))
+    try:
+        with pytest.raises(mp.DecodeError) as err:
+            collect(loader)
+        assert err.value.path == str(bad)  # the builder's own error, not Ray's wrapper
+    finally:
+        loader.close()
+
+
+def test_in_flight_batches_are_bounded(cluster, images):
+    pipe = make_pipeline(images)
+    loader = ray_loader(pipe, max_in_flight=2)
+    pool = loader.actors()
+    submitted, delivered, most = [], [0], [0]
+    submit = pool.submit
+
+    def counting(builder, task, timeout):
+        submitted.append(task.number)
+        most[0] = max(most[0], len(submitted) - delivered[0])
+        return submit(builder, task, timeout)
+
+    pool.submit = counting
+    try:
+        for _ in loader:
+            time.sleep(0.05)  # a slow consumer: the actors must wait for it, not run ahead
+            delivered[0] += 1
+        # two in Ray, plus the one batch the iterator finishes ahead of the consumer (as the local loader does)
+        assert most[0] <= 2 + 1 and len(submitted) == delivered[0] == len(loader)
+    finally:
+        del pool.submit  # (the pool is shared with the other tests' loaders)
+        loader.close()
+
+
+def test_two_iterators_on_one_loader_each_get_every_batch(cluster, images):
+    pipe = make_pipeline(images)
+    want = collect(pipe.loader(num_workers=0))
+    loader = ray_loader(pipe)
+    try:
+        a, b = iter(loader), iter(loader)
+        got_a, got_b = [], []
+        for x, y in zip(a, b):
+            got_a.append(x)
+            got_b.append(y)
+        assert_same(want, collect(got_a))
+        assert_same(want, collect(got_b))
+    finally:
+        loader.close()
+
+
+def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images):
+    pipe = make_pipeline(images)
+    want = collect(pipe.loader(num_workers=0))
+    loader = ray_loader(pipe)
+    try:
+        it = iter(loader)
+        got = [next(it)]
+        os.kill(loader.worker_pids[0], signal.SIGKILL)
+        got += list(it)
+        assert_same(want, collect(got))  # none missing, none twice, same values
+        assert loader.actors().replaced >= 1
+        # resume after a fault: a state taken after it continues where it says
+        state = state_after(loader, 3)
+        os.kill(loader.worker_pids[-1], signal.SIGKILL)
+    finally:
+        loader.close()
+    resumed = ray_loader(pipe)
+    resumed.load_state_dict(state)
+    try:
+        local = pipe.loader(num_workers=0)
+        local.set_epoch(1)
+        assert_same(collect(local)[3:], collect(resumed))
+    finally:
+        resumed.close()
+
+
+def test_a_batch_that_kills_every_actor_fails_after_max_retries(cluster, images):
+    class _Crash(A.Normalize):  # (local: pickled by value, as a script's own op would be)
+        """An op whose kernel kills its process (a decoder's segfault, as the actor sees it)."""
+
+        def apply_fields(self, data, params):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
+                       augment=[A.RandomResizedCrop(24), _Crash()], batch_size=4, seed=0, device="cpu")
+    loader = ray_loader(pipe, max_retries=1, num_workers=1)
+    try:
+        with pytest.raises(mp.WorkerError, match="lost 2 times"):
+            collect(loader)
+    finally:
+        loader.close()
+
+
+def test_a_node_removed_mid_epoch_loses_no_batch(cluster, images):
+    pipe = make_pipeline(images, batch_size=2)
+    want = collect(pipe.loader(num_workers=0))
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    loader = ray_loader(pipe, num_workers=3)  # one actor per CPU: one of them lives on the new node
+    try:
+        pool = loader.actors()
+        deadline = time.monotonic() + 60
+        while len(pool.nodes) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert node.node_id in pool.nodes
+        it = iter(loader)
+        got = [next(it)]  # every actor holds batches of the epoch now
+        cluster.remove_node(node)
+        got += list(it)
+        indices = [int(i) for b in got for i in b["index"]]
+        assert len(indices) == len(set(indices)) == 20  # none missing, none twice
+        assert_same(want, collect(got))
+        assert loader.rebuilt >= 1  # the removed node's batches were built again elsewhere
+    finally:
+        loader.close()
