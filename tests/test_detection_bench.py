@@ -3,7 +3,6 @@ DALI's COCO pipeline on one generated COCO-format dataset in the same run; the b
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,15 +10,9 @@ import pytest
 import torch
 
 from mediapipe.bench import datasets, detection, scenarios
+from mediapipe.bench.scenarios import _installed
 from mediapipe.cli import main
 from mediapipe.synthetic_detection import write_detection_dataset
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @pytest.fixture(scope="module")

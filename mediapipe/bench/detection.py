@@ -24,7 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.images import IMAGENET_MEAN, IMAGENET_STD, RepeatedSource, _Repeat, _touch_image, passes
+from mediapipe.bench.images import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    RepeatedSource,
+    _touch_image,
+    dataloader_stream,
+    passes,
+)
 from mediapipe.bench.streams import EpochStream, Stream
 
 SCENARIO = "detection-train"
@@ -106,25 +113,14 @@ def collate_detection(batch: list[tuple[Any, dict[str, Any]]]) -> tuple[Any, lis
 
 def open_torchvision(data: Path, *, device: str, workers: int, batch_size: int, options: dict[str, Any]) -> Stream:
     """CocoDetection (Pillow, pycocotools) wrapped for transforms v2 + DataLoader, same workers."""
-    import torch
     from torchvision.datasets import CocoDetection, wrap_dataset_for_transforms_v2
 
     annotations, images = coco_paths(data)
     dataset = CocoDetection(str(images), str(annotations), transforms=torchvision_transform())
     dataset.ids = [i for i in dataset.ids if dataset.coco.getAnnIds(imgIds=i)]  # as torchvision's references do
     dataset = wrap_dataset_for_transforms_v2(dataset, target_keys=("boxes", "labels", "image_id"))
-    dataset = _Repeat(dataset, passes(options, batch_size, len(dataset)))
-    cuda = device.startswith("cuda")
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                         drop_last=True, pin_memory=cuda, collate_fn=collate_detection)
-    target = torch.device(device)
-
-    def samples(batch: Any) -> int:
-        images = batch[0].to(target, non_blocking=cuda) if cuda else batch[0]
-        _touch_image({"image": images})
-        return int(images.shape[0])
-
-    return EpochStream(lambda: loader, buffered=workers * 2 if workers else 0, samples=samples)
+    return dataloader_stream(dataset, device=device, workers=workers, batch_size=batch_size, shuffle=True,
+                             options=options, collate_fn=collate_detection)
 
 
 # -- DALI by hand -----------------------------------------------------------------------------

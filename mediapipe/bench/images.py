@@ -347,7 +347,6 @@ class _ShardImages:
 def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                      options: dict[str, Any]) -> Stream:
     """ImageFolder (Pillow) + transforms v2 + DataLoader, same workers, batch 64, defaults otherwise."""
-    import torch
     from torchvision.datasets import ImageFolder
 
     layout = dataset_layout(data)
@@ -360,10 +359,20 @@ def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, ba
         dataset = _ManifestImages(manifest_rows(data), transform)
     else:
         dataset = _ShardImages(converted_images(data), transform)
+    return dataloader_stream(dataset, device=device, workers=workers, batch_size=batch_size,
+                             shuffle=scenario == TRAIN, options=options)
+
+
+def dataloader_stream(dataset: Any, *, device: str, workers: int, batch_size: int, shuffle: bool,
+                      options: dict[str, Any], collate_fn: Any = None) -> Stream:
+    """A torch DataLoader over ``dataset`` (repeated for a long epoch; batch ``[0]`` holds the
+    images) as a stream: the baselines' loader, defaults otherwise."""
+    import torch
+
     dataset = _Repeat(dataset, passes(options, batch_size, len(dataset)))
     cuda = device.startswith("cuda")
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
-                                         num_workers=workers, drop_last=True, pin_memory=cuda)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
+                                         drop_last=True, pin_memory=cuda, collate_fn=collate_fn)
     target = torch.device(device)
 
     def samples(batch: Any) -> int:
