@@ -18,6 +18,7 @@ import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import SourceError
 from mediapipe.synthetic_detection import CATEGORIES, find_flat_objects
+from tests.conftest import state_after
 
 
 def coco_json(dataset) -> dict:
@@ -191,14 +192,19 @@ def test_source_pickles_and_round_trips_through_the_config(detection_dataset):
     assert torch.equal(a["boxes"], b["boxes"]) and torch.equal(a["image"], b["image"])
 
 
-def test_the_same_seed_gives_the_same_boxes_with_or_without_workers(detection_dataset):
+def test_the_same_seed_gives_the_same_boxes_with_or_without_workers_and_after_a_resume(detection_dataset):
     source = mp.loaders.coco(detection_dataset.annotations, detection_dataset.images)
     pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, [A.RandomResizedCrop(64), A.HorizontalFlip()],
                        batch_size=4, seed=9, device="cpu")
     inline = [b["boxes"] for b in pipe.loader(num_workers=0)]
     workers = [b["boxes"] for b in pipe.loader(num_workers=2)]
-    assert len(inline) == len(workers) == 4
+    resumed = pipe.loader(num_workers=0)
+    resumed.load_state_dict(state_after(pipe.loader(num_workers=0), 2))
+    rest = [b["boxes"] for b in resumed]
+    assert len(inline) == len(workers) == 4 and len(rest) == 2
     for x, y in zip(inline, workers):
+        assert all(torch.equal(p, q) for p, q in zip(x, y))
+    for x, y in zip(inline[2:], rest):
         assert all(torch.equal(p, q) for p, q in zip(x, y))
 
 
