@@ -113,7 +113,30 @@ class RandomResizedCrop(Op):
 
 
 @dataclass(frozen=True)
-class Resize(Op):
+class _Resizing(Op):
+    """Shared by the resizes whose size is drawn per sample (``params["size"]``, (H, W)): every
+    spatial field resized to it (masks nearest, boxes and keypoints scaled), fused into the image
+    or video decoder (DCT-scaled decoding) unless the interpolation is nearest. Subclasses define
+    ``interpolation`` and ``antialias``."""
+
+    functional = S.resize
+    batched = False
+
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return S.resize(x, tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias,
+                        **_meta(field, canvas_size))
+
+    def fusable(self, field_type: FieldType) -> bool:
+        return field_type.kind in (IMAGE, VIDEO)
+
+    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
+        if self.interpolation.startswith("nearest"):
+            return None
+        return DecodeHint(size=tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias)
+
+
+@dataclass(frozen=True)
+class Resize(_Resizing):
     """Resize: the shorter side to ``size`` (int), exactly to (height, width), or the longer
     side to ``max_size`` (``size=None``); ``max_size`` also caps the longer side of an int resize.
 
@@ -130,8 +153,6 @@ class Resize(Op):
     max_size: int | None = None
     interpolation: str = "bilinear"
     antialias: bool = True
-    functional = S.resize
-    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,18 +181,6 @@ class Resize(Op):
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"size": self.output_size(*meta["size"])}
-
-    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
-        return S.resize(x, tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias,
-                        **_meta(field, canvas_size))
-
-    def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
-
-    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        if self.interpolation.startswith("nearest"):
-            return None
-        return DecodeHint(size=tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias)
 
 
 @dataclass(frozen=True)

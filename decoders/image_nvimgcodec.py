@@ -22,7 +22,14 @@ import numpy as np
 import torch
 
 from mediapipe.decoders.base import _NO_RNG, DecodeHint
-from mediapipe.decoders.image import ImageDecoder, check_hint, hwc_to_chw, jpeg_is_progressive, plan_decode
+from mediapipe.decoders.image import (
+    ImageDecoder,
+    check_hint,
+    hwc_to_chw,
+    jpeg_is_complete,
+    jpeg_is_progressive,
+    plan_decode,
+)
 from mediapipe.decoders.image_turbo import TurboImageDecoder
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
@@ -105,6 +112,8 @@ class NvImageCodecImageDecoder(ImageDecoder):
         height, width, _ = header
         self.check_pixels(width, height, name)
         if plan_decode(hint, (height, width)).denominator != 1:
+            return False
+        if not jpeg_is_complete(data):  # a region decode stops below the region: the turbo path reports it
             return False
         return self.on_gpu or (hint.roi is not None and not jpeg_is_progressive(data))
 

@@ -24,7 +24,7 @@ from mediapipe.device_stage import finish_deferred
 from mediapipe.errors import PipelineError
 from mediapipe.host_batch import BatchTask, HostBatch
 from mediapipe.loaders.samplers import BatchSampler
-from mediapipe.loaders.sampling import build_sampler, distributed_rank_and_size, resolve_ranks
+from mediapipe.loaders.sampling import build_sampler, distributed_rank_and_size, may_pad, resolve_ranks
 from mediapipe.loaders.workers import ProcessPool, run_inline, run_threads, warm_start
 from mediapipe.plan import Plan
 from mediapipe.stats import StageStats
@@ -217,7 +217,7 @@ class LoaderIterator:
         if self.start > self.length:
             raise PipelineError(f"resume position {self.start} is past the {self.length} batches of epoch {self.epoch}")
         self.delivered = 0
-        with_valid = bool(getattr(sampler, "may_pad", getattr(sampler, "last_batch", None) == "pad"))
+        with_valid = may_pad(sampler)
         ranks = loader.ranks
         tasks = (BatchTask(self.start + i, self.epoch, b.indices, b.valid, with_valid, ranks.rank, ranks.world_size)
                  for i, b in enumerate(planned[self.start:]))
