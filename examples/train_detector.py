@@ -15,8 +15,9 @@ What each batch holds (B images):
   image_id  int64 (B,): the COCO image id of each sample.
 
 torchvision's detection models take a list of images and a list of {"boxes", "labels"} dicts,
-with label 0 kept for the background: labels go in shifted by one. A box that a crop cut to
-(almost) nothing is dropped before the loss, as a degenerate box would make it fail.
+with label 0 kept for the background: labels go in shifted by one. A box that the crop cut to
+nothing would make the loss fail: SanitizeBoundingBoxes drops it, and the same rows of labels
+and iscrowd, as torchvision's does.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-
-MIN_BOX_SIDE = 1.0  # pixels: thinner boxes (cut by a crop) are left out of the loss
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,7 +65,9 @@ def detection_pipeline(annotations: Path, images: Path | None, args: argparse.Na
         decode={"image": mp.decoders.image()},
         augment=[
             # every geometric op moves the image and its boxes with one draw
-            A.RandomResizedCrop(args.size, scale=(0.5, 1.0), ratio=(0.75, 1.333)),  # fused into the JPEG decode
+            A.RandomIoUCrop(),                     # SSD's crop: fused into the JPEG decode (its region only)
+            A.Resize((args.size, args.size)),
+            A.SanitizeBoundingBoxes(),             # boxes the crop cut to nothing go, with their labels, iscrowd
             A.HorizontalFlip(),
             A.ColorJitter(brightness=0.2, contrast=0.2),  # the image only: boxes stay where they are
             A.ToDtype("float32", scale=True),
@@ -76,13 +77,10 @@ def detection_pipeline(annotations: Path, images: Path | None, args: argparse.Na
 
 
 def model_targets(batch: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
-    """torchvision's targets: per image, the boxes of real objects (not crowd regions, not cut to
-    nothing) and their labels shifted by one (0 is the background)."""
-    targets = []
-    for boxes, labels, crowd in zip(batch["boxes"], batch["labels"], batch["iscrowd"]):
-        keep = (crowd == 0) & (boxes[:, 2] - boxes[:, 0] >= MIN_BOX_SIDE) & (boxes[:, 3] - boxes[:, 1] >= MIN_BOX_SIDE)
-        targets.append({"boxes": boxes[keep], "labels": labels[keep] + 1})
-    return targets
+    """torchvision's targets: per image, the boxes of objects (not crowd regions) and their labels
+    shifted by one (0 is the background). SanitizeBoundingBoxes already dropped degenerate boxes."""
+    return [{"boxes": boxes[crowd == 0], "labels": labels[crowd == 0] + 1}
+            for boxes, labels, crowd in zip(batch["boxes"], batch["labels"], batch["iscrowd"])]
 
 
 def main(argv: list[str] | None = None) -> list[float]:

@@ -3,11 +3,12 @@
 A detection sample carries, besides its image, one row per object: ``boxes`` (float32 (N, 4),
 pixels, in the declared format), ``labels`` (int64 (N,), indices into ``source.classes``),
 and for COCO ``iscrowd`` (int64 (N,)) and on request ``masks`` (uint8 (N, H, W), one binary
-mask per object). `detection_types` declares them (so every op knows what it transforms),
-`clamped_boxes` puts boxes in the asked format, `decode_masks` turns
-COCO polygons and RLE into masks with pycocotools, and `targets_to_json` / `targets_from_json`
-write them into a converted dataset's ``.json`` member and read them back, masks as
-compressed RLE, so that the round trip is exact.
+mask per object). `detection_types` declares them, the last three per object
+(`mediapipe.fields.per_object`): every geometric op moves the boxes and masks with the pixels,
+and `SanitizeBoundingBoxes` drops the same rows of each. `clamped_boxes` puts boxes in the
+asked format, `decode_masks` turns COCO polygons and RLE into masks with pycocotools, and
+`targets_to_json` / `targets_from_json` write them into a converted dataset's ``.json`` member
+and read them back, masks as compressed RLE, so that the round trip is exact.
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ import numpy as np
 import torch
 
 from mediapipe.errors import SourceError
-from mediapipe.fields import BOX_FORMATS, BOXES, KEYPOINTS, MASK, OTHER, FieldType, boxes, field_type
+from mediapipe.fields import (
+    BOX_FORMATS,
+    BOXES,
+    KEYPOINTS,
+    LABEL,
+    MASK,
+    OTHER,
+    FieldType,
+    boxes,
+    field_type,
+    per_object,
+)
 
 OBJECT_COLLATES = ("list", "pad")
 MAX_MASK_BYTES = 1 << 30  # one sample's masks (N x H x W bytes): more is refused, not allocated
@@ -34,11 +46,11 @@ def detection_types(box_format: str, *, crowd: bool, masks: bool, collate: str =
         raise ValueError(f"collate={collate!r}: expected one of {OBJECT_COLLATES}")
     if box_format not in BOX_FORMATS:
         raise ValueError(f"box_format={box_format!r}: expected one of {BOX_FORMATS}")
-    types = {"boxes": boxes(box_format, collate=collate), "labels": FieldType(OTHER, collate=collate)}
+    types = {"boxes": boxes(box_format, collate=collate), "labels": per_object(LABEL, collate=collate)}
     if crowd:
-        types["iscrowd"] = FieldType(OTHER, collate=collate)
+        types["iscrowd"] = per_object(OTHER, collate=collate)
     if masks:
-        types["masks"] = FieldType(MASK, collate="list")
+        types["masks"] = per_object(MASK, collate="list")  # (N, H, W): one object axis only where sizes agree
     return types
 
 
@@ -123,8 +135,8 @@ def types_from_config(config: Any, where: str) -> dict[str, FieldType]:
     for name, value in config.items():
         try:
             types[name] = field_type(value)
-            if types[name].kind not in (BOXES, KEYPOINTS, MASK, OTHER):
-                raise ValueError(f"a {types[name].kind} field is not a target")
+            if not types[name].rows_are_objects:
+                raise ValueError(f"a {types[name]} field is not a target (one row per object)")
         except (TypeError, ValueError) as err:
             raise SourceError(where, f"field_types[{name!r}]: {err}") from None
     return types

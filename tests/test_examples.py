@@ -191,11 +191,11 @@ def test_detector_trains_on_a_coco_format_dataset(examples, capsys, detection_da
     assert "16 images, 6 classes: apple, brick" in out and re.search(r"step +2 +loss \d", out)
 
 
-def test_detector_targets_leave_out_crowd_regions_and_cut_boxes(examples):
+def test_detector_targets_leave_out_crowd_regions(examples):
     module = examples("train_detector")
-    batch = {"boxes": [torch.tensor([[0.0, 0, 10, 10], [5, 5, 5.5, 20], [1, 1, 30, 30]]), torch.zeros(0, 4)],
+    batch = {"boxes": [torch.tensor([[0.0, 0, 10, 10], [5, 5, 7, 20], [1, 1, 30, 30]]), torch.zeros(0, 4)],
              "labels": [torch.tensor([0, 1, 2]), torch.zeros(0, dtype=torch.int64)],
              "iscrowd": [torch.tensor([0, 0, 1]), torch.zeros(0, dtype=torch.int64)]}
     first, second = module.model_targets(batch)
-    assert first["boxes"].tolist() == [[0, 0, 10, 10]] and first["labels"].tolist() == [1]  # 0 is the background
+    assert first["boxes"].tolist() == [[0, 0, 10, 10], [5, 5, 7, 20]] and first["labels"].tolist() == [1, 2]
     assert second["boxes"].shape == (0, 4) and second["labels"].shape == (0,)

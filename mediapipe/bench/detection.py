@@ -56,12 +56,16 @@ def coco_paths(data: Path) -> tuple[Path, Path]:
 
 # -- this library ------------------------------------------------------------------------
 def mediapipe_ops() -> list[Any]:
-    """The scenario's ops: the resize in the sample stage; the flip is done by Normalize while it
-    writes the batch (on the CPU), and still moves the boxes. (The IoU crop and the sanitize step
-    join when the detection ops land.)"""
+    """The scenario's ops: the IoU crop (fused into the JPEG decode: only its region is decoded),
+    the resize and the sanitize step in the sample stage; the flip is done by Normalize while it
+    writes the batch (on the CPU), and still moves the boxes."""
     from mediapipe import augment as A
 
-    return [A.Resize((SIZE, SIZE)), A.HorizontalFlip(), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return [A.RandomIoUCrop(min_scale=CROP_SCALE[0], max_scale=CROP_SCALE[1], min_aspect_ratio=CROP_ASPECT[0],
+                            max_aspect_ratio=CROP_ASPECT[1], sampler_options=(*IOU_THRESHOLDS, 2.0),
+                            trials=CROP_TRIALS),
+            A.Resize((SIZE, SIZE)), A.SanitizeBoundingBoxes(), A.HorizontalFlip(),
+            A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
 def mediapipe_pipeline(data: Path, device: str, batch_size: int, seed: int = 0,
