@@ -456,16 +456,19 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
 
 
 def describe_detection(path: Path, info: dict[str, Any]) -> dict[str, Any]:
-    """Images, objects per image, mean file size and megapixels of a detection dataset."""
+    """Samples (the images with objects, which the detection scenario reads), objects per such
+    image, mean file size and megapixels of a detection dataset."""
     from mediapipe.bench.detection import coco_paths
 
     annotations, images = coco_paths(path)
     document = json.loads(annotations.read_text())
-    files = [images / image["file_name"] for image in document["images"]]
-    sizes = [p.stat().st_size for p in files if p.exists()]
-    info.update(layout="coco", samples=len(files), objects_per_image=len(document["annotations"]) / max(1, len(files)),
+    owners = {a["image_id"] for a in document["annotations"]}
+    used = [image for image in document["images"] if image["id"] in owners]
+    sizes = [(images / image["file_name"]).stat().st_size for image in used]
+    info.update(layout="coco", samples=len(used), images=len(document["images"]),
+                objects_per_image=len(document["annotations"]) / max(1, len(used)),
                 mean_bytes=float(np.mean(sizes)) if sizes else None,
-                mean_megapixels=float(np.mean([i["width"] * i["height"] for i in document["images"]])) / 1e6)
+                mean_megapixels=float(np.mean([i["width"] * i["height"] for i in used] or [0])) / 1e6)
     return info
 
 
