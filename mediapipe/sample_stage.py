@@ -15,7 +15,7 @@ import torch
 
 from mediapipe.augment.base import CanvasError, ObjectCountError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
-from mediapipe.errors import DecodeError
+from mediapipe.errors import DecodeError, LimitError
 from mediapipe.fields import BOXES, LABEL, OBJECTS
 from mediapipe.host_batch import Deferred
 from mediapipe.plan import Plan
@@ -101,6 +101,18 @@ class SampleStage:
             value = value.to(torch.int64)
         return value
 
+    def check_output_size(self, params: Params, op: Any, key: str) -> None:
+        """An op's drawn output size within the pipeline's ``max_pixels``, before it allocates: a
+        resize's size follows the input's aspect ratio, so a 1 x 60000 image (under the limit)
+        resized to a shorter side of 256 would be 256 x 15 million pixels."""
+        size, limit = params.get("size"), self.plan.limits.max_pixels
+        if limit is None or size is None or len(size) != 2:
+            return
+        height, width = (int(v) for v in size)
+        if height * width > limit:
+            raise LimitError(key, type(op).__name__, f"output of {height}x{width} = {height * width} pixels is above "
+                             f"max_pixels={limit}")
+
     def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
                 done: set, *, deferred: bool, key: str | None = None) -> None:
         """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
@@ -119,6 +131,7 @@ class SampleStage:
                     op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape),
                                "fields": {f: data[f] for f in p.op.draws_on()}}
                     params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+                    self.check_output_size(params, p.op, key or f"sample {index}")
                     canvas = None
                 else:  # fused: drawn on the size the decoder saw
                     canvas = params_cache.get(canvas_key(p.index))
@@ -166,6 +179,7 @@ class SampleStage:
             if params is None:  # a draw on a source's boxes (RandomIoUCrop) has them before decoding
                 draw_meta = {**meta, "fields": {f: data[f] for f in fused.op.draws_on()}}
                 params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), draw_meta)
+                self.check_output_size(params, fused.op, ref.key)
                 params_cache[fused.index] = params
                 params_cache[canvas_key(fused.index)] = meta.get("size")
             hint = fused.op.decode_hint(params, meta) or NO_HINT
