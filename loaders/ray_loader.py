@@ -291,7 +291,8 @@ class RayLoader(Loader):
             t0 = time.perf_counter()
             if self.ray_address is None:
                 cpus = self.num_cpus or int(-(-self.num_workers * self.num_cpus_per_worker // 1))
-                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
             else:
                 ray.init(address=self.ray_address, log_to_driver=False, configure_logging=False)
             self._started_ray = True

@@ -20,7 +20,7 @@ pytest.importorskip("torchvision")
 # what the self-check must not need: it runs where torch, torchvision and torchaudio are
 # preinstalled and only PyAV, nvImageCodec, simplejpeg and soxr are brought along
 NOT_NEEDED = ("yaml", "tqdm", "pytest", "matplotlib", "datasets", "pyarrow", "ray", "webdataset", "lhotse",
-              "tfrecord", "crc32c", "soundfile", "imageio_ffmpeg", "torchcodec")
+              "tfrecord", "crc32c", "soundfile", "imageio_ffmpeg", "torchcodec", "pycocotools", "fsspec", "moto")
 
 
 @pytest.fixture(scope="module")

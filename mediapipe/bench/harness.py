@@ -378,5 +378,5 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
             if scenario.kind == "video":
                 dataset.pop("mean_bytes", None)  # a clip reads part of a file: no honest MB/s from file sizes
             summarise(row, reps[id(row)], dataset=dataset, cores=cores, frames_per_sample=scenario.frames_per_sample)
-            if per_epoch and scenario.kind == "image":
+            if per_epoch and scenario.kind in ("image", "detection"):
                 row.epochs = delivered.get(id(row), 0) / per_epoch
