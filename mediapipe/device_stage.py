@@ -91,22 +91,35 @@ def _decode_field(plan: Plan, name: str, decoder: Decoder, state: _Finishing, pe
 
 
 def _run_deferred_ops(plan: Plan, stage: SampleStage, state: _Finishing, indices: list[int], epoch: int,
-                      worker_fields: dict[str, Any] | None) -> None:
-    """The sample-stage ops after the device decode, per sample; fields the workers finished that
-    such an op also reads (an image's mask) come from ``worker_fields``, the collated batch."""
-    borrowed = {f for p in plan.sample_ops if p.index in plan.deferred_ops for f in p.op.reads()} - plan.deferred
+                      worker_fields: dict[str, Any] | None, on_host: dict[str, Any] | None = None) -> None:
+    """The sample-stage ops after the device decode, per sample; fields the workers made that such
+    an op also reads (an image's mask, the boxes a fused crop moves) come from ``worker_fields``,
+    the collated batch (``on_host``: the same batch on the CPU, for the lengths of padded fields)."""
+    decoded = set(plan.device_decoders())
+    borrowed = {f for p in plan.sample_ops if p.index in plan.deferred_ops for f in p.op.reads()} - decoded
     for i, sample in enumerate(state.samples):
         if sample is None:
             continue
         sample["index"] = indices[i]  # keys this sample's batch-stage draws
         if worker_fields is not None:
-            for key in borrowed & worker_fields.keys():
-                sample[key] = worker_fields[key][i].to(plan.device)
+            for key in (borrowed & worker_fields.keys()) - sample.keys():
+                sample[key] = _worker_row(plan, key, i, worker_fields, on_host or worker_fields)
         try:
             stage.run_ops(sample, epoch, indices[i], state.metas[i], state.caches[i], state.dones[i], deferred=True,
                           key=plan.source.ref(indices[i]).key)
         except MediapipeError as err:
             state.fail(i, err)
+
+
+def _worker_row(plan: Plan, name: str, position: int, batch: dict[str, Any], on_host: dict[str, Any]) -> Any:
+    """Sample ``position``'s field ``name`` as the worker made it, from the collated ``batch``: a
+    padded field (boxes batched "pad") cut back to its length, on the plan's device."""
+    row = batch[name][position]
+    lengths = on_host.get(f"{name}_lengths")
+    if isinstance(lengths, torch.Tensor) and plan.collate_of(name)[0] == "pad":
+        axis = plan.collate_of(name)[1] % max(row.ndim, 1)
+        row = row.narrow(axis, 0, int(lengths[position]))
+    return row.to(plan.device) if isinstance(row, torch.Tensor) else row
 
 
 def load_whole(plan: Plan, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
@@ -139,7 +152,7 @@ def finish_deferred(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None 
     for name, decoder in plan.device_decoders().items():
         _decode_field(plan, name, decoder, state, data.pop(name), host.stats)
     stage = SampleStage(plan)
-    _run_deferred_ops(plan, stage, state, indices, host.epoch, data)
+    _run_deferred_ops(plan, stage, state, indices, host.epoch, data, on_host)
     replaced, valid = _apply_on_error(plan, host, state, indices, valid)
     template = None
     if all(s is None for s in state.samples):  # "replace": zeros of a good sample's shapes
