@@ -67,7 +67,8 @@ class NvImageCodecImageDecoder(ImageDecoder):
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
-        return _nvimgcodec() is not None
+        # the turbo backend decodes what nvImageCodec hands it (PNG, cut-short files, headers)
+        return _nvimgcodec() is not None and TurboImageDecoder.available(device)
 
     @classmethod
     def preferred(cls, device: torch.device | None) -> bool:

@@ -79,6 +79,22 @@ def _installed(module: str) -> bool:
         return False
 
 
+NEEDS = {"av": "av", "nvidia.nvimgcodec": "nvidia-nvimgcodec-cu13", "simplejpeg": "simplejpeg", "soxr": "soxr"}
+
+
+def missing_needs() -> list[str]:
+    """The pip names of the self-check's needs that fail to import here (absent or broken)."""
+    import importlib
+
+    missing = []
+    for module, package in NEEDS.items():
+        try:
+            importlib.import_module(module)
+        except Exception:  # not installed, or its native libraries fail to load
+            missing.append(package)
+    return missing
+
+
 def _bench(plan: Plan, scenarios: list[str], device: str, backends: list[str], workers: list[int],
            data: Path | None = None, batch_size: int | None = None) -> dict[str, Any]:
     from mediapipe.bench.harness import Settings, run

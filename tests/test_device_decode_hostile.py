@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -204,3 +203,14 @@ def test_boxes_and_text_stay_on_the_meta_device(detection_dataset, tmp_path):
         assert batch["image"].device.type == batch["label"].device.type == "meta"
         assert len(batch["caption"]) == 3 and all(c.startswith("photo ") for c in batch["caption"])
         assert [n is None for n in batch["note"]] == [c[-1] in "02468" for c in batch["caption"]]
+
+
+def test_nvimgcodec_is_unavailable_without_the_turbo_backend_it_hands_work_to(monkeypatch):
+    """Without simplejpeg, nvImageCodec's PNG, header and cut-short fallbacks cannot run: the
+    backend is not offered (before: an AttributeError on None inside the decode)."""
+    from mediapipe.decoders import image_turbo
+    from mediapipe.decoders.image_nvimgcodec import NvImageCodecImageDecoder
+
+    assert NvImageCodecImageDecoder.available(None)
+    monkeypatch.setattr(image_turbo, "simplejpeg", None)
+    assert not NvImageCodecImageDecoder.available(None)

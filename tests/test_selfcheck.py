@@ -90,3 +90,24 @@ def test_torchvision_gpu_runs_on_cuda_only():
 def test_the_gpu_marker_is_registered():
     text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert '"gpu: ' in text
+
+
+def test_a_missing_need_is_named_with_a_non_zero_exit(tmp_path):
+    """simplejpeg and soxr failing to import: one line naming them and how to install them, exit
+    status 2, no traceback (before, the checks failed on an AttributeError deep in a decoder)."""
+    for name in ("simplejpeg", "soxr"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('not here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "mediapipe.cli", "selfcheck", "--device", "cpu", "--quick",
+                           "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "needs simplejpeg, soxr" in proc.stderr and "pip install simplejpeg soxr" in proc.stderr
+
+
+def test_cuda_asked_for_without_cuda_is_a_clear_refusal(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "mediapipe.cli", "selfcheck", "--device", "cuda", "--quick",
+                           "--cache-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "torch sees no CUDA device" in proc.stderr

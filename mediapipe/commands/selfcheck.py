@@ -30,6 +30,11 @@ def run(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("mediapipe selfcheck: --device cuda, but torch sees no CUDA device", file=sys.stderr)
         return 2
+    missing = selfcheck.missing_needs()
+    if missing:
+        print(f"mediapipe selfcheck: needs {', '.join(missing)}, which cannot be imported here: "
+              f"pip install {' '.join(missing)}", file=sys.stderr)
+        return 2
     plan = selfcheck.Plan.make(device, args.quick, args.workers, args.cache_dir, set(args.skip))
     report = selfcheck.run(plan, say=lambda line: print(line, flush=True))
     if args.json:
