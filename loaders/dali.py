@@ -1,12 +1,13 @@
 """The DALI backend: ``pipe.loader(backend="dali")`` runs the same pipeline spec on NVIDIA DALI.
 
-The sample order is ours: `EpochBatchSampler` plans each epoch's batches (shuffle, rank
-shard, last-batch policy) exactly as the torch loader does, and the file bytes (files,
-manifest rows, or byte ranges of converted shards) are fed to DALI in that order through
-``fn.external_source``; DALI decodes (``mixed`` = nvJPEG on a GPU, ``cpu`` with
-``device_id=None``) and runs the lowered ops (see `dali_lowering`). Labels, indices and
-manifest fields never enter DALI: they are attached on the host from the planned batch, so
-they cannot drift from the images.
+The sample order is ours: the torch loader's sampler (`build_sampler`: shuffle, ranks, a
+source already split by rank, last-batch policy) plans each epoch's batches, and the bytes
+each decoded field reads (`Plan.blob`: files, a manifest's named columns, byte ranges of
+converted shards) are fed to DALI in that order through ``fn.external_source``; DALI decodes
+(``mixed`` = nvJPEG on a GPU, ``cpu`` with ``device_id=None``) and runs the lowered ops (see
+`dali_lowering`). A batch holds the fields the plan lists (`Plan.batch_fields`), as the torch
+backend's do; index, label and manifest fields (`SampleStage.source_fields`) never enter DALI: they are
+attached on the host from the planned batch, so they cannot drift from the images.
 
 Random parameters: ops whose draws DALI has no operator for (ColorJitter, GaussianBlur,
 RandomErasing, RandomCrop...) take the torch backend's keyed draws, computed on the host and
@@ -30,15 +31,18 @@ import copy
 import importlib.util
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from mediapipe.collate import collate
 from mediapipe.errors import PipelineError
 from mediapipe.graph import StageStats
+from mediapipe.loaders.dali_buffers import RecycledBuffers
 from mediapipe.loaders.dali_lowering import (
     LOWERINGS,
     FieldNode,
@@ -47,15 +51,20 @@ from mediapipe.loaders.dali_lowering import (
     lowering_table,
     unsupported,
 )
-from mediapipe.loaders.loader import SamplerDriven, distributed_rank_and_size
-from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, PlannedBatch
+from mediapipe.loaders.loader import SamplerDriven
+from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
+from mediapipe.loaders.sampling import build_sampler, may_pad, resolve_ranks
+from mediapipe.plan import BatchField
 from mediapipe.rng import SampleRNG
-from mediapipe.sample import SampleRef
+from mediapipe.sample import Blob, SampleRef
+from mediapipe.sample_stage import SampleStage
 
 if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
+    from mediapipe.plan import Plan
 
 INSTALL_HINT = "pip install mediapipe-loader[dali]"
+WHOLE = 2**31 - 1  # an audio window's count to the file's end (DALI's slice trims it)
 RNG_MODES = ("dali", "keyed")
 
 
@@ -85,6 +94,9 @@ def check_lowerable(pipeline: Pipeline) -> None:
     for name, spec in pipeline.decode.items():
         if (why := decode_problem(spec.kind, spec.options)) is not None:
             problems.append(f"decode[{name!r}] {spec.kind}({why})")
+    sides = [f.name for f in pipeline.plan.batch_fields() if f.origin == "side"]
+    if sides:
+        problems.append(f"the decoders' side fields {sides} (DALI's decoders give none)")
     if pipeline.on_error != "raise":
         problems.append(f"on_error={pipeline.on_error!r} (DALI stops on a bad sample)")
     if problems:
@@ -100,12 +112,14 @@ def dali_seed(seed: int, rank: int, epoch: int) -> int:
 
 
 class HostSample:
-    """One sample as the feed sees it: its ref, its bytes per decoded field, header sizes, and
-    the keyed draws of ops whose parameters are drawn on the host."""
+    """One sample as the feed sees it: its ref, the blob of each decoded field with its bytes
+    read (``data``: the same bytes as arrays), header sizes, and the keyed draws of ops whose
+    parameters are drawn on the host."""
 
-    def __init__(self, ref: SampleRef, data: dict[str, np.ndarray], probe: dict[str, Any], seed: int,
+    def __init__(self, ref: SampleRef, blobs: dict[str, Blob], probe: dict[str, Any], seed: int,
                  epoch: int) -> None:
-        self.ref, self.data, self._probe, self._sizes = ref, data, probe, {}
+        self.ref, self.blobs, self._probe, self._sizes = ref, blobs, probe, {}
+        self.data = {name: np.frombuffer(blob.read(), dtype=np.uint8) for name, blob in blobs.items()}
         self.seed, self.epoch = seed, epoch
         self._params: dict[int, dict[str, Any]] = {}
 
@@ -115,6 +129,17 @@ class HostSample:
             rng = SampleRNG(self.seed, self.epoch, self.ref.index, op_index)
             self._params[op_index] = op.sample_params(rng, {**self.ref.meta, "size": size})
         return self._params[op_index]
+
+    def window(self, name: str, sample_rate: int | None) -> tuple[int, int]:
+        """(first, count) of the audio samples of field ``name`` the torch backend's decoder
+        gives: the source's segment (an ASR manifest's utterance) on the output rate's grid, as
+        `AudioDecoder.grid_windows` rounds it; the whole file without one."""
+        segment = self.ref.meta.get("segment")
+        if segment is None:
+            return 0, WHOLE
+        start, length = segment
+        rate = sample_rate or int(self._probe[name](self)["sample_rate"])
+        return round(max(0.0, float(start)) * rate), WHOLE if length is None else round(float(length) * rate)
 
     def size(self, name: str) -> tuple[int, int]:
         """(height, width) of field ``name`` as decoded, from its header (no decoding)."""
@@ -128,13 +153,21 @@ class _Feed:
     """External-source callbacks, one per DALI input, fed in lockstep from planned batches.
 
     Each input pulls its own queue; when a queue is empty the next planned batch is read
-    and every queue gets its part, so the order in which DALI calls them does not matter.
-    The feed runs on into the next epochs' plans, so DALI prefetches across an epoch's end
-    as its own readers do (no bubble, no reset).
+    (bytes, header checks, keyed draws) and every queue gets its part, so the order in which
+    DALI calls them does not matter. The feed runs on into the next epochs' plans, so DALI
+    prefetches across an epoch's end as its own readers do (no bubble, no reset).
     """
 
-    def __init__(self, loader: DaliLoader) -> None:
-        self.loader = loader
+    def __init__(self, plan: Plan) -> None:
+        # the plan, never the loader: DALI holds these callbacks, so a feed that held the loader
+        # would close a cycle (loader -> pipeline -> callbacks -> loader) that only the cyclic
+        # GC frees, maybe in a forked child, where DALI's teardown waits on the parent's threads
+        self.plan = plan
+        decoders = plan.decoders()
+        self.probes = {name: (lambda s, d=decoders[name], n=name: d.probe(s.blobs[n])) for name in plan.decode}
+        # image fields whose header is probed (raising LimitError) before DALI decodes them
+        self.checked = [name for name, spec in plan.decode.items()
+                        if spec.kind == "image" and plan.limits.max_pixels is not None]
         self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
         self.queues: dict[str, collections.deque] = {}
         self.fields: dict[str, FieldNode] = {}  # the pipeline's outputs, in order
@@ -145,10 +178,10 @@ class _Feed:
         self.inputs[name] = compute
         self.queues[name] = collections.deque()
 
+        feed = weakref.ref(self)  # DALI holds this callback, and the feed holds DALI's graph nodes
+
         def source() -> list[np.ndarray]:
-            if not self.queues[name]:
-                self._next_batch()
-            return self.queues[name].popleft()
+            return _pull(feed, name)
 
         return source
 
@@ -157,18 +190,30 @@ class _Feed:
 
     def _next_batch(self) -> None:
         epoch, batch = next(self.planned)
-        source, plan = self.loader.pipeline.source, self.loader.plan
-        refs = [source.ref(int(i)) for i in batch.indices]
+        plan = self.plan
+        refs = [plan.source.ref(int(i)) for i in batch.indices]
         samples = []
         for ref in refs:
-            data = {}
-            for name, spec in plan.decode.items():
-                blob = ref.blob(spec.kind)
-                data[name] = np.frombuffer(blob.read(), dtype=np.uint8)
-            samples.append(HostSample(ref, data, self.loader._probes, self.loader.pipeline.seed, epoch))
+            blobs = {name: plan.blob(ref, name) for name in plan.decode}
+            blobs = {name: replace(blob, data=blob.read()) for name, blob in blobs.items()}
+            sample = HostSample(ref, blobs, self.probes, plan.seed, epoch)
+            for name in self.checked:  # max_pixels on the header, before DALI spends memory
+                sample.size(name)
+            samples.append(sample)
         for name, compute in self.inputs.items():
             self.queues[name].append([compute(s) for s in samples])
         self.host.append((batch, refs))
+
+
+def _pull(feed_ref: weakref.ref, name: str) -> list[np.ndarray]:
+    """The next batch of input ``name`` from the feed DALI's callback holds weakly (the loader's
+    live pipeline keeps the feed, and the feed goes with it)."""
+    feed = feed_ref()
+    if feed is None:
+        raise RuntimeError("the DALI loader this pipeline fed was dropped")
+    if not feed.queues[name]:
+        feed._next_batch()
+    return feed.queues[name].popleft()
 
 
 def _plans(sampler: BatchSampler, epoch: int, position: int) -> Iterator[tuple[int, PlannedBatch]]:
@@ -231,27 +276,24 @@ class DaliLoader(SamplerDriven):
         check_lowerable(pipeline)
         self.rng = rng
         self._dali = import_dali()
-        if drop_last is not None:
-            last_batch = "drop" if drop_last else last_batch
-        if rank is None or world_size is None:
-            auto_rank, auto_size = distributed_rank_and_size()
-            rank = auto_rank if rank is None else rank
-            world_size = auto_size if world_size is None else world_size
         self.pipeline, self.plan, self.device = pipeline, pipeline.plan, pipeline.device
-        self.rank, self.num_threads, self.prefetch = rank, max(1, num_workers), prefetch
+        self.num_threads, self.prefetch = max(1, num_workers), prefetch
         if self.device.type == "cuda":
             self.device_id = self.device.index if self.device.index is not None else torch.cuda.current_device()
             self.device_id = self.device_id if device_id is None else device_id
         else:
             self.device_id = None
-        self.sampler: BatchSampler = sampler or EpochBatchSampler(
-            len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
-            rank=rank, world_size=world_size, last_batch=last_batch,
-        )
+        # the torch loader's sampler: a source already split by rank is not split again, and the
+        # true rank keys DALI's seed
+        self.ranks = resolve_ranks(pipeline.source, rank, world_size)
+        self.sampler: BatchSampler = build_sampler(
+            pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
+            rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
+        self.fields: list[BatchField] = self.plan.batch_fields()
+        self._policies = self.plan.collate_policies()  # the source's fields' (boxes: lists, token ids: padded)
+        self._source_fields = SampleStage(self.plan).source_fields
         self.stats = StageStats()
-        decoders = self.plan.decoders()
-        self._probes = {name: (lambda s, n=name, d=decoders[name]: d.probe(s.ref.blob(d.kind), s.data[n].tobytes()))
-                        for name in self.plan.decode}
+        self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
         self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
 
@@ -293,7 +335,11 @@ class DaliLoader(SamplerDriven):
         self._live, self._checkpoint = live, None
         for _ in range(len(planned) - start):
             t0 = time.perf_counter()
-            outputs = live.pipe.run()
+            try:
+                outputs = live.pipe.run()
+            except BaseException:  # a bad sample (raised by the feed or DALI): this pipeline's state is lost
+                self._live = None
+                raise
             t1 = time.perf_counter()
             batch, refs = live.feed.host.popleft()
             out = self._to_torch(outputs, live.feed.fields, batch, refs)
@@ -307,6 +353,21 @@ class DaliLoader(SamplerDriven):
         if sampler.epoch == epoch and sampler.position >= len(planned):
             sampler.set_epoch(epoch + 1)
             live.epoch, live.position = epoch + 1, 0  # the feed runs on into the next epoch
+
+    def close(self) -> None:
+        """Let the DALI pipeline (its threads and memory) go now; a later pass starts a fresh
+        one where this one stopped (from its checkpoint). Closing twice does nothing more.
+        Dropping the loader does the same: nothing but the loader holds its pipeline."""
+        here = (self.sampler.epoch, self.sampler.position)
+        if (checkpoint := self._current_checkpoint()) is not None:
+            self._checkpoint = (checkpoint, *here)
+        self._live = None
+
+    def __enter__(self) -> DaliLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- DALI graph -------------------------------------------------------------------
     def _current_checkpoint(self) -> str | None:
@@ -325,8 +386,8 @@ class DaliLoader(SamplerDriven):
 
     def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:
         DaliPipeline, fn, types = self._dali
-        feed = _Feed(self)
-        seed = dali_seed(self.pipeline.seed, self.rank, epoch)
+        feed = _Feed(self.plan)
+        seed = dali_seed(self.pipeline.seed, self.ranks.rank, epoch)
         pipe = DaliPipeline(batch_size=self.pipeline.batch_size, num_threads=self.num_threads,
                             device_id=self.device_id, seed=seed, prefetch_queue_depth=self.prefetch,
                             enable_checkpointing=True, checkpoint=checkpoint)
@@ -351,15 +412,23 @@ class DaliLoader(SamplerDriven):
         with pipe:
             for name, spec in self.plan.decode.items():
                 encoded = ctx.host_input(f"{name}.bytes", lambda s, n=name: s.data[n])
+                rate = spec.options.get("sample_rate")
                 ctx.fields[name] = FieldNode(encoded, spec.kind, decoded=False, options=dict(spec.options),
-                                             size_of=(lambda s, n=name: s.size(n)) if spec.kind == "image" else None)
+                                             size_of=(lambda s, n=name: s.size(n)) if spec.kind == "image" else None,
+                                             channels=1 if spec.options.get("mode") == "L" else 3,
+                                             window_of=(lambda s, n=name, r=rate: s.window(n, r))
+                                             if spec.kind == "audio" else None)
             for ctx.op_index, op in enumerate(self.plan.ops):
                 try:
                     LOWERINGS[type(op).__name__].lower(op, ctx)
                 except NotImplementedError as err:
                     raise PipelineError(f"backend='dali': {err}; use backend='torch' for this pipeline") from err
+            tensors = [f.name for f in self.fields if f.origin in ("decoder", "op")]
+            if sorted(tensors) != sorted(ctx.fields):  # the lowering and the plan disagree: a bug, said plainly
+                raise PipelineError(f"backend='dali': the lowered graph gives fields {sorted(ctx.fields)}, "
+                                    f"the plan {sorted(tensors)}")
             outputs = []
-            for name in ctx.fields:
+            for name in tensors:
                 f = ctx.decoded(name)
                 ctx.flush_mirror(f)
                 if f.layout == "HWC":  # this library's layout: (C, H, W)
@@ -373,9 +442,13 @@ class DaliLoader(SamplerDriven):
                   refs: list[SampleRef]) -> dict[str, Any]:
         from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
 
-        out: dict[str, Any] = {}
+        # the plan's fields: the samples' own (collated as the torch backend collates them), the
+        # DALI outputs (a pad-collated field with its lengths), valid
+        out: dict[str, Any] = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v
+                               for k, v in collate([self._source_fields(r) for r in refs], self._policies).items()}
+        padded = {f.field for f in self.fields if f.origin == "lengths"}
         for (name, f), tl in zip(fields.items(), outputs):
-            if f.kind == "audio":
+            if name in padded:
                 out.update(padded_audio(name, f, tl, self.device))
                 continue
             shapes = {tuple(s) for s in tl.shape()}
@@ -385,13 +458,14 @@ class DaliLoader(SamplerDriven):
                     "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop)")
             shape = (len(tl), *next(iter(shapes)))
             is_gpu = type(tl).__name__.endswith("GPU")
-            tensor = torch.empty(shape, dtype=to_torch_type[tl.dtype],
-                                 device=torch.device("cuda", self.device_id) if is_gpu else "cpu")
+            if is_gpu:
+                tensor = torch.empty(shape, dtype=to_torch_type[tl.dtype], device=torch.device("cuda", self.device_id))
+            else:
+                tensor = self._buffers.empty(shape, to_torch_type[tl.dtype])
             stream = torch.cuda.current_stream(tensor.device) if is_gpu else None
             feed_ndarray(tl.as_tensor(), tensor, cuda_stream=stream)
             out[name] = tensor.to(self.device, non_blocking=True)
-        out.update({k: v.to(self.device) for k, v in host_fields(refs).items()})
-        if batch.valid < len(batch.indices) or getattr(self.sampler, "last_batch", None) == "pad":
+        if batch.valid < len(batch.indices) or may_pad(self.sampler):
             valid = torch.zeros(len(batch.indices), dtype=torch.bool)
             valid[: batch.valid] = True
             out["valid"] = valid.to(self.device)
@@ -410,17 +484,6 @@ def padded_audio(name: str, f: FieldNode, tl: Any, device: torch.device) -> dict
     for i, a in enumerate(arrays):
         out[i, 0, ..., : a.shape[-1]] = torch.from_numpy(a)
     return {name: out.to(device), f"{name}_lengths": lengths.to(device)}
-
-
-def host_fields(refs: list[SampleRef]) -> dict[str, torch.Tensor]:
-    """``index``, ``label`` and the manifest's numeric fields, collated as the torch backend does."""
-    out = {"index": torch.tensor([r.index for r in refs], dtype=torch.int64)}
-    if refs[0].label is not None:
-        out["label"] = torch.tensor([-1 if r.label is None else r.label for r in refs], dtype=torch.int64)
-    for name, first in refs[0].fields.items():
-        dtype = torch.int64 if isinstance(first, int) and not isinstance(first, bool) else torch.float32
-        out[name] = torch.tensor([r.fields.get(name, 0) for r in refs], dtype=dtype)
-    return out
 
 
 __all__ = ["DaliLoader", "check_lowerable", "dali_available", "import_dali", "lowering_table"]

@@ -1,51 +1,60 @@
 """Op lowering for the DALI backend: each op of a pipeline spec to the DALI operators that
 mean the same, found through a table (`LOWERINGS`) keyed by op class name.
 
-A lowering ``lower(op, ctx)`` reads the op's dataclass fields and rewrites ``ctx.fields``
-with DALI data nodes (images stay HWC uint8 in DALI until ``crop_mirror_normalize`` or
-the final transpose to this library's (C, H, W)). Parameters that depend on a sample's
+A lowering ``lower(op, ctx)`` reads the op's dataclass fields (the arguments its table
+entry declares it consumes: any other argument set away from its default is refused, see
+`unsupported`) and rewrites ``ctx.fields`` with DALI data nodes (images stay HWC uint8 in
+DALI until ``crop_mirror_normalize`` or the final transpose to this library's (C, H, W)). Parameters that depend on a sample's
 size are computed on the host by the op's own code from the JPEG header and fed as
 per-sample argument inputs: Resize's output size (torchvision's rounding), CenterCrop's
 offset, and the keyed draws of random ops (`LoweringContext.drawn`), so the geometry and
 the draws are exactly this library's.
 
-Approximations, stated where they apply: ColorJitter runs brightness, contrast, saturation
-in a fixed order (they commute except where values clip; the drawn per-sample order is
-not followed; ``hue`` is refused: DALI turns hue in YIQ, not HSV); RandomRotation and
-RandomAffine take the keyed inverse matrices (nearest differs at rounding ties; bilinear also
-at the borders, where torchvision blends the fill by the interpolated mask); Resample uses DALI's windowed sinc,
-not torchaudio's; decoding is DALI's libjpeg-turbo / nvJPEG (our decoder's reduced-size
-DCT decode is not used, so resized pixels differ by rounding).
+Resampling: DALI's nearest samples pixel centres, which is torch's "nearest-exact";
+torch's "nearest" (source pixel floor(dst * in / out)) is DALI's nearest over a region
+shifted by half an output pixel (`nearest_roi`). A field resampled with either nearest (a
+mask always is) takes the keyed crop window, whatever ``rng`` says.
+
+Approximations, stated where they apply: ColorJitter follows each sample's drawn order of
+brightness, contrast and saturation (``hue`` is refused: DALI turns hue in YIQ, not HSV);
+RandomRotation and RandomAffine take the keyed inverse matrices (nearest differs at rounding
+ties; bilinear also at the borders, where torchvision blends the fill by the interpolated
+mask); nearest resizes differ where torch's float32 index rounds down at an exact pixel
+edge; Resample uses DALI's windowed sinc, not torchaudio's; decoding is DALI's libjpeg-turbo /
+nvJPEG (our decoder's reduced-size DCT decode is not used, so resized pixels differ by rounding).
 
 The ops come bound to their fields (`Op.bind`), with each field's kind: the lowering applies
 what the op does to each kind as the torch kernels do, asking the same place
 (`mediapipe.augment.functional.spatial.sampling`: a mask is resampled with nearest, never
-antialiased, and filled with 0). Each lowering lists the kinds it handles (``Lowering.kinds``:
-images and masks for the image ops, audio and features for the audio ops); an op given a field
-of another kind (boxes, keypoints, video) is refused at build time, naming the op, the field and
-its kind.
+antialiased, and filled with 0). The lowerings handle images, masks, audio and features
+(`LOWERED_KINDS`); an op given a field of another kind (boxes, keypoints, video) is refused
+at build time, naming the op, the field and its kind.
 
 An op whose class is not in the table, whose fields no longer match what its lowering
-reads, or whose settings have no counterpart (``Lowering.check``) is reported by
-`unsupported` before anything is built. Nothing here imports DALI at import time.
+consumes, with an argument changed from its default that the lowering does not consume, or
+whose settings have no counterpart (``Lowering.check``) is reported by `unsupported` before
+anything is built. Nothing here imports DALI at import time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from mediapipe.augment.base import Op
+from mediapipe.augment.functional.color import JITTER_ORDER
 from mediapipe.augment.functional.spatial import sampling
 from mediapipe.fields import AUDIO, FEATURES, IMAGE, MASK
 
 # Values of a field as it flows through the DALI graph.
 UINT8_UNITS, UNIT_FLOAT = 255.0, 1.0
 
-INTERP = {"nearest": "INTERP_NN", "bilinear": "INTERP_LINEAR", "bicubic": "INTERP_CUBIC"}
+# DALI's INTERP_NN samples pixel centres (torch's "nearest-exact"); "nearest" adds `nearest_roi`
+INTERP = {"nearest": "INTERP_NN", "nearest-exact": "INTERP_NN", "bilinear": "INTERP_LINEAR",
+          "bicubic": "INTERP_CUBIC"}
 DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "uint8": "UINT8"}
 
 
@@ -62,8 +71,10 @@ class FieldNode:
     options: dict[str, Any] = field(default_factory=dict)  # decoder options, while not decoded
     size_of: Callable[[Any], tuple[int, int]] | None = None  # host: a sample's (height, width) here
     mirror: Any = None  # a pending per-sample horizontal flip, fused into crop_mirror_normalize
+    channels: int = 3  # image: 1 for a grey decode (mode="L")
     pad_value: float = 0.0  # audio: what the host pads each sample's time axis with
     pad_to: int | None = None  # audio: the padded length at least this (PadTrim)
+    window_of: Callable[[Any], tuple[int, int]] | None = None  # audio, host: a sample's (first, count) decoded
 
 
 HostFn = Callable[[Any], np.ndarray]
@@ -79,16 +90,22 @@ class LoweringContext:
         self.keyed = False  # True: crops and flips too take the torch backend's keyed draws
         self._host_input = host_input
 
-    def drawn(self, op: Op, f: FieldNode, name: str, value: Callable[[dict[str, Any]], Any], dtype: Any) -> Any:
-        """A per-sample input from the op's own ``sample_params``, keyed as the torch backend keys
-        it: DALI then applies exactly the draws the torch backend applies."""
+    def params_of(self, op: Op, f: FieldNode) -> Callable[[Any], dict[str, Any]]:
+        """sample -> the op's own ``sample_params`` for field ``f`` as it is now, keyed as the
+        torch backend keys them (seed, epoch, sample index, op index)."""
         index, size_of = self.op_index, f.size_of
 
-        def compute(sample: Any) -> np.ndarray:
-            size = size_of(sample) if size_of is not None else None
-            return np.asarray(value(sample.params(index, op, size)), dtype=dtype)
+        def params(sample: Any) -> dict[str, Any]:
+            return sample.params(index, op, size_of(sample) if size_of is not None else None)
 
-        return self.host_input(f"{type(op).__name__}.{name}", compute)
+        return params
+
+    def drawn(self, op: Op, f: FieldNode, name: str, value: Callable[[dict[str, Any]], Any], dtype: Any) -> Any:
+        """A per-sample input from the op's keyed draws (`params_of`): DALI then applies exactly
+        the draws the torch backend applies."""
+        params = self.params_of(op, f)
+        return self.host_input(f"{type(op).__name__}.{name}",
+                               lambda sample: np.asarray(value(params(sample)), dtype=dtype))
 
     def operand(self, node: Any) -> Any:
         """A host input used as a tensor operand (not as an argument) next to device data."""
@@ -108,6 +125,11 @@ class LoweringContext:
         if f.kind == "audio":  # libsndfile on the CPU; mono (N,) float32 in [-1, 1]
             rate = opts.get("sample_rate") or 0.0
             f.node = self.fn.decoders.audio(f.node, downmix=True, dtype=self.types.FLOAT, sample_rate=float(rate))[0]
+            if f.window_of is not None:  # a manifest's utterance within its file, on the output rate's grid
+                first = self.host_input("audio.first", lambda s, w=f.window_of: np.array([w(s)[0]], np.int32))
+                count = self.host_input("audio.count", lambda s, w=f.window_of: np.array([w(s)[1]], np.int32))
+                f.node = self.fn.slice(f.node, first, count, axes=[0], normalized_anchor=False,
+                                       normalized_shape=False, out_of_bounds_policy="trim_to_shape")
             f.layout, f.dtype, f.units = "N", "float32", UNIT_FLOAT
         elif fused is not None:
             f.node = fused(f)
@@ -125,6 +147,9 @@ class LoweringContext:
 
 def decode_problem(kind: str, options: dict[str, Any]) -> str | None:
     """Why DALI cannot decode a field of this kind with these options, or None."""
+    if options.get("from_field") is not None:
+        return (f"from_field={options['from_field']!r} (a field decoded from another field's file and time spans "
+                "is not lowered)")
     if kind == "image":
         return None
     if kind == "audio":
@@ -162,19 +187,54 @@ def _sampling(op: Any, src: str, interpolation: str | None = None, antialias: bo
 
 
 # -- geometry -------------------------------------------------------------------------------
+def nearest_roi(interpolation: str, in_size: tuple[int, int], out_size: tuple[int, int]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(roi_start, roi_end) that make DALI's nearest, which samples at pixel centres
+    (floor((dst + 0.5) * in / out)), pick torch's source pixel: the same for "nearest-exact",
+    floor(dst * in / out) for "nearest" (the region moved back by half an output pixel's span).
+    Both move on by a quarter of 1 / out (source positions fall on multiples of 1 / (2 out),
+    so no other position crosses a pixel edge): a position exactly on an edge lands past it,
+    as torch's arithmetic puts it, where DALI's float rounding put some before it."""
+    start = [0.25 / o - (i / o / 2 if interpolation == "nearest" else 0.0) for i, o in zip(in_size, out_size)]
+    return np.array(start, np.float32), np.array([a + i for a, i in zip(start, in_size)], np.float32)
+
+
+def _resize(ctx: LoweringContext, node: Any, size: Any, interpolation: str, antialias: bool,
+            in_size_of: Callable[[Any], tuple[int, int]] | None = None,
+            out_size_of: Callable[[Any], tuple[int, int]] | None = None, **args: Any) -> Any:
+    """``fn.resize`` as torch's ``interpolation`` means it; nearest needs each sample's input
+    and output size on the host (``in_size_of``, ``out_size_of``) for its region."""
+    args.update(_interp(ctx, interpolation, antialias))
+    if interpolation.startswith("nearest"):
+        def roi(sample: Any, end: int) -> np.ndarray:
+            return nearest_roi(interpolation, in_size_of(sample), out_size_of(sample))[end]
+
+        args.update(roi_start=ctx.host_input("nearest.roi_start", lambda s: roi(s, 0)),
+                    roi_end=ctx.host_input("nearest.roi_end", lambda s: roi(s, 1)), roi_relative=False)
+    return ctx.fn.resize(node, size=size, **args)
+
+
+def _interp(ctx: LoweringContext, interpolation: str, antialias: bool) -> dict[str, Any]:
+    nearest = interpolation.startswith("nearest")  # torch never antialiases nearest
+    return dict(interp_type=getattr(ctx.types, INTERP[interpolation]), antialias=antialias and not nearest)
+
+
 def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
     fn, types = ctx.fn, ctx.types
     height, width = op.size
+    sampled = {src: _sampling(op, src, op.interpolation, op.antialias)[:2] for src in op.inputs}
+    # the torch backend's window, drawn on the host from the header's size: with rng="keyed",
+    # for several fields (one window for all), and for nearest (its region needs the window)
+    keyed = ctx.keyed or len(op.inputs) > 1 or any(i.startswith("nearest") for i, _ in sampled.values())
     for src in op.inputs:
-        interpolation, antialias, _ = _sampling(op, src, op.interpolation, op.antialias)
-        resize = dict(size=[height, width], interp_type=getattr(types, INTERP[interpolation]), antialias=antialias)
+        interpolation, antialias = sampled[src]
         in_place = op.outputs[op.inputs.index(src)] == src
         fuse = (not ctx.fields[src].decoded and in_place  # decode only the region (nvJPEG ROI on a GPU)
                 and op.fusable(op.binding.type_of(src)))
         decoder = dict(device="mixed" if ctx.device == "gpu" else "cpu")
-        if ctx.keyed or len(op.inputs) > 1:  # the torch backend's window (one for every field), drawn
-            # on the host from the header's size
+        if keyed:
             f = ctx.fields[src]
+            window = ctx.params_of(op, f)
             anchor = ctx.drawn(op, f, "anchor", lambda p: (p["top"], p["left"]), np.int32)
             shape = ctx.drawn(op, f, "shape", lambda p: (p["height"], p["width"]), np.int32)
             if fuse:
@@ -186,26 +246,26 @@ def lower_random_resized_crop(op: Any, ctx: LoweringContext) -> None:
                 ctx.flush_mirror(f)
                 f.node = fn.slice(f.node, anchor, shape, axis_names="HW", normalized_anchor=False,
                                   normalized_shape=False)
-            f.node = fn.resize(f.node, **resize)
+            f.node = _resize(ctx, f.node, [height, width], interpolation, antialias,
+                             lambda s, w=window: (w(s)["height"], w(s)["width"]), lambda s: (height, width))
         elif fuse:
             f = _copy(ctx.decoded(src, lambda f, d=decoder: fn.decoders.image_random_crop(
                 f.node, random_area=list(op.scale), random_aspect_ratio=list(op.ratio), num_attempts=10,
                 **d, **image_decoder_args(f.options, types))))
-            f.node = fn.resize(f.node, **resize)
+            f.node = _resize(ctx, f.node, [height, width], interpolation, antialias)
         else:
             f = _copy(ctx.decoded(src))
             ctx.flush_mirror(f)
             f.node = fn.random_resized_crop(f.node, random_area=list(op.scale), random_aspect_ratio=list(op.ratio),
-                                            num_attempts=10, **resize)
+                                            num_attempts=10, size=[height, width],
+                                            **_interp(ctx, interpolation, antialias))
         f.size_of = lambda sample, s=(height, width): s
         _write(ctx, op, src, f)
 
 
 def lower_resize(op: Any, ctx: LoweringContext) -> None:
-    fn, types = ctx.fn, ctx.types
     for src in op.inputs:
         interpolation, antialias, _ = _sampling(op, src, op.interpolation, op.antialias)
-        interp = getattr(types, INTERP[interpolation])
         f = _copy(ctx.decoded(src))
         ctx.flush_mirror(f)
         before = f.size_of
@@ -214,8 +274,8 @@ def lower_resize(op: Any, ctx: LoweringContext) -> None:
             return op.output_size(*before(sample))
 
         size = ctx.host_input(f"{type(op).__name__}.size", lambda s, g=size_of: np.array(g(s), np.float32))
-        f.node = fn.resize(f.node, size=size, interp_type=interp, antialias=antialias,
-                           mode="default", subpixel_scale=False)
+        f.node = _resize(ctx, f.node, size, interpolation, antialias, before, size_of,
+                         mode="default", subpixel_scale=False)
         f.size_of = size_of
         _write(ctx, op, src, f)
 
@@ -333,9 +393,12 @@ def lower_pad(op: Any, ctx: LoweringContext) -> None:
         _write(ctx, op, src, f)
 
 
-def _gray(ctx: LoweringContext, x: Any, layout: str) -> Any:
-    """torchvision's luma, 0.2989 R + 0.587 G + 0.114 B, (H, W) floats."""
-    r, g, b = (x[:, :, c] for c in range(3)) if layout == "HWC" else (x[c] for c in range(3))
+def _gray(ctx: LoweringContext, x: Any, f: FieldNode) -> Any:
+    """torchvision's luma, 0.2989 R + 0.587 G + 0.114 B, (H, W) floats; a grey field's own values."""
+    planes = [x[:, :, c] for c in range(f.channels)] if f.layout == "HWC" else [x[c] for c in range(f.channels)]
+    if f.channels == 1:
+        return planes[0]
+    r, g, b = planes
     return r * 0.2989 + g * 0.587 + b * 0.114
 
 
@@ -350,36 +413,63 @@ def _floor(ctx: LoweringContext, x: Any, f: FieldNode) -> Any:
 
 
 def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
+    """Each sample's adjustments in the order it drew (torchvision's), one step per active
+    adjustment: step k applies, per sample, the adjustment that sample drew k-th. Every step is
+    one blend, x * a + other * (1 - a), whose ``other`` is 0 (brightness), the mean grey
+    (contrast) or the grey image (saturation), picked per sample by 0/1 weights; uint8 input
+    truncates after each step, as torchvision does."""
     from nvidia.dali import math as dmath
 
-    ranges = op.ranges()
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
-        bound = f.units
+        params = ctx.params_of(op, f)
+        # hue is refused (Lowering.check); saturation leaves a grey field as it is, as torch's does
+        names = [name for name in JITTER_ORDER if name in op.ranges() and (name != "saturation" or f.channels == 3)]
+
+        def kth(sample: Any, step: int, params: Any = params, names: list[str] = names) -> tuple[str, float]:
+            """The adjustment the sample drew ``step``-th among the active ones, and its factor."""
+            p = params(sample)
+            name = [JITTER_ORDER[i] for i in p["order"] if JITTER_ORDER[i] in names][step]
+            return name, p[name]
+
+        def weight(name: str, step: int, names: list[str] = names) -> Any:
+            if len(names) == 1:
+                return None
+            return ctx.operand(ctx.host_input(f"ColorJitter.{name}{step}",
+                                              lambda s: np.float32(kth(s, step)[0] == name)))
+
         x = ctx.fn.cast(f.node, dtype=ctx.types.FLOAT)
-        # brightness, contrast and saturation commute (each is linear in the image and keeps its
-        # grey mean): their order, drawn per sample, only matters where values clip
-        if "brightness" in ranges:
-            b = ctx.operand(ctx.drawn(op, f, "brightness", lambda p: p["brightness"], np.float32))
-            x = _floor(ctx, dmath.clamp(x * b, 0.0, bound), f)  # uint8 truncates after each step
-        if "contrast" in ranges:
-            c = ctx.operand(ctx.drawn(op, f, "contrast", lambda p: p["contrast"], np.float32))
-            mean = ctx.fn.reductions.mean(_floor(ctx, _gray(ctx, x, f.layout), f))
-            x = _floor(ctx, dmath.clamp(x * c + mean * (1.0 - c), 0.0, bound), f)
-        if "saturation" in ranges:
-            s = ctx.operand(ctx.drawn(op, f, "saturation", lambda p: p["saturation"], np.float32))
-            gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
-            x = _floor(ctx, dmath.clamp(x * s + gray * (1.0 - s), 0.0, bound), f)
+        for step in range(len(names)):
+            factor = ctx.operand(ctx.host_input(f"ColorJitter.factor{step}",
+                                                lambda s, step=step: np.float32(kth(s, step)[1])))
+            others = []
+            if "contrast" in names:
+                others.append(_weighted(ctx.fn.reductions.mean(_floor(ctx, _gray(ctx, x, f), f)),
+                                        weight("contrast", step)))
+            if "saturation" in names:
+                gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f), f), f.layout)
+                others.append(_weighted(gray, weight("saturation", step)))
+            y = x * factor
+            if others:
+                y = y + (others[0] if len(others) == 1 else others[0] + others[1]) * (1.0 - factor)
+            x = _floor(ctx, dmath.clamp(y, 0.0, f.units), f)
         f.node = ctx.fn.cast(x, dtype=getattr(ctx.types, DTYPES[f.dtype]))
         _write(ctx, op, src, f)
+
+
+def _weighted(x: Any, weight: Any) -> Any:
+    return x if weight is None else x * weight
 
 
 def lower_random_grayscale(op: Any, ctx: LoweringContext) -> None:
     for src in op.inputs:
         f = _copy(ctx.decoded(src))
+        if f.channels == 1:  # already grey: torch's leaves it as it is
+            _write(ctx, op, src, f)
+            continue
         on = ctx.operand(ctx.drawn(op, f, "gray", lambda p: float(p["gray"]), np.float32))
         x = ctx.fn.cast(f.node, dtype=ctx.types.FLOAT)
-        gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f.layout), f), f.layout)
+        gray = _expand_gray(ctx, _floor(ctx, _gray(ctx, x, f), f), f.layout)
         f.node = ctx.fn.cast(x + (gray - x) * on, dtype=getattr(ctx.types, DTYPES[f.dtype]))
         _write(ctx, op, src, f)
 
@@ -428,7 +518,7 @@ def _warp(op: Any, ctx: LoweringContext, matrix_of: Callable[[dict[str, Any], tu
 
         m = ctx.host_input(f"{type(op).__name__}.matrix", matrix)
         f.node = ctx.fn.warp_affine(f.node, matrix=m, interp_type=getattr(ctx.types, INTERP[interpolation]),
-                                    fill_value=float(fill))
+                                    fill_value=float(fill if not isinstance(fill, tuple) else fill[0]))
         _write(ctx, op, src, f)
 
 
@@ -447,6 +537,13 @@ def lower_random_affine(op: Any, ctx: LoweringContext) -> None:
     _warp(op, ctx, lambda p, size: _inverse(op, p, size))
 
 
+def _cubic_check(op: Any) -> str | None:
+    if op.interpolation == "bicubic" and not op.antialias:
+        return ("interpolation='bicubic', antialias=False (torch's cubic kernel is then a=-0.75; DALI's is "
+                "a=-0.5, torch's with antialias=True: about a grey level on average, ten at edges)")
+    return None
+
+
 def _scalar_fill(op: Any) -> str | None:
     fill = getattr(op, "fill", None)
     return f"fill={fill!r} (one number per channel)" if isinstance(fill, tuple) and len(set(fill)) > 1 else None
@@ -460,7 +557,7 @@ def _constant_padding(op: Any) -> str | None:
 
 # -- audio (one channel: (N,) waveforms, (F, T) features in DALI; (1, ...) in our batches) -----
 def _audio(ctx: LoweringContext, op: Any, layouts: tuple[str, ...] = ("N",)) -> FieldNode:
-    src = op.inputs[0]
+    (src,) = op.inputs  # an audio op reads one field (key=, or keys= of one)
     f = _copy(ctx.decoded(src))
     if f.kind != "audio" or f.layout not in layouts:
         raise NotImplementedError(f"{type(op).__name__}(key={src!r}) on a {f.kind} field laid out {f.layout}")
@@ -519,6 +616,8 @@ def lower_mfcc(op: Any, ctx: LoweringContext) -> None:
     _mel(op, ctx, f)
     _decibels(ctx, f, 10.0, op.amin, 0.0)
     f.node = ctx.fn.mfcc(f.node, axis=0, dct_type=2, n_mfcc=op.n_mfcc, normalize=op.dct_norm == "ortho")
+    if op.dct_norm is None:  # torchaudio's unnormalised DCT-II is twice DALI's
+        f.node = f.node * 2.0
     _write_audio(ctx, op, f)
 
 
@@ -599,17 +698,23 @@ def _no_top_db(op: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Lowering:
-    """How one op class lowers: the function, and the dataclass fields it reads (all of them
-    must exist on the op, so a changed op is reported as unsupported instead of misread)."""
+    """How one op class lowers: the function, and the op's arguments (dataclass fields) it
+    consumes: reads, or honours through the op's own draws. Each must exist on the op (a
+    changed op is reported as unsupported instead of misread), and an argument set away from
+    its default that is not consumed is refused (`unconsumed`)."""
 
     lower: Callable[[Any, LoweringContext], None]
-    reads: frozenset[str]
+    consumes: frozenset[str]
     dali_ops: str  # for the docs and the error message
     check: Callable[[Any], str | None] = lambda op: None  # why this op's settings cannot lower, or None
 
 
-def _entry(lower: Callable, reads: str, dali_ops: str, check: Callable[[Any], str | None] | None = None) -> Lowering:
-    return Lowering(lower, frozenset(reads.split()), dali_ops, check or (lambda op: None))
+FIELD_ARGS = "key keys out"  # every lowering reads ``op.inputs`` and writes ``op.outputs``
+
+
+def _entry(lower: Callable, consumes: str, dali_ops: str, check: Callable[[Any], str | None] | None = None
+           ) -> Lowering:
+    return Lowering(lower, frozenset(f"{FIELD_ARGS} {consumes}".split()), dali_ops, check or (lambda op: None))
 
 
 # The field kinds the lowerings handle: an op on boxes, keypoints or a video is refused.
@@ -620,12 +725,17 @@ def _float_dtype(op: Any) -> str | None:
     return None if op.dtype in ("float32", "float16") else f"dtype={op.dtype!r} (DALI writes float32 or float16)"
 
 
+STFT_ARGS = "n_fft hop_length win_length window power center"
+MEL_ARGS = f"{STFT_ARGS} sample_rate n_mels f_min f_max norm mel_scale"
+
 # op class name -> lowering. Ops added to the library later get an entry here once their
 # DALI counterpart is written; until then they are reported by `unsupported`.
 LOWERINGS: dict[str, Lowering] = {
     "RandomResizedCrop": _entry(lower_random_resized_crop, "size scale ratio interpolation antialias",
-                                "decoders.image_random_crop + resize (fused), else random_resized_crop"),
-    "Resize": _entry(lower_resize, "size max_size interpolation antialias", "resize (per-sample size)"),
+                                "decoders.image_random_crop + resize (fused), else random_resized_crop",
+                                _cubic_check),
+    "Resize": _entry(lower_resize, "size max_size interpolation antialias", "resize (per-sample size)",
+                     _cubic_check),
     "CenterCrop": _entry(lower_center_crop, "size", "slice (per-sample start, pad out of bounds)"),
     "HorizontalFlip": _entry(lower_horizontal_flip, "p", "random.coin_flip -> crop_mirror_normalize(mirror) or flip"),
     "VerticalFlip": _entry(lower_vertical_flip, "p", "random.coin_flip -> flip(vertical)"),
@@ -637,7 +747,7 @@ LOWERINGS: dict[str, Lowering] = {
     "Pad": _entry(lower_pad, "padding fill padding_mode", "slice (negative start, pad out of bounds)",
                   _constant_padding),
     "ColorJitter": _entry(lower_color_jitter, "brightness contrast saturation hue",
-                          "arithmetic blends, keyed factors (brightness, contrast, saturation)",
+                          "arithmetic blends, keyed factors and order (brightness, contrast, saturation)",
                           lambda op: "hue (DALI's hue turns in YIQ, not HSV: several grey levels off)"
                           if "hue" in op.ranges() else None),
     "RandomGrayscale": _entry(lower_random_grayscale, "p", "arithmetic blend with the luma"),
@@ -654,16 +764,15 @@ LOWERINGS: dict[str, Lowering] = {
     "Resample": _entry(lower_resample, "orig_freq new_freq", "audio_resample"),
     "NonSilentRegion": _entry(lower_nonsilent_region, "cutoff_db window", "nonsilent_region + slice"),
     "PadTrim": _entry(lower_pad_trim, "length", "slice(trim_to_shape) + host padding to length"),
-    "Spectrogram": _entry(lower_spectrogram, "n_fft hop_length win_length window power center",
+    "Spectrogram": _entry(lower_spectrogram, STFT_ARGS,
                           "spectrogram(layout='ft')", _stft_check),
-    "MelSpectrogram": _entry(lower_mel_spectrogram, "n_fft hop_length window power sample_rate n_mels f_min f_max "
-                             "norm mel_scale", "spectrogram + mel_filter_bank", _mel_check),
-    "LogMelSpectrogram": _entry(lower_log_mel_spectrogram, "n_mels sample_rate amin top_db pad_value",
+    "MelSpectrogram": _entry(lower_mel_spectrogram, MEL_ARGS, "spectrogram + mel_filter_bank", _mel_check),
+    "LogMelSpectrogram": _entry(lower_log_mel_spectrogram, f"{MEL_ARGS} amin top_db pad_value",
                                 "spectrogram + mel_filter_bank + to_decibels(reference=1)",
                                 lambda op: _no_top_db(op) or _mel_check(op)),
     "Gain": _entry(lower_gain, "db", "multiply (keyed gain)"),
     "AudioNormalize": _entry(lower_audio_normalize, "eps", "normalize(axes=[0], epsilon)"),
-    "MFCC": _entry(lower_mfcc, "n_mfcc top_db dct_norm amin n_mels sample_rate",
+    "MFCC": _entry(lower_mfcc, f"{MEL_ARGS} n_mfcc top_db dct_norm amin",
                    "spectrogram + mel_filter_bank + to_decibels(reference=1) + mfcc",
                    lambda op: _no_top_db(op) or _mel_check(op) or
                    (f"dct_norm={op.dct_norm!r}" if op.dct_norm not in (None, "ortho") else None)),
@@ -672,22 +781,62 @@ LOWERINGS: dict[str, Lowering] = {
 }
 
 
+def changed_args(op: Op) -> list[str]:
+    """The op's arguments (dataclass fields) whose value differs from its default: from the
+    field's default, and from the op built without arguments where it can be (so a default
+    the op normalises, 224 to (224, 224), is no change)."""
+    try:
+        reference: Op | None = type(op)()
+    except Exception:  # an op with a required argument: compare with the declared defaults only
+        reference = None
+    changed = []
+    for f in fields(op):
+        value = getattr(op, f.name)
+        defaults = [f.default] if f.default is not MISSING else []
+        if f.default_factory is not MISSING:
+            defaults.append(f.default_factory())
+        if reference is not None:
+            defaults.append(getattr(reference, f.name))
+        if not any(_same(value, d) for d in defaults):
+            changed.append(f.name)
+    return changed
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # an array or tensor argument: compared element-wise, not as one truth
+        return a is b
+
+
+def unconsumed(op: Op) -> list[str]:
+    """The op's arguments changed from their defaults that its lowering does not consume
+    (every changed argument when the op has no lowering)."""
+    entry = LOWERINGS.get(type(op).__name__)
+    consumes = entry.consumes if entry is not None else frozenset()
+    return [name for name in changed_args(op) if name not in consumes]
+
+
 def unsupported(ops: list[Op]) -> list[str]:
-    """``"augment[i] Name"`` for each op that has no DALI lowering (or one that no longer fits),
-    and ``"augment[i] Name(field 'boxes' of kind boxes)"`` for each field of a kind no lowering
-    handles (the ops come bound to their fields, as the pipeline's plan holds them)."""
+    """``"augment[i] Name(why)"`` for each op that has no DALI lowering (or one that no longer
+    fits), has arguments the lowering does not consume, or has settings without a counterpart;
+    and ``"augment[i] Name(field 'boxes' of kind boxes ...)"`` for each field of a kind no
+    lowering handles (the ops come bound to their fields, as the pipeline's plan holds them)."""
     out = []
     for i, op in enumerate(ops):
-        entry = LOWERINGS.get(type(op).__name__)
-        have = {f.name for f in fields(op)}
-        b = op.binding
-        if entry is None or not entry.reads <= have:
-            out.append(f"augment[{i}] {type(op).__name__}")
+        name = type(op).__name__
+        entry = LOWERINGS.get(name)
+        if entry is None or not entry.consumes <= {f.name for f in fields(op)}:
+            out.append(f"augment[{i}] {name}")
+        elif left := unconsumed(op):
+            args = ", ".join(f"{a}={getattr(op, a)!r}" for a in left)
+            out.append(f"augment[{i}] {name}({args}: arguments the DALI lowering does not read)")
         elif (why := entry.check(op)) is not None:
-            out.append(f"augment[{i}] {type(op).__name__}({why})")
-        for name, t in zip(b.inputs, b.types):
+            out.append(f"augment[{i}] {name}({why})")
+        b = op.binding
+        for field_name, t in zip(b.inputs, b.types):
             if t.kind not in LOWERED_KINDS:
-                out.append(f"augment[{i}] {type(op).__name__}(field {name!r} of kind {t}: DALI lowers "
+                out.append(f"augment[{i}] {name}(field {field_name!r} of kind {t}: DALI lowers "
                            f"{sorted(LOWERED_KINDS)} fields)")
     return out
 

@@ -192,7 +192,9 @@ class RemoteShardSource(ShardSource):
         remote = self._remote[record["shard"]]
         blobs = {ext: RemoteShardBlob(name, remote.url, offset, size, remote=remote)
                  for ext, name, offset, size in media}
-        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), dict(record.get("fields", {})))
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta),
+                         self._fields(index, lambda name, offset, size: RemoteShardBlob(name, remote.url, offset, size,
+                                                                                        remote=remote)))
 
     def prefetch(self, indices: Iterable[int]) -> None:
         """Fetch these samples' byte ranges now, together (neighbours in a shard merged), for

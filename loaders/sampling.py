@@ -74,3 +74,9 @@ def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: str =
         rank=ranks.sampler_rank, world_size=ranks.sampler_world_size,
         last_batch=resolve_last_batch(last_batch, drop_last),
     )
+
+
+def may_pad(sampler: BatchSampler) -> bool:
+    """Whether ``sampler`` may put padding in a batch of some rank: then every batch carries
+    ``valid`` (a sampler without ``may_pad`` pads only with ``last_batch="pad"``)."""
+    return bool(getattr(sampler, "may_pad", getattr(sampler, "last_batch", None) == "pad"))

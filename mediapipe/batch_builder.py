@@ -77,7 +77,7 @@ class BatchBuilder:
         if all(s is None for s in samples):  # "replace": every sample failed; zeros of a good one's shapes
             template = self.policy.template(lambda i: self.samples.load(i, task.epoch, StageStats()), task.epoch,
                                             failures)
-        policies = {n: plan.collate_of(n) for n in plan.base_types}  # the source's declared ones too
+        policies = plan.collate_policies()
         replace = plan.on_error == "replace"
         data = collate(samples, policies, order if replace else None, self.private, template=template)
         if task.with_valid or task.valid < len(order) or replace:

@@ -28,8 +28,20 @@ from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
 from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources import Source
+from mediapipe.sample import Blob, SampleRef
 
 ON_ERROR = ("raise", "skip", "replace")
+
+
+@dataclass(frozen=True)
+class BatchField:
+    """A field every batch of a plan holds, and where it comes from: a decoder ("decoder"), a
+    decoder's side value ``<field>_<side>`` ("side"), the lengths of a pad-collated field
+    ``<field>_lengths`` ("lengths"), or an op that writes a new field ("op")."""
+
+    name: str
+    origin: str
+    field: str | None = None  # the decoded field a side or lengths field belongs to
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,8 @@ class Plan:
         self.collate_policy = dict(collate or {})
         self.base_types = self._base_types()
         self.ops, self.types = self._bind(list(ops))
-        self.object_fields = tuple(n for n, t in self.base_types.items() if t.kind in OBJECTS)
+        # the source's fields of one row per object (boxes, keypoints, class ids...), checked per sample
+        self.object_fields = tuple(n for n, t in self.base_types.items() if t.rows_are_objects and t.kind != MASK)
         self.placed = self._place()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
@@ -111,6 +124,38 @@ class Plan:
         self.decode_order = decode_order(self.decode, self.deferred)
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
+
+    # -- the fields of a batch -----------------------------------------------------------
+    def batch_fields(self) -> list[BatchField]:
+        """The fields every batch holds besides the source's (`SampleStage.source_fields`) and ``valid``
+        (present when the sampler may pad, a batch is padded, or under ``on_error="replace"``):
+        each decoded field with its side fields and lengths, then the new fields ops write.
+        Every backend delivers these."""
+        out = []
+        for name, spec in self.decode.items():
+            out.append(BatchField(name, "decoder"))
+            out += [BatchField(f"{name}_{side}", "side", name) for side in spec.side_fields]
+            if self.collate_of(name)[0] == "pad":
+                out.append(BatchField(f"{name}_lengths", "lengths", name))
+        known = {f.name for f in out} | set(self.base_types)  # a field an op rewrites keeps its origin
+        for p in self.placed:
+            lengths = {f"{name}_lengths": name for name in p.op.outputs}  # an audio op's new field's lengths
+            for name in p.op.writes():
+                if name not in known:
+                    out.append(BatchField(name, "lengths", lengths[name]) if name in lengths else BatchField(name, "op"))
+                    known.add(name)
+        return out
+
+    def collate_policies(self) -> dict[str, tuple[str, int]]:
+        """How each field a sample starts with batches (`collate_of`): the decoders', the
+        source's declared ones (boxes as lists, token ids padded), ``collate=`` overrides."""
+        return {name: self.collate_of(name) for name in self.base_types}
+
+    def blob(self, ref: SampleRef, name: str) -> Blob:
+        """The blob decoded field ``name`` reads: its own (a manifest's ``"mask"`` column), or
+        that of the field it is read ``from_field``."""
+        source = self.decode[name].from_field
+        return ref.blob(self.decode[source].kind, source) if source else ref.blob(self.decode[name].kind, name)
 
     # -- compile ------------------------------------------------------------------------
     def _base_types(self) -> dict[str, FieldType]:
@@ -166,13 +211,23 @@ class Plan:
     @staticmethod
     def _check_moves_everything(op: Op, types: dict[str, FieldType], index: int) -> None:
         """A geometric op that moves pixels in place must move the masks, boxes and keypoints of
-        the sample with them: left behind, they would silently stop matching the image."""
+        the sample with them: left behind, they would silently stop matching the image. An op
+        that mixes samples (MixUp, CutMix) cannot mix them at all, so it refuses to mix in place
+        pixels that have them."""
         b = op.binding
         geometric = OBJECTS <= op.kinds()
         moved = [f for f, dst in zip(b.inputs, b.outputs) if f == dst and b.type_of(f).kind in RASTER]
-        if not geometric or not moved:
+        if not (geometric or op.batch_only) or not moved:
             return
         left = [f for f, t in types.items() if t.kind in OBJECTS | {MASK} and f not in b.inputs]
+        if left and op.batch_only:
+            name = type(op).__name__
+            raise PipelineError(
+                f"augment[{index}] {name} mixes {moved} with other samples of the batch, but {left} are drawn on "
+                f"them and cannot be mixed (a blended mask, or the objects of two images in one, have no meaning "
+                f"{name} could give them): write the mixed pixels to a new field with out=, or leave {name} out of "
+                "a detection or segmentation pipeline"
+            )
         if left:
             raise PipelineError(
                 f"augment[{index}] {type(op).__name__} moves {moved} but not {left}, which are drawn on it: leave "
@@ -245,6 +300,15 @@ class Plan:
         return {after.index: before for before, after in zip(batch, batch[1:])
                 if before.index + 1 == after.index and after.op.absorbs(before.op)
                 and all(self.collate_of(f)[0] == "stack" for f in after.op.inputs)}
+
+    @property
+    def workers_use_cuda(self) -> bool:
+        """Whether a decoder that runs in the loader workers decodes with CUDA (NVDEC): its workers
+        must then start fresh (forkserver or spawn), never by fork."""
+        from mediapipe.decoders.registry import decoder_class
+
+        return any(decoder_class(spec.kind, spec.backend).uses_cuda for name, spec in self.decode.items()
+                   if name not in self.deferred)
 
     @property
     def sample_ops(self) -> list[PlacedOp]:

@@ -118,3 +118,31 @@ def test_closing_or_dropping_an_iterator_stops_its_workers(image_folder):
     del it  # no reference cycle: dropping it stops its workers at once, without the garbage collector
     assert not any(process_alive(p) for p in pids)
     assert loader.state_dict()["sampler"]["position"] == 2  # a dropped pass keeps what it delivered
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_script_that_exits_with_a_live_iterator_prints_nothing(image_folder, workers, tmp_path):
+    """A loader and an iterator still alive at interpreter exit are finalised quietly: no
+    'Exception ignored in __del__' (their modules' globals may already be gone then)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import mediapipe as mp\n"
+        "from mediapipe import augment as A\n"
+        "if __name__ == '__main__':\n"
+        f"    pipe = mp.Pipeline(source=mp.loaders.folder({str(image_folder)!r}),\n"
+        "                       decode={'image': mp.decoders.image()}, augment=[A.Resize((16, 16))], batch_size=4)\n"
+        f"    loader = pipe.loader(num_workers={workers}, persistent_workers={workers > 0}, drop_last=True)\n"
+        "    it = iter(loader)\n"
+        "    batch = next(it)\n"
+        "    print('ok', tuple(batch['image'].shape))\n"
+        "    other = iter(loader)\n"
+        "    next(other)\n"
+        "    for batch in it:\n"
+        "        pass\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok (4, 3, 16, 16)"
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr

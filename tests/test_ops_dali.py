@@ -134,3 +134,41 @@ def test_rotation_matches_dali_rotate() -> None:
         lambda img, a: fn.rotate(img, angle=a, keep_size=True, interp_type=types.INTERP_LINEAR, fill_value=0),
         images, a=[np.float32(a) for a in params["angle"].tolist()]))
     assert (op.apply(x, params).int() - out.int()).abs().max() <= 1
+
+
+# -- the lowering table against every registered op ---------------------------------------------
+class _Changed:
+    """An argument value equal to nothing but itself: 'changed from its default'."""
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    __hash__ = object.__hash__
+
+
+def test_every_argument_of_every_registered_op_is_consumed_or_named():
+    # main: only the fields a lowering reads were checked to exist; an argument it ignored
+    # (mask_keys, an audio op's keys=) was silently dropped
+    from dataclasses import fields
+
+    from mediapipe.augment.base import registered_ops
+    from mediapipe.loaders.dali_lowering import LOWERINGS, changed_args, unconsumed
+
+    ops = registered_ops()
+    assert set(LOWERINGS) <= set(ops)
+    for name, cls in ops.items():
+        entry = LOWERINGS.get(name)
+        args = [f.name for f in fields(cls)]
+        if entry is not None:
+            assert entry.consumes <= set(args), (name, sorted(entry.consumes - set(args)))
+        defaults = object.__new__(cls)  # every argument at its default, without the op's checks
+        for f in fields(cls):
+            object.__setattr__(defaults, f.name, f.default)
+        assert unconsumed(defaults) == [], name
+        if name not in ("MixUp", "CutMix"):  # num_classes has no usable default
+            assert changed_args(cls()) == [], name  # a default the op normalises (224 -> (224, 224)) is no change
+        for arg in args:  # each argument changed alone
+            op = object.__new__(cls)
+            op.__dict__.update(defaults.__dict__, **{arg: _Changed()})
+            expected = [] if entry is not None and arg in entry.consumes else [arg]
+            assert unconsumed(op) == expected, (name, arg)

@@ -4,8 +4,8 @@ and keypoints, so one draw moves every spatial field of a sample together.
 Images and videos share a kernel (a clip is frames with leading dims). A mask goes through the
 image kernel with nearest sampling, no antialiasing and fill 0, whatever the op's options say
 for images: its values are class ids, never blended. Boxes and keypoints kernels are in
-`mediapipe.augment.functional.objects`. Flip and affine kernels are batched (one value per
-sample); crop, pad and resize kernels take one sample's plain numbers.
+`mediapipe.augment.functional.objects`. Flip, affine and clamp kernels are batched (one value
+per sample); crop, pad and resize kernels take one sample's plain numbers.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ crop = Functional("crop")
 resized_crop = Functional("resized_crop")
 pad = Functional("pad")
 affine = Functional("affine")
+iou_crop = Functional("iou_crop")  # a crop that marks the boxes whose centre it leaves out (RandomIoUCrop)
+clamp = Functional("clamp")  # boxes clipped to their canvas (ClampBoundingBoxes)
 
 
 def sampling(kind: str, interpolation: str, antialias: bool = False, fill: Any = 0) -> tuple[str, bool, Any]:
@@ -183,3 +185,16 @@ def affine_mask(x: torch.Tensor, inverse: torch.Tensor, output_size: tuple[int, 
 
 register_kernel(affine, BOXES)(O.affine_boxes)
 register_kernel(affine, KEYPOINTS)(O.affine_keypoints)
+
+
+# -- detection: the IoU crop (one sample), clamping boxes (batched: a canvas per row) ----------------------
+register_kernel(iou_crop, IMAGE)(crop_image)
+register_kernel(iou_crop, VIDEO)(crop_image)
+register_kernel(iou_crop, MASK)(crop_mask)
+register_kernel(iou_crop, KEYPOINTS)(O.crop_keypoints)
+register_kernel(iou_crop, BOXES)(O.iou_crop_boxes)
+
+
+@register_kernel(clamp, BOXES)
+def clamp_boxes(boxes: torch.Tensor, *, canvas_size: tuple[int, int], format: str, **_: Any) -> torch.Tensor:
+    return O.clamp_boxes(boxes, canvas_size, format)
