@@ -202,16 +202,29 @@ def test_two_iterators_on_one_loader_each_get_every_batch(cluster, images):
 
 
 def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images):
-    pipe = make_pipeline(images)
+    class _Slow(A.Normalize):  # (local: pickled by value, as a script's own op would be)
+        """Normalize, slowly: a batch is still being built when its actor is killed."""
+
+        def apply_fields(self, data, params):
+            time.sleep(0.3)
+            return super().apply_fields(data, params)
+
+    pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
+                       augment=[A.RandomResizedCrop(24, scale=(0.3, 1.0)), A.HorizontalFlip(), _Slow()],
+                       batch_size=4, seed=3, device="cpu")
     want = collect(pipe.loader(num_workers=0))
     loader = ray_loader(pipe)
     try:
         it = iter(loader)
         got = [next(it)]
-        os.kill(loader.worker_pids[0], signal.SIGKILL)
+        pool = loader.actors()
+        replaced = pool.replaced
+        busy = [a for a in pool.live() if a.busy]
+        assert busy  # batches in flight on an actor: it dies mid-batch
+        os.kill(busy[0].pid, signal.SIGKILL)
         got += list(it)
         assert_same(want, collect(got))  # none missing, none twice, same values
-        assert loader.actors().replaced >= 1
+        assert pool.replaced > replaced and loader.rebuilt >= 1
         # resume after a fault: a state taken after it continues where it says
         state = state_after(loader, 3)
         os.kill(loader.worker_pids[-1], signal.SIGKILL)
