@@ -20,7 +20,7 @@ from torchvision.transforms import InterpolationMode
 from mediapipe import augment as A
 from mediapipe.augment.base import ObjectCountError, Stage
 from mediapipe.augment.functional.objects import convert_boxes
-from mediapipe.collate import TensorList, collate
+from mediapipe.collate import TensorList, collate, stack_params
 from mediapipe.errors import PipelineError
 from mediapipe.fields import FieldType, boxes, per_object
 from mediapipe.rng import SampleRNG
@@ -413,3 +413,41 @@ def test_draws_depend_on_the_key_only() -> None:
     data = detection_sample(0, "xyxy")
     assert draw(op, 3, data, index=7) == draw(op, 3, data, index=7)
     assert len({tuple(sorted(draw(op, 3, data, index=i).items())) for i in range(10)}) > 5
+
+
+FILLED = [lambda f: A.Letterbox(40, fill=f), lambda f: A.RandomZoomOut(p=1.0, fill=f),
+          lambda f: A.RandomRotation(30, fill=f), lambda f: A.RandomAffine(20, fill=f), lambda f: A.Pad(2, fill=f),
+          lambda f: A.RandomCrop(70, pad_if_needed=True, fill=f)]
+
+
+@pytest.mark.parametrize("make", range(len(FILLED)))
+def test_a_fill_the_images_cannot_hold_is_refused_with_the_reason(make) -> None:
+    """A fill is in the images' units: NaN or infinite is refused when the op is made; one past an
+    integer dtype's range (torch refused 300 for uint8 in a pad and wrapped -1 to 255), or with
+    one value per channel for another number of channels, when the op meets such images."""
+    make = FILLED[make]
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"fill=.*expected a finite number"):
+            make(bad)
+    types = {"image": FieldType("image"), "boxes": boxes()}
+    data = detection_sample(0, "xyxy")
+
+    def run(fill, image):
+        op = make(fill).bind(types)
+        sample = {"image": image.clone(), "boxes": data["boxes"].clone()}
+        if op.placement() is Stage.SAMPLE:
+            op.apply_fields(sample, draw(op, 0, sample))
+            return sample["image"]
+        batch = {"image": image[None].clone(), "boxes": TensorList([data["boxes"].clone()])}
+        op.apply_fields(batch, stack_params([draw(op, 0, sample)]))
+        return batch["image"][0]
+
+    for fill in (300, -1):
+        with pytest.raises(ValueError, match=rf"fill={fill} does not fit torch.uint8 images \(0..255\)"):
+            run(fill, data["image"])
+    out = run(300, data["image"].float())  # a float image holds it
+    assert out.dtype == torch.float32 and out.max() == 300
+    if type(make(0)) not in (A.Pad, A.RandomCrop):  # (those take one number)
+        with pytest.raises(ValueError, match=r"fill=\(1, 2\) has 2 values for images of 3 channels"):
+            run((1, 2), data["image"])
+        assert run((10, 20, 30), data["image"])[:, 0, 0].tolist() == [10, 20, 30]
