@@ -10,6 +10,7 @@ a zoom-out canvas is within ``side_range``...), over many keyed draws.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torchvision.transforms.v2 as T
@@ -451,3 +452,59 @@ def test_a_fill_the_images_cannot_hold_is_refused_with_the_reason(make) -> None:
         with pytest.raises(ValueError, match=r"fill=\(1, 2\) has 2 values for images of 3 channels"):
             run((1, 2), data["image"])
         assert run((10, 20, 30), data["image"])[:, 0, 0].tolist() == [10, 20, 30]
+
+
+def iou_crop_all_at_once(op, rng: SampleRNG, height: int, width: int, xyxy: np.ndarray) -> dict:
+    """RandomIoUCrop's draw written out as its docstring states it, every trial of an option tested
+    at once against every box: what the op must give, however it bounds its work."""
+    for _ in range(50):
+        min_iou = rng.choice(op.sampler_options)
+        if min_iou >= 1.0:
+            break
+        u = rng.numpy().random((op.trials, 4))
+        size = np.floor(np.array([width, height]) * (op.min_scale + (op.max_scale - op.min_scale) * u[:, :2]))
+        corner = np.floor((np.array([width, height]) - size) * u[:, 2:])
+        crops = np.concatenate((corner, corner + size), axis=1)
+        aspect = size[:, 0] / np.maximum(size[:, 1], 1.0)
+        ok = (size.min(axis=1) > 0) & (op.min_aspect_ratio <= aspect) & (aspect <= op.max_aspect_ratio)
+        centres = (xyxy[:, :2] + xyxy[:, 2:]) * 0.5
+        inside = ((crops[:, None, :2] < centres) & (centres < crops[:, None, 2:])).all(axis=2)
+        inter = np.minimum(xyxy[None, :, 2:], crops[:, None, 2:]) - np.maximum(xyxy[None, :, :2], crops[:, None, :2])
+        inter = inter.clip(min=0).prod(axis=2)
+        union = (xyxy[:, 2:] - xyxy[:, :2]).prod(axis=1) + size.prod(axis=1)[:, None] - inter
+        ok &= np.where(inside, inter / np.maximum(union, 1e-12), -1.0).max(axis=1) >= min_iou
+        if ok.any():
+            t = int(np.argmax(ok))
+            return {"crop": True, "top": int(corner[t, 1]), "left": int(corner[t, 0]), "height": int(size[t, 1]),
+                    "width": int(size[t, 0])}
+    return {"crop": False, "top": 0, "left": 0, "height": height, "width": width}
+
+
+def test_iou_crop_with_thousands_of_objects_takes_the_crop_of_the_written_out_draw_in_bounded_memory() -> None:
+    """A label file may hold a million objects: the IoU test of every trial against every box at
+    once held arrays of trials x boxes (gigabytes, minutes per sample). Boxes too small to reach the
+    minimum IoU are left out first and trials are tested a block at a time: the same crops as the
+    draw written out, and a bounded peak."""
+    import tracemalloc
+
+    g = torch.Generator().manual_seed(0)
+    for options, n in (((0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0), 40), ((0.5,), 300), ((0.3, 0.9), 3000)):
+        op = A.RandomIoUCrop(sampler_options=options).bind(detection_types("xyxy"))
+        xy = torch.rand(n, 2, generator=g) * torch.tensor([W, H])
+        objects = torch.cat((xy, xy + 0.5 + torch.rand(n, 2, generator=g) * 30), 1)
+        objects[: n // 4, 2:] = objects[: n // 4, :2]  # degenerate ones too
+        for index in range(40):
+            p = op.sample_params(SampleRNG(2, 0, index, 1), {"size": (H, W), "fields": {"boxes": objects}})
+            assert p == iou_crop_all_at_once(op, SampleRNG(2, 0, index, 1), H, W, objects.double().numpy())
+    n = 200_000  # tiny objects, and one an 0.5 IoU crop can hold
+    xy = torch.rand(n, 2, generator=g) * torch.tensor([W - 2, H - 2])
+    objects = torch.cat((xy, xy + 1.0), 1)
+    objects[-1] = torch.tensor([8.0, 6.0, 56.0, 42.0])
+    op = A.RandomIoUCrop(sampler_options=(0.5,)).bind(detection_types("xyxy"))
+    tracemalloc.start()
+    try:
+        p = op.sample_params(SampleRNG(3, 0, 0, 1), {"size": (H, W), "fields": {"boxes": objects}})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert p["crop"] and peak < 64 << 20, peak  # every trial against every box at once: 40 x 200,000 x 8 bytes a plane
