@@ -508,3 +508,51 @@ def test_iou_crop_with_thousands_of_objects_takes_the_crop_of_the_written_out_dr
     finally:
         tracemalloc.stop()
     assert p["crop"] and peak < 64 << 20, peak  # every trial against every box at once: 40 x 200,000 x 8 bytes a plane
+
+
+def boxes_on_the_edges(h: int = H, w: int = W) -> torch.Tensor:
+    """xyxy boxes a hostile file holds: the whole image, zero-sized ones at its corners and inside,
+    one touching its right edge from outside, wholly outside it, its last pixel."""
+    return torch.tensor([[0, 0, w, h], [0, 0, 0, 0], [w, h, w, h], [10, 10, 10, 20], [w, 0, w + 5, 5],
+                         [-10, -10, -1, -1], [w + 1, h + 1, w + 9, h + 9], [5.5, 6.25, 30.75, 40.5],
+                         [w - 1, h - 1, w, h]], dtype=torch.float32)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_boxes_on_the_edges_zero_sized_or_outside_move_as_torchvision_moves_them(fmt) -> None:
+    """Every geometric op, sample and batch stage (list and padded boxes), in every box format."""
+    from tests.test_ops_targets import BATCH_CASES, SAMPLE_CASES
+    from tests.test_ops_targets import draw as draw_plain
+
+    def hostile(seed: int) -> dict:
+        data = sample(seed, fmt)
+        data["boxes"] = convert_boxes(boxes_on_the_edges(), "xyxy", fmt)
+        data["points"] = torch.tensor([[[0, 0], [W, H], [W - 1, H - 1]], [[-5, 3], [W + 2, H / 2], [10.5, 7.25]]])
+        return data
+
+    for (op, oracle, levels), detection in [(case, False) for case in SAMPLE_CASES] + [(case, True) for case in CASES]:
+        op = op.bind(sample_types(fmt))
+        for seed in range(2):
+            data = hostile(seed)
+            ref_in = tv(data, fmt)
+            p = draw(op, seed, data) if detection else draw_plain(op, seed)
+            fn = oracle(op, p, data) if detection else oracle(op, p)
+            op.apply_fields(data, p)
+            check(data, {k: fn(v) for k, v in ref_in.items()}, levels)
+    for (op, oracle), policy in ((case, c) for case in BATCH_CASES for c in ("list", "pad")):
+        types = sample_types(fmt)
+        types["boxes"] = boxes(fmt, collate=policy)
+        op = op.bind(types)
+        samples = [hostile(seed) for seed in range(3)]
+        drawn = [draw_plain(op, 9, index=i) for i in range(3)]
+        batch = {k: torch.stack([s[k] for s in samples]) for k in ("image", "mask", "points")}
+        batch["boxes"] = (TensorList(s["boxes"] for s in samples) if policy == "list"
+                          else torch.stack([s["boxes"] for s in samples]))
+        if policy == "pad":
+            batch["boxes_lengths"] = torch.full((3,), len(samples[0]["boxes"]))
+        op.apply_fields(batch, stack_params(drawn))
+        for i, (s, p) in enumerate(zip(samples, drawn)):
+            fn = oracle(op, p)
+            ref = {k: fn(v) for k, v in tv(s, fmt).items()}
+            ours = {k: batch[k][i] for k in ("image", "mask", "points", "boxes")}
+            check(ours, ref, image_levels=int(getattr(op, "interpolation", "") == "bilinear"))

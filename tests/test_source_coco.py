@@ -328,6 +328,9 @@ def test_files_that_are_not_coco_or_too_large(editable, tmp_path: Path):
     with pytest.raises(SourceError, match="bad.json.*invalid JSON"):
         mp.loaders.coco(root / "bad.json", root / "images")
     (root / "list.json").write_text("[]")
+    (root / "deep.json").write_text('{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SourceError, match="deep.json.*invalid JSON: nested too deeply"):
+        mp.loaders.coco(root / "deep.json", root / "images")
     with pytest.raises(SourceError, match="expected a JSON object"):
         mp.loaders.coco(root / "list.json", root / "images")
     with pytest.raises(SourceError, match="more than max_json_bytes=100"):
