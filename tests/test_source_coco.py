@@ -229,7 +229,8 @@ def test_source_pickles_and_round_trips_through_the_config(detection_dataset):
 
 def test_the_same_seed_gives_the_same_boxes_with_or_without_workers_and_after_a_resume(detection_dataset):
     source = mp.loaders.coco(detection_dataset.annotations, detection_dataset.images)
-    pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, [A.RandomResizedCrop(64), A.HorizontalFlip()],
+    pipe = mp.Pipeline(source, {"image": mp.decoders.image()},  # the IoU crop draws from the boxes
+                       [A.RandomIoUCrop(), A.RandomResizedCrop(64), A.SanitizeBoundingBoxes(), A.HorizontalFlip()],
                        batch_size=4, seed=9, device="cpu")
     inline = [b["boxes"] for b in pipe.loader(num_workers=0)]
     workers = [b["boxes"] for b in pipe.loader(num_workers=2)]
@@ -438,3 +439,29 @@ def test_polygons_whose_outline_would_take_too_much_to_trace_are_refused(monkeyp
     monkeypatch.setattr(targets, "MAX_MASK_BYTES", 100_000)  # room for the mask, not for tracing its outline
     with pytest.raises(SourceError, match="polygons whose outlines pycocotools would trace in .* bytes"):
         targets.decode_masks([[zigzag]], 50, 50, "x.json")
+
+
+@pytest.mark.parametrize("collate", ["list", "pad"])
+def test_a_replaced_sample_has_no_objects(editable, collate):
+    """on_error="replace": the slot of an unreadable image holds no object in any per-object field
+    (held: tested so that it stays so)."""
+    pytest.importorskip("pycocotools")
+    root, document, _ = editable
+    broken = next(i for i, image in enumerate(document["images"])
+                  if any(a["image_id"] == image["id"] for a in document["annotations"]))
+    (root / "images" / document["images"][broken]["file_name"]).write_bytes(b"not a JPEG")
+    source = mp.loaders.coco(root / "annotations.json", root / "images", masks=True, collate=collate)
+    pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, [A.Resize((32, 32)), A.SanitizeBoundingBoxes()],
+                       batch_size=4, device="cpu", on_error="replace")
+    slots = 0
+    for batch in pipe.loader(num_workers=0, shuffle=False):
+        for i in torch.nonzero(~batch["valid"]).flatten().tolist():
+            slots += 1
+            if collate == "list":
+                assert [tuple(batch[k][i].shape) for k in ("boxes", "labels", "iscrowd", "masks")] == [
+                    (0, 4), (0,), (0,), (0, 32, 32)]
+            else:
+                assert all(int(batch[f"{k}_lengths"][i]) == 0 and not batch[k][i].any()
+                           for k in ("boxes", "labels", "iscrowd"))
+                assert tuple(batch["masks"][i].shape) == (0, 32, 32)
+    assert slots == 1
