@@ -107,8 +107,9 @@ def image_size(path: str) -> tuple[int, int]:
     """(height, width) from an image file's header (Pillow reads the first kilobytes only)."""
     from PIL import Image, UnidentifiedImageError
 
+    fd, _ = sf.open_regular(os.path.realpath(path), "the image")  # (a FIFO put in its place: no hang)
     try:
-        with Image.open(path) as im:
+        with os.fdopen(fd, "rb") as f, Image.open(f) as im:
             width, height = im.size
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as err:
         raise SourceError(path, f"cannot read the image header: {err}") from None
@@ -170,8 +171,9 @@ class YoloSource(Source):
         if label is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 4), dtype=np.float64)
         path = os.path.join(self.labels_dir, label)
+        fd, _ = sf.open_regular(os.path.realpath(path), "the label file")  # (a FIFO put in its place: no hang)
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(fd, "rb") as f:
                 data = f.read(MAX_LABEL_BYTES + 1)
         except OSError as err:
             raise SourceError(path, err.strerror or str(err)) from err

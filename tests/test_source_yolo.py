@@ -167,3 +167,34 @@ def test_a_header_past_pillows_pixel_limit_is_a_named_error(copied, monkeypatch)
     source = mp.loaders.yolo(copied / "images")
     with pytest.raises(SourceError, match=rf"{image.name}.*cannot read the image header.*pixels"):
         source.ref(1)
+
+
+def test_a_fifo_put_in_a_listed_files_place_is_refused_not_waited_on(copied):
+    """The label and image files are listed when the source is made and read later, in a worker: a
+    FIFO put in one's place meanwhile would block that read forever."""
+    import os
+    import threading
+
+    source = mp.loaders.yolo(copied / "images")
+    label = sorted((copied / "labels").glob("*.txt"))[1]
+    image = sorted((copied / "images").glob("*.jpg"))[2]
+    for path, index in ((label, 1), (image, 2)):
+        path.unlink()
+        os.mkfifo(path)
+        outcome: list = []
+
+        def read(index=index, outcome=outcome):
+            try:
+                source.ref(index)
+            except SourceError as err:
+                outcome.append(err)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=20)
+        if reader.is_alive():  # release the blocked read before failing
+            with open(path, "wb"):
+                pass
+        assert not reader.is_alive() and outcome, "the read waited on the FIFO"
+        assert f"{path.name}" in str(outcome[0]) and "not a regular file" in str(outcome[0])
+        path.unlink()
