@@ -374,6 +374,11 @@ class Op:
         """Finish the op on what a decoder returned for `decode_hint`."""
         return self.apply(x, params)
 
+    def apply_decoded_batch(self, xs: list[torch.Tensor], params: list[Params]) -> torch.Tensor | None:
+        """`apply_decoded` of a batch decoded on the device at once, as one (B, ...) tensor in a
+        few batched calls; None where this op finishes each sample on its own."""
+        return None
+
     # -- fusion with the batch op before it (CPU) ----------------------------------------
     def absorbs(self, before: Op) -> bool:
         """Whether this op can do ``before``'s work on its own inputs while it writes its output, as

@@ -14,6 +14,7 @@ import torch
 
 from mediapipe.augment.base import Op, Params, Stage, check_positive, check_probability, check_range
 from mediapipe.augment.functional import geometry as F
+from mediapipe.augment.functional import resample as R
 from mediapipe.augment.functional import spatial as S
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.fields import IMAGE, OBJECTS, VIDEO, FieldType
@@ -110,6 +111,12 @@ class RandomResizedCrop(Op):
         """Resize the decoded region; a no-op where the decoder already resampled it to ``size``
         (a JPEG decoded at a reduced DCT scale: see `mediapipe.decoders.image.plan_decode`)."""
         return F.resize_image(x, self.size, self.interpolation, self.antialias)
+
+    def apply_decoded_batch(self, xs: list[torch.Tensor], params: list[Params]) -> torch.Tensor | None:
+        """The decoded regions, each of its own size, resized together (`resize_regions`)."""
+        if not self.antialias or self.interpolation not in R.BATCHED or any(x.ndim != 3 for x in xs):
+            return None
+        return R.resize_regions(xs, self.size, self.interpolation)
 
 
 @dataclass(frozen=True)

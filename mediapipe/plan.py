@@ -302,6 +302,15 @@ class Plan:
                 and all(self.collate_of(f)[0] == "stack" for f in after.op.inputs)}
 
     @property
+    def workers_use_cuda(self) -> bool:
+        """Whether a decoder that runs in the loader workers decodes with CUDA (NVDEC): its workers
+        must then start fresh (forkserver or spawn), never by fork."""
+        from mediapipe.decoders.registry import decoder_class
+
+        return any(decoder_class(spec.kind, spec.backend).uses_cuda for name, spec in self.decode.items()
+                   if name not in self.deferred)
+
+    @property
     def sample_ops(self) -> list[PlacedOp]:
         return [p for p in self.placed if p.stage is Stage.SAMPLE]
 

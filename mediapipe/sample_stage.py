@@ -197,6 +197,8 @@ class SampleStage:
             if x.span is not None:
                 spans[name] = x.span
             stats.frames += x.frames
+            if x.fallback is not None:
+                stats.count_fallback(decoder.name, x.fallback)
             x = x.value
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1

@@ -182,6 +182,38 @@ def test_turbo_and_pillow_agree_on_reduced_decodes(photos):
         assert _psnr(a, b) >= 45.0
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_the_device_paths_batched_crop_meets_the_quality_bound(size, photos, references):
+    """The device path (a GPU's, here on nvImageCodec's CPU backend): every crop decoded as its
+    region at full scale in one batched call, then resized as one batch by the fused op. Against
+    the same reference as the fused CPU path, it must be closer: within a level of it on every
+    pixel (float resampling against the reference's uint8 kernel), over 50 dB on every crop."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    decoder = create("image", "nvimgcodec", device=torch.device("cpu"))
+    op = A.RandomResizedCrop(size)
+    blobs, hints, metas, boxes, expected = [], [], [], [], []
+    for i, (data, full) in enumerate(zip(photos, references)):
+        meta = decoder.probe(Blob("photo.jpg", data=data))
+        meta["size"] = (meta["height"], meta["width"])
+        for k in range(CROPS_PER_IMAGE):
+            params = op.sample_params(SampleRNG(7, size, i, k), meta)
+            boxes.append(params)
+            blobs.append(Blob("photo.jpg", data=data))
+            hints.append(op.decode_hint(params, meta))
+            metas.append(meta)
+            expected.append(TF.resized_crop(full, params["top"], params["left"], params["height"], params["width"],
+                                            [size, size], antialias=True))
+    decoded = decoder.decode_batch(blobs, hints, metas)
+    assert [tuple(x.shape[-2:]) for x in decoded] == [(b["height"], b["width"]) for b in boxes]  # regions, full scale
+    batch = op.apply_decoded_batch(decoded, boxes)
+    assert batch.shape == (len(boxes), 3, size, size) and batch.dtype == torch.uint8
+    scores = [_psnr(got, ref) for got, ref in zip(batch, expected)]
+    errors = torch.stack([(got.int() - ref.int()).abs() for got, ref in zip(batch, expected)])
+    _bound(scores, f"device path {size}px")
+    assert min(scores) >= 50.0, sorted(scores)[:3]
+    assert int(errors.max()) <= 1
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", [A.Letterbox(160, fill=0), A.Letterbox((96, 200), center=False),
                                 A.ScaleJitter((480, 480), scale_range=(0.2, 0.6)), A.RandomShortestSize((96, 128, 300))])

@@ -209,9 +209,9 @@ def _selected(mask: torch.Tensor) -> torch.Tensor:
 def hflip_image(x: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tensor:
     """Mirror left-right the samples whose ``mask`` is true; the others pass unchanged.
 
-    Only the selected samples are flipped (on the CPU one flip per sample, each cache-resident;
-    on a device index_select + index_copy), rather than ``torch.where(mask, x.flip(-1), x)``,
-    which flips the whole batch.
+    On the CPU only the selected samples are flipped, one at a time, each cache-resident; on a
+    device one ``torch.where`` over the batch, which needs no count of the selected samples
+    (reading one would make the host wait for the device).
     """
     return _flip_selected(x, mask, -1)
 
@@ -222,18 +222,17 @@ def vflip_image(x: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tenso
 
 
 def _flip_selected(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    if x.device.type != "cpu":
+        return torch.where(mask.to(x.device).reshape(-1, *([1] * (x.ndim - 1))), x.flip(dim), x)
     idx = _selected(mask.to(x.device))
     if idx.numel() == 0:
         return x
     if idx.numel() == x.shape[0]:
         return x.flip(dim)
     out = x.clone()  # ours to write: the input stays untouched
-    if x.device.type == "cpu":
-        # one flip per selected sample, each cache-resident (faster than index_select + flip + index_copy)
-        for i in idx.tolist():
-            out[i] = x[i].flip(dim)  # dim counts from the end, so it holds for one sample too
-        return out
-    return out.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
+    for i in idx.tolist():
+        out[i] = x[i].flip(dim)  # dim counts from the end, so it holds for one sample too
+    return out
 
 
 # -- affine warps (batched: one matrix per sample) ------------------------------------------------

@@ -456,4 +456,9 @@ def open_stream(scenario: str, backend: str, data: Path, *, device: str, workers
 
         opener = hf.open_mediapipe_hf if backend == "mediapipe-hf" else hf.open_hf_datasets
         return opener(scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)
+    if backend == "torchvision-gpu":
+        from mediapipe.bench.torchvision_gpu import open_torchvision_gpu
+
+        return open_torchvision_gpu(scenario, data, device=device, workers=workers, batch_size=batch_size,
+                                    options=options)
     return OPENERS[backend](scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)

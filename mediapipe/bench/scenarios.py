@@ -36,9 +36,10 @@ SCENARIOS = {
     for s in (
         Scenario("image-train", "image", "sample-images", "images",
                  "RandomResizedCrop 224, horizontal flip, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets"), 64),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets"),
+                 64),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "dali"), 64),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali"), 64),
         Scenario("detection-train", "detection", "sample-detection", "images",
                  "COCO boxes: IoU crop, flip, resize 320x320, sanitize, normalise",
                  ("mediapipe", "torchvision", "dali"), 32),
@@ -49,8 +50,8 @@ SCENARIOS = {
     )
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
-BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets", "pyav", "torchcodec",
-            "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http")
+BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
+            "pyav", "torchcodec", "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http")
 ON_REQUEST = {"image": ("mediapipe-ray", "mediapipe-http")}  # run only when asked for (mediapipe.bench.remote_backends)
 DEVICES = ("cpu", "cuda")
 
@@ -64,8 +65,10 @@ RUNNERS: dict[str, dict[str, Any]] = {
 }
 UNITS = {("video", "ceiling"): "frames", ("video", "dav1d"): "frames"}  # decode ceilings count frames
 CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "torchcodec")}
+GPU_ONLY = {("image", "torchvision-gpu")}  # nvJPEG through torchvision.io.decode_jpeg(device="cuda")
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
+    "torchvision-gpu": "torchvision's GPU pipeline is an image peer",
     "mediapipe-dali": "pipe.loader(backend='dali') is benchmarked on the image scenarios (boxes have no DALI lowering)",
     "pyav": "the PyAV baseline is for video and audio; torchvision is the image baseline",
     "torchcodec": "torchcodec is a video peer",
@@ -119,6 +122,8 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
         return f"unknown device {device!r}; expected one of {DEVICES}"
     if (scenario.kind, backend) in CPU_ONLY and device != "cpu":
         return "not applicable: runs on the CPU only (see its cpu row)"
+    if (scenario.kind, backend) in GPU_ONLY and device != "cuda":
+        return "not applicable: decodes on a CUDA GPU only (the torchvision row is its CPU pipeline)"
     if device == "cuda" and not cuda_available():
         return "not available: no CUDA device on this machine (torch.cuda.is_available() is False)"
     if scenario.kind == "detection":
@@ -130,7 +135,7 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
     if scenario.kind == "image":
         if backend in ("dali", "mediapipe-dali") and not _installed("nvidia.dali"):
             return f"not installed: NVIDIA DALI ({DALI_HINT})"
-        if backend in ("torchvision", "hf-datasets") and not _installed("torchvision"):
+        if backend in ("torchvision", "torchvision-gpu", "hf-datasets") and not _installed("torchvision"):
             return "not installed: torchvision (pip install torchvision)"
         if backend in ("mediapipe-hf", "hf-datasets") and not (_installed("datasets") and _installed("pyarrow")):
             return "not installed: datasets and pyarrow write and read the Parquet copy (pip install datasets)"
