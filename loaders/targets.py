@@ -37,7 +37,7 @@ from mediapipe.fields import (
 
 OBJECT_COLLATES = ("list", "pad")
 MAX_MASK_BYTES = 1 << 30  # one sample's masks (N x H x W bytes): more is refused, not allocated
-TRACE_BYTES = 24  # what pycocotools allocates per point it traces along a polygon's outline (at 5x)
+TRACE_BYTES = 24  # what pycocotools allocates per point it traces along a polygon's outline (upsampled five times)
 RLE_DIGITS = 7  # characters of one run in a compressed RLE string: 35 bits, past any mask's pixel count
 BAD_ANNOTATION = "bad annotation"  # the error category: on_error="skip" skips such samples
 
@@ -126,8 +126,9 @@ def rle_string_counts(counts: str | bytes) -> np.ndarray | None:
 def segmentation_points(segmentation: Any, height: int, width: int) -> int:
     """Check a COCO segmentation before pycocotools is given it, for a ``height`` x ``width``
     image: polygons of x, y pairs (3 points at least) no further than one image size outside it
-    (pycocotools traces a polygon's outline in int pixels at 5x: a huge coordinate overflows
-    and crashes the interpreter), or RLE of the image's size whose runs add up to its pixels.
+    (pycocotools traces a polygon's outline in int pixels upsampled five times: a huge coordinate
+    overflows and crashes the interpreter), or RLE of the image's size whose runs add up to its
+    pixels.
     Returns how many outline points pycocotools will trace (0 for RLE); a ValueError says why not
     (its message starts with the part at fault: ".size: ...", ": expected polygons ...")."""
     if isinstance(segmentation, list):
