@@ -40,6 +40,7 @@ from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
 MAX_OPTION_DRAWS = 50  # RandomIoUCrop: IoU options drawn before a sample is kept whole
+MAX_IOU_PAIRS = 1 << 18  # RandomIoUCrop: (crop, box) pairs tested at once
 
 
 @dataclass(frozen=True)
@@ -287,24 +288,38 @@ class RandomIoUCrop(Op):
     def _first_crop(self, rng: SampleRNG, height: int, width: int, xyxy: np.ndarray,
                     min_iou: float) -> dict[str, int] | None:
         """The first of ``trials`` drawn crops (all drawn at once) that holds a box's centre and
-        overlaps such a box by ``min_iou``; None when none does."""
+        overlaps such a box by ``min_iou``; None when none does. A box smaller than ``min_iou``
+        times every crop can overlap none by that much (IoU <= its area / the crop's), so it is
+        left out first, and the test runs on blocks of trials: memory and time stay bounded with
+        thousands of objects, and the crop taken is the one testing every trial at once takes."""
         u = rng.numpy().random((self.trials, 4))  # per trial: width, height, left, top fractions
         size = np.floor(np.array([width, height]) * (self.min_scale + (self.max_scale - self.min_scale) * u[:, :2]))
         corner = np.floor((np.array([width, height]) - size) * u[:, 2:])  # (left, top), as torchvision's int()
         crops = np.concatenate((corner, corner + size), axis=1)  # (trials, 4) xyxy
         aspect = size[:, 0] / np.maximum(size[:, 1], 1.0)
         ok = (size.min(axis=1) > 0) & (self.min_aspect_ratio <= aspect) & (aspect <= self.max_aspect_ratio)
-        centres = (xyxy[:, :2] + xyxy[:, 2:]) * 0.5  # (boxes, 2)
-        inside = ((crops[:, None, :2] < centres) & (centres < crops[:, None, 2:])).all(axis=2)  # (trials, boxes)
-        inter = (np.minimum(xyxy[None, :, 2:], crops[:, None, 2:]) - np.maximum(xyxy[None, :, :2], crops[:, None, :2]))
-        inter = inter.clip(min=0).prod(axis=2)
-        union = (xyxy[:, 2:] - xyxy[:, :2]).prod(axis=1) + size.prod(axis=1)[:, None] - inter
-        iou = np.where(inside, inter / np.maximum(union, 1e-12), -1.0)
-        ok &= iou.max(axis=1) >= min_iou  # (and some centre inside: an IoU of -1 never passes)
         if not ok.any():
             return None
-        t = int(np.argmax(ok))
-        return {"top": int(corner[t, 1]), "left": int(corner[t, 0]), "height": int(size[t, 1]), "width": int(size[t, 0])}
+        area = (xyxy[:, 2:] - xyxy[:, :2]).prod(axis=1)
+        if min_iou > 0:  # (with a margin for rounding: a box kept needlessly changes nothing)
+            xyxy, area = (v[area >= min_iou * size[ok].prod(axis=1).min() * (1 - 1e-9)] for v in (xyxy, area))
+        if not len(xyxy):
+            return None
+        centres = (xyxy[:, :2] + xyxy[:, 2:]) * 0.5  # (boxes, 2)
+        block = max(1, MAX_IOU_PAIRS // len(xyxy))
+        for first in range(0, self.trials, block):
+            c = crops[first : first + block]
+            inside = ((c[:, None, :2] < centres) & (centres < c[:, None, 2:])).all(axis=2)  # (trials, boxes)
+            inter = (np.minimum(xyxy[None, :, 2:], c[:, None, 2:]) - np.maximum(xyxy[None, :, :2], c[:, None, :2]))
+            inter = inter.clip(min=0).prod(axis=2)
+            union = area + size[first : first + block].prod(axis=1)[:, None] - inter
+            iou = np.where(inside, inter / np.maximum(union, 1e-12), -1.0)
+            passed = ok[first : first + block] & (iou.max(axis=1) >= min_iou)  # (an IoU of -1 never passes)
+            if passed.any():
+                t = first + int(np.argmax(passed))
+                return {"top": int(corner[t, 1]), "left": int(corner[t, 0]), "height": int(size[t, 1]),
+                        "width": int(size[t, 0])}
+        return None
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         if not params["crop"]:

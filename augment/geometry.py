@@ -291,8 +291,9 @@ def _check_fill(op: Op, fill: Fill | None, scalar_only: bool = False) -> None:
     if fill is None and not scalar_only:
         return
     values = fill if isinstance(fill, tuple) else (fill,)
-    if not values or not all(isinstance(v, (int, float)) for v in values) or (scalar_only and len(values) != 1):
-        expected = "a number" if scalar_only else "a number or one number per channel"
+    if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values) or (
+            scalar_only and len(values) != 1):
+        expected = "a finite number" if scalar_only else "a finite number or one per channel"
         raise ValueError(f"{type(op).__name__}(fill={fill!r}): expected {expected}")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,13 @@ from mediapipe.fields import FieldType
 from mediapipe.loaders.sources import Source
 from mediapipe.loaders.targets import (
     check_mask_bytes,
+    check_trace_points,
     clamped_boxes,
     confined_files,
     decode_masks,
     detection_types,
     file_problem,
+    segmentation_points,
 )
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
@@ -47,11 +50,13 @@ BOX_TOLERANCE = 1.0  # pixels a box may pass the image's edge (then clamped)
 
 
 def _int(value: Any) -> bool:
-    return type(value) is int
+    """An id: an int that fits int64 (JSON ints have no bound)."""
+    return type(value) is int and -(1 << 63) <= value < 1 << 63
 
 
 def _number(value: Any) -> bool:
-    return type(value) in (int, float) and np.isfinite(value)
+    """A coordinate: a finite float, or an int a float holds exactly."""
+    return (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) <= 1 << 53)
 
 
 class CocoSource(Source):
@@ -101,9 +106,9 @@ class CocoSource(Source):
         for i, c in enumerate(categories):
             where = f"categories[{i}]"
             if type(c) is not dict or not _int(c.get("id")):
-                raise SourceError(str(self.path), f"{where}.id: expected an int, got {c.get('id') if type(c) is dict else c!r}")
+                raise SourceError(str(self.path), f"{where}.id: expected an int, got {sf.show(c.get('id') if type(c) is dict else c)}")
             if type(c.get("name")) is not str:
-                raise SourceError(str(self.path), f"{where}.name: expected a string, got {c.get('name')!r}")
+                raise SourceError(str(self.path), f"{where}.name: expected a string, got {sf.show(c.get('name'))}")
             if c["id"] in names:
                 raise SourceError(str(self.path), f"{where}.id: category {c['id']} is listed twice")
             names[c["id"]] = c["name"]
@@ -122,7 +127,7 @@ class CocoSource(Source):
         for i, image in enumerate(images):
             if type(image) is not dict or not _int(image.get("id")):
                 raise SourceError(str(self.path), f"images[{i}].id: expected an int, got "
-                                  f"{image.get('id') if type(image) is dict else image!r}")
+                                  f"{sf.show(image.get('id') if type(image) is dict else image)}")
             image_id = image["id"]
             where = self._where(image_id)
             if image_id in position:
@@ -130,7 +135,7 @@ class CocoSource(Source):
             for side in ("width", "height"):
                 if not _int(image.get(side)) or not 0 < image[side] <= 1 << 20:
                     raise SourceError(where, f"images[{i}].{side}: expected an int in 1..{1 << 20}, got "
-                                      f"{image.get(side)!r}")
+                                      f"{sf.show(image.get(side))}")
             problem, rel = file_problem(image.get("file_name"), files, outside, str(self.images_dir))
             if problem is not None:
                 raise SourceError(where, f"images[{i}].file_name: {problem}")
@@ -152,7 +157,7 @@ class CocoSource(Source):
         for i, a in enumerate(annotations):
             if type(a) is not dict or not _int(a.get("image_id")):
                 raise SourceError(str(self.path), f"annotations[{i}].image_id: expected an int, got "
-                                  f"{a.get('image_id') if type(a) is dict else a!r}")
+                                  f"{sf.show(a.get('image_id') if type(a) is dict else a)}")
             field = f"annotations[{i}]" + (f" (id {a['id']})" if _int(a.get("id")) else "")
             index = self._position.get(a["image_id"])
             where = self._where(a["image_id"])
@@ -160,14 +165,14 @@ class CocoSource(Source):
                 raise SourceError(where, f"{field}.image_id: no image has id {a['image_id']}")
             category = a.get("category_id")
             if not _int(category) or category not in label_of:
-                raise SourceError(where, f"{field}.category_id: {category!r} is not a category of 'categories' "
+                raise SourceError(where, f"{field}.category_id: {sf.show(category)} is not a category of 'categories' "
                                   f"(ids {self._category_ids[:20]})")
             bbox = a.get("bbox")
             if type(bbox) is not list or len(bbox) != 4 or not all(_number(v) for v in bbox):
                 raise SourceError(where, f"{field}.bbox: expected [x, y, width, height] (4 finite numbers), got "
-                                  f"{bbox!r}")
+                                  f"{sf.show(bbox)}")
             if a.get("iscrowd", 0) not in (0, 1) or type(a.get("iscrowd", 0)) is not int:
-                raise SourceError(where, f"{field}.iscrowd: expected 0 or 1, got {a.get('iscrowd')!r}")
+                raise SourceError(where, f"{field}.iscrowd: expected 0 or 1, got {sf.show(a.get('iscrowd'))}")
             owner[i], labels[i], crowd[i] = index, label_of[category], a.get("iscrowd", 0)
             xywh[i] = bbox
             if self.masks:
@@ -206,24 +211,14 @@ class CocoSource(Source):
         raise SourceError(self._where(a["image_id"]), f"{field}.bbox {a['bbox']} {why}")
 
     def _segmentation(self, value: Any, index: int, field: str) -> bytes:
-        """A segmentation checked for its form (polygons, or RLE of its image's size), as JSON bytes."""
+        """A segmentation checked as pycocotools will be given it (`segmentation_points`: polygons
+        near the image, RLE of its size whose runs cover it), as JSON bytes."""
         height, width = (int(v) for v in self._sizes[index])
-        where = self._where(int(self._ids[index]))
-        if type(value) is list:
-            if not value or not all(type(p) is list and len(p) >= 6 and len(p) % 2 == 0
-                                    and all(_number(v) for v in p) for p in value):
-                raise SourceError(where, f"{field}: expected polygons (lists of x, y pairs, 3 points at least)")
-        elif type(value) is dict:
-            size, counts = value.get("size"), value.get("counts")
-            if size != [height, width]:
-                raise SourceError(where, f"{field}.size: {size!r}, but the image is {height}x{width} ([height, width])")
-            if not (type(counts) is str or (type(counts) is list and all(_int(c) and c >= 0 for c in counts)
-                                            and sum(counts) == height * width)):
-                raise SourceError(where, f"{field}.counts: expected an RLE string, or run lengths adding up to "
-                                  f"{height * width}")
-        else:
-            raise SourceError(where, f"{field}: expected polygons or RLE, got "
-                              f"{'nothing' if value is None else type(value).__name__}")
+        try:
+            points = segmentation_points(value, height, width)
+        except ValueError as err:
+            raise SourceError(self._where(int(self._ids[index])), f"{field}{err}") from None
+        check_trace_points(points, self._where(int(self._ids[index])), field)
         return json.dumps(value, separators=(",", ":")).encode()
 
     def _where(self, image_id: int) -> str:

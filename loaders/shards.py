@@ -322,7 +322,11 @@ class ShardSource(Source):
         if type(document) is not dict or "targets" not in document:
             raise SourceError(name, "no 'targets' object, but the manifest says samples carry targets",
                               category=BAD_ANNOTATION)
-        fields.update(targets_from_json(document["targets"], self._types, name))
+        size = (record.get("height"), record.get("width"))
+        classes = self.classes
+        fields.update(targets_from_json(document["targets"], self._types, name,
+                                        num_classes=len(classes) if isinstance(classes, list) else None,
+                                        canvas=size if all(type(v) is int for v in size) else None))
         return fields
 
     def meta(self, index: int) -> SampleMeta:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mediapipe import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.fields import FieldType
 from mediapipe.loaders.sources import Source
@@ -90,12 +91,12 @@ def parse_labels(text: str, where: str, num_classes: int | None) -> tuple[np.nda
         c = values[0]
         if not c.is_integer() or c < 0 or (num_classes is not None and c >= num_classes):
             known = f" (0..{num_classes - 1})" if num_classes is not None else ""
-            raise SourceError(at, f"class {parts[0]!r} is not a class index{known}", category=BAD_ANNOTATION)
+            raise SourceError(at, f"class {sf.show(parts[0])} is not a class index{known}", category=BAD_ANNOTATION)
         cx, cy, w, h = values[1:]
         t = COORD_TOLERANCE
         if not all(math.isfinite(v) for v in values[1:]) or w < 0 or h < 0 or cx - w / 2 < -t or cy - h / 2 < -t \
                 or cx + w / 2 > 1 + t or cy + h / 2 > 1 + t:
-            raise SourceError(at, f"box {parts[1:]} is not inside the image (normalised centre and size, 0..1)",
+            raise SourceError(at, f"box {sf.show(parts[1:])} is not inside the image (normalised centre and size, 0..1)",
                               category=BAD_ANNOTATION)
         classes.append(int(c))
         boxes.append((cx, cy, w, h))
@@ -106,10 +107,11 @@ def image_size(path: str) -> tuple[int, int]:
     """(height, width) from an image file's header (Pillow reads the first kilobytes only)."""
     from PIL import Image, UnidentifiedImageError
 
+    fd, _ = sf.open_regular(os.path.realpath(path), "the image")  # (a FIFO put in its place: no hang)
     try:
-        with Image.open(path) as im:
+        with os.fdopen(fd, "rb") as f, Image.open(f) as im:
             width, height = im.size
-    except (OSError, UnidentifiedImageError, ValueError) as err:
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as err:
         raise SourceError(path, f"cannot read the image header: {err}") from None
     return height, width
 
@@ -169,15 +171,16 @@ class YoloSource(Source):
         if label is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 4), dtype=np.float64)
         path = os.path.join(self.labels_dir, label)
+        fd, _ = sf.open_regular(os.path.realpath(path), "the label file")  # (a FIFO put in its place: no hang)
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(fd, "rb") as f:
                 data = f.read(MAX_LABEL_BYTES + 1)
         except OSError as err:
             raise SourceError(path, err.strerror or str(err)) from err
         if len(data) > MAX_LABEL_BYTES:
             raise SourceError(path, f"label file larger than {MAX_LABEL_BYTES} bytes", category=BAD_ANNOTATION)
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a byte-order mark, as Windows editors write, is not a value
         except UnicodeDecodeError as err:
             raise SourceError(path, f"not UTF-8 text (byte {err.start})", category=BAD_ANNOTATION) from None
         return parse_labels(text, path, None if self._classes is None else len(self._classes))

@@ -475,6 +475,11 @@ _show.maxstring = _show.maxother = 60
 _show.maxlong, _show.maxlist, _show.maxdict, _show.maxlevel = 40, 6, 4, 3
 
 
+def show(value: object) -> str:
+    """A value read from a file, as an error message quotes it: cut short, whatever it holds."""
+    return _show.repr(value)
+
+
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -182,7 +183,8 @@ def test_a_manifest_or_member_that_lies_about_targets_is_refused(coco_shards, tm
     masks = torch.zeros(2, 5, 7, dtype=torch.uint8)
     masks[0, 1:3, 2:6] = 1
     masks[1, 4, 0] = 1
-    back = targets_from_json({"masks": masks_to_rle(masks)}, types, "x")["masks"]
+    only_masks = {"masks": types["masks"]}
+    back = targets_from_json({"masks": masks_to_rle(masks)}, only_masks, "x")["masks"]
     assert torch.equal(back, masks)
     assert targets_from_json({"masks": masks_to_rle(masks[:0])}, types, "x")["masks"].shape == (0, 5, 7)
 
@@ -205,3 +207,74 @@ def test_targets_over_http_are_those_on_disk(coco_shards, tmp_path: Path):
                                                 else a[k] == b[k] for k in a)
     finally:
         server.close()
+
+
+def test_targets_whose_rows_or_values_do_not_hold_together_are_refused():
+    types = {"boxes": FieldType("boxes"), "labels": FieldType("label", per_object=True),
+             "iscrowd": FieldType("other", per_object=True)}
+    boxes = [[1.0, 2.0, 5.0, 6.0], [3.0, 3.0, 9.0, 9.0]]
+    good = {"boxes": boxes, "labels": [0, 2], "iscrowd": [0, 1]}
+    out = targets_from_json(good, types, "s.json", num_classes=3)
+    assert out["labels"].tolist() == [0, 2] and out["boxes"].shape == (2, 4)
+    for targets, reason in [
+        ({**good, "labels": [0]}, r"'labels': 1.* rows, but every per-object field holds one row per object"),
+        ({**good, "iscrowd": []}, r"'iscrowd': 0.* rows"),
+        ({**good, "boxes": [[[[]]]]}, r"'boxes': 0.* rows"),
+        ({"boxes": boxes, "labels": [0, 1]}, r"no \['iscrowd'\], but 2 objects"),
+        ({**good, "labels": [0, 3]}, r"class ids are integers from 0 to 2"),
+        ({**good, "labels": [-7, 0]}, r"class ids are integers from 0 to 2"),
+        ({**good, "labels": [1e300, 0]}, r"class ids are integers"),
+        ({**good, "labels": [0.5, 1]}, r"class ids are integers"),
+    ]:
+        with pytest.raises(SourceError, match=reason):
+            targets_from_json(targets, types, "s.json", num_classes=3)
+    assert targets_from_json({}, types, "s.json") == {}  # a sample without objects may leave them all out
+    huge = targets_from_json({**good, "iscrowd": [1e300, 0]}, types, "s.json")["iscrowd"]
+    assert huge.dtype == torch.float64 and huge.tolist() == [1e300, 0.0]  # not int64's wrap-around
+
+
+def rewrite_member(tar: Path, name: str, change) -> None:
+    """Rewrite one member of a shard in place, its new text padded with spaces to the same size
+    (the index and the tar's headers still describe it): a member that lies."""
+    with tarfile.open(tar) as t:
+        member = t.getmember(name)
+        document = json.loads(t.extractfile(member).read())
+    text = json.dumps(change(document), separators=(",", ":")).encode()
+    assert len(text) <= member.size
+    with open(tar, "r+b") as f:
+        f.seek(member.offset_data)
+        f.write(text.ljust(member.size))
+
+
+@pytest.mark.parametrize("case", ["labels", "masks", "mask size", "mask runs"])
+def test_a_member_that_lies_about_its_objects_is_a_named_skippable_error(coco_shards, tmp_path: Path, case):
+    out = tmp_path / "out"
+    shutil.copytree(coco_shards, out)
+    tar = sorted(out.glob("shard-*.tar"))[0]
+    with tarfile.open(tar) as t:  # a sample with two objects at least
+        name = next(m.name for m in t.getmembers() if m.name.endswith(".json")
+                    and len(json.loads(t.extractfile(m).read())["targets"]["boxes"]) >= 2)
+
+    def lie(document: dict) -> dict:
+        targets = document["targets"]
+        if case == "labels":
+            targets["labels"] = targets["labels"][:1]
+        elif case == "masks":
+            targets["masks"]["counts"] = targets["masks"]["counts"][:1]
+        elif case == "mask size":  # well-formed masks of another size
+            height, width = targets["masks"]["size"]
+            targets["masks"] = masks_to_rle(torch.zeros(len(targets["boxes"]), height - 1, width, dtype=torch.uint8))
+        else:  # runs that no longer cover the image: pycocotools would leave pixels unwritten
+            targets["masks"]["counts"] = ["0?"] * len(targets["masks"]["counts"])
+        return document
+
+    rewrite_member(tar, name, lie)
+    pipe = mp.Pipeline(mp.loaders.shards(out), {"image": mp.decoders.image()}, [A.Resize((32, 32))], batch_size=4,
+                       device="cpu", on_error="skip")
+    loader = pipe.loader(num_workers=0, shuffle=False)
+    for batch in loader:
+        for i in range(len(batch["boxes"])):
+            assert len(batch["boxes"][i]) == len(batch["labels"][i]) == len(batch["masks"][i])
+            assert batch["masks"][i].max() <= 1 if batch["masks"][i].numel() else True
+    assert loader.stats.errors == {"source: bad annotation": 1}
+    assert list(loader.stats.failed)[0].startswith(f"{tar.name}:{name}")

@@ -10,6 +10,7 @@ a zoom-out canvas is within ``side_range``...), over many keyed draws.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torchvision.transforms.v2 as T
@@ -20,7 +21,7 @@ from torchvision.transforms import InterpolationMode
 from mediapipe import augment as A
 from mediapipe.augment.base import ObjectCountError, Stage
 from mediapipe.augment.functional.objects import convert_boxes
-from mediapipe.collate import TensorList, collate
+from mediapipe.collate import TensorList, collate, stack_params
 from mediapipe.errors import PipelineError
 from mediapipe.fields import FieldType, boxes, per_object
 from mediapipe.rng import SampleRNG
@@ -413,3 +414,145 @@ def test_draws_depend_on_the_key_only() -> None:
     data = detection_sample(0, "xyxy")
     assert draw(op, 3, data, index=7) == draw(op, 3, data, index=7)
     assert len({tuple(sorted(draw(op, 3, data, index=i).items())) for i in range(10)}) > 5
+
+
+FILLED = [lambda f: A.Letterbox(40, fill=f), lambda f: A.RandomZoomOut(p=1.0, fill=f),
+          lambda f: A.RandomRotation(30, fill=f), lambda f: A.RandomAffine(20, fill=f), lambda f: A.Pad(2, fill=f),
+          lambda f: A.RandomCrop(70, pad_if_needed=True, fill=f)]
+
+
+@pytest.mark.parametrize("make", range(len(FILLED)))
+def test_a_fill_the_images_cannot_hold_is_refused_with_the_reason(make) -> None:
+    """A fill is in the images' units: NaN or infinite is refused when the op is made; one past an
+    integer dtype's range (torch refused 300 for uint8 in a pad and wrapped -1 to 255), or with
+    one value per channel for another number of channels, when the op meets such images."""
+    make = FILLED[make]
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"fill=.*expected a finite number"):
+            make(bad)
+    types = {"image": FieldType("image"), "boxes": boxes()}
+    data = detection_sample(0, "xyxy")
+
+    def run(fill, image):
+        op = make(fill).bind(types)
+        sample = {"image": image.clone(), "boxes": data["boxes"].clone()}
+        if op.placement() is Stage.SAMPLE:
+            op.apply_fields(sample, draw(op, 0, sample))
+            return sample["image"]
+        batch = {"image": image[None].clone(), "boxes": TensorList([data["boxes"].clone()])}
+        op.apply_fields(batch, stack_params([draw(op, 0, sample)]))
+        return batch["image"][0]
+
+    for fill in (300, -1):
+        with pytest.raises(ValueError, match=rf"fill={fill} does not fit torch.uint8 images \(0..255\)"):
+            run(fill, data["image"])
+    out = run(300, data["image"].float())  # a float image holds it
+    assert out.dtype == torch.float32 and out.max() == 300
+    if type(make(0)) not in (A.Pad, A.RandomCrop):  # (those take one number)
+        with pytest.raises(ValueError, match=r"fill=\(1, 2\) has 2 values for images of 3 channels"):
+            run((1, 2), data["image"])
+        assert run((10, 20, 30), data["image"])[:, 0, 0].tolist() == [10, 20, 30]
+
+
+def iou_crop_all_at_once(op, rng: SampleRNG, height: int, width: int, xyxy: np.ndarray) -> dict:
+    """RandomIoUCrop's draw written out as its docstring states it, every trial of an option tested
+    at once against every box: what the op must give, however it bounds its work."""
+    for _ in range(50):
+        min_iou = rng.choice(op.sampler_options)
+        if min_iou >= 1.0:
+            break
+        u = rng.numpy().random((op.trials, 4))
+        size = np.floor(np.array([width, height]) * (op.min_scale + (op.max_scale - op.min_scale) * u[:, :2]))
+        corner = np.floor((np.array([width, height]) - size) * u[:, 2:])
+        crops = np.concatenate((corner, corner + size), axis=1)
+        aspect = size[:, 0] / np.maximum(size[:, 1], 1.0)
+        ok = (size.min(axis=1) > 0) & (op.min_aspect_ratio <= aspect) & (aspect <= op.max_aspect_ratio)
+        centres = (xyxy[:, :2] + xyxy[:, 2:]) * 0.5
+        inside = ((crops[:, None, :2] < centres) & (centres < crops[:, None, 2:])).all(axis=2)
+        inter = np.minimum(xyxy[None, :, 2:], crops[:, None, 2:]) - np.maximum(xyxy[None, :, :2], crops[:, None, :2])
+        inter = inter.clip(min=0).prod(axis=2)
+        union = (xyxy[:, 2:] - xyxy[:, :2]).prod(axis=1) + size.prod(axis=1)[:, None] - inter
+        ok &= np.where(inside, inter / np.maximum(union, 1e-12), -1.0).max(axis=1) >= min_iou
+        if ok.any():
+            t = int(np.argmax(ok))
+            return {"crop": True, "top": int(corner[t, 1]), "left": int(corner[t, 0]), "height": int(size[t, 1]),
+                    "width": int(size[t, 0])}
+    return {"crop": False, "top": 0, "left": 0, "height": height, "width": width}
+
+
+def test_iou_crop_with_thousands_of_objects_takes_the_crop_of_the_written_out_draw_in_bounded_memory() -> None:
+    """A label file may hold a million objects: the IoU test of every trial against every box at
+    once held arrays of trials x boxes (gigabytes, minutes per sample). Boxes too small to reach the
+    minimum IoU are left out first and trials are tested a block at a time: the same crops as the
+    draw written out, and a bounded peak."""
+    import tracemalloc
+
+    g = torch.Generator().manual_seed(0)
+    for options, n in (((0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0), 40), ((0.5,), 300), ((0.3, 0.9), 3000)):
+        op = A.RandomIoUCrop(sampler_options=options).bind(detection_types("xyxy"))
+        xy = torch.rand(n, 2, generator=g) * torch.tensor([W, H])
+        objects = torch.cat((xy, xy + 0.5 + torch.rand(n, 2, generator=g) * 30), 1)
+        objects[: n // 4, 2:] = objects[: n // 4, :2]  # degenerate ones too
+        for index in range(40):
+            p = op.sample_params(SampleRNG(2, 0, index, 1), {"size": (H, W), "fields": {"boxes": objects}})
+            assert p == iou_crop_all_at_once(op, SampleRNG(2, 0, index, 1), H, W, objects.double().numpy())
+    n = 200_000  # tiny objects, and one an 0.5 IoU crop can hold
+    xy = torch.rand(n, 2, generator=g) * torch.tensor([W - 2, H - 2])
+    objects = torch.cat((xy, xy + 1.0), 1)
+    objects[-1] = torch.tensor([8.0, 6.0, 56.0, 42.0])
+    op = A.RandomIoUCrop(sampler_options=(0.5,)).bind(detection_types("xyxy"))
+    tracemalloc.start()
+    try:
+        p = op.sample_params(SampleRNG(3, 0, 0, 1), {"size": (H, W), "fields": {"boxes": objects}})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert p["crop"] and peak < 64 << 20, peak  # every trial against every box at once: 40 x 200,000 x 8 bytes a plane
+
+
+def boxes_on_the_edges(h: int = H, w: int = W) -> torch.Tensor:
+    """xyxy boxes a hostile file holds: the whole image, zero-sized ones at its corners and inside,
+    one touching its right edge from outside, wholly outside it, its last pixel."""
+    return torch.tensor([[0, 0, w, h], [0, 0, 0, 0], [w, h, w, h], [10, 10, 10, 20], [w, 0, w + 5, 5],
+                         [-10, -10, -1, -1], [w + 1, h + 1, w + 9, h + 9], [5.5, 6.25, 30.75, 40.5],
+                         [w - 1, h - 1, w, h]], dtype=torch.float32)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_boxes_on_the_edges_zero_sized_or_outside_move_as_torchvision_moves_them(fmt) -> None:
+    """Every geometric op, sample and batch stage (list and padded boxes), in every box format."""
+    from tests.test_ops_targets import BATCH_CASES, SAMPLE_CASES
+    from tests.test_ops_targets import draw as draw_plain
+
+    def hostile(seed: int) -> dict:
+        data = sample(seed, fmt)
+        data["boxes"] = convert_boxes(boxes_on_the_edges(), "xyxy", fmt)
+        data["points"] = torch.tensor([[[0, 0], [W, H], [W - 1, H - 1]], [[-5, 3], [W + 2, H / 2], [10.5, 7.25]]])
+        return data
+
+    for (op, oracle, levels), detection in [(case, False) for case in SAMPLE_CASES] + [(case, True) for case in CASES]:
+        op = op.bind(sample_types(fmt))
+        for seed in range(2):
+            data = hostile(seed)
+            ref_in = tv(data, fmt)
+            p = draw(op, seed, data) if detection else draw_plain(op, seed)
+            fn = oracle(op, p, data) if detection else oracle(op, p)
+            op.apply_fields(data, p)
+            check(data, {k: fn(v) for k, v in ref_in.items()}, levels)
+    for (op, oracle), policy in ((case, c) for case in BATCH_CASES for c in ("list", "pad")):
+        types = sample_types(fmt)
+        types["boxes"] = boxes(fmt, collate=policy)
+        op = op.bind(types)
+        samples = [hostile(seed) for seed in range(3)]
+        drawn = [draw_plain(op, 9, index=i) for i in range(3)]
+        batch = {k: torch.stack([s[k] for s in samples]) for k in ("image", "mask", "points")}
+        batch["boxes"] = (TensorList(s["boxes"] for s in samples) if policy == "list"
+                          else torch.stack([s["boxes"] for s in samples]))
+        if policy == "pad":
+            batch["boxes_lengths"] = torch.full((3,), len(samples[0]["boxes"]))
+        op.apply_fields(batch, stack_params(drawn))
+        for i, (s, p) in enumerate(zip(samples, drawn)):
+            fn = oracle(op, p)
+            ref = {k: fn(v) for k, v in tv(s, fmt).items()}
+            ours = {k: batch[k][i] for k in ("image", "mask", "points", "boxes")}
+            check(ours, ref, image_levels=int(getattr(op, "interpolation", "") == "bilinear"))

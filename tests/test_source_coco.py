@@ -229,7 +229,8 @@ def test_source_pickles_and_round_trips_through_the_config(detection_dataset):
 
 def test_the_same_seed_gives_the_same_boxes_with_or_without_workers_and_after_a_resume(detection_dataset):
     source = mp.loaders.coco(detection_dataset.annotations, detection_dataset.images)
-    pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, [A.RandomResizedCrop(64), A.HorizontalFlip()],
+    pipe = mp.Pipeline(source, {"image": mp.decoders.image()},  # the IoU crop draws from the boxes
+                       [A.RandomIoUCrop(), A.RandomResizedCrop(64), A.SanitizeBoundingBoxes(), A.HorizontalFlip()],
                        batch_size=4, seed=9, device="cpu")
     inline = [b["boxes"] for b in pipe.loader(num_workers=0)]
     workers = [b["boxes"] for b in pipe.loader(num_workers=2)]
@@ -277,6 +278,7 @@ BAD = {
     "absolute": (lambda d: d["images"][1].update(file_name="/etc/passwd"), "file_name", "outside"),
     "width": (lambda d: d["images"][1].update(width="640"), "width", "expected an int"),
     "twice": (lambda d: d["images"][1].update(id=d["images"][0]["id"]), "id", "listed twice"),
+    "bbox past float": (lambda d: first_object(d).update(bbox=[1, 1, 10**400, 3]), "bbox", "4 finite numbers"),
 }
 
 
@@ -327,6 +329,9 @@ def test_files_that_are_not_coco_or_too_large(editable, tmp_path: Path):
     with pytest.raises(SourceError, match="bad.json.*invalid JSON"):
         mp.loaders.coco(root / "bad.json", root / "images")
     (root / "list.json").write_text("[]")
+    (root / "deep.json").write_text('{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SourceError, match="deep.json.*invalid JSON: nested too deeply"):
+        mp.loaders.coco(root / "deep.json", root / "images")
     with pytest.raises(SourceError, match="expected a JSON object"):
         mp.loaders.coco(root / "list.json", root / "images")
     with pytest.raises(SourceError, match="more than max_json_bytes=100"):
@@ -350,3 +355,113 @@ def test_a_sample_whose_masks_would_be_too_large_is_a_skippable_error(detection_
     valid = torch.cat([batch["valid"] for batch in loader])
     assert valid.tolist() == [n == 0 for n in sizes]  # only the samples without objects load
     assert loader.stats.errors == {"source: bad annotation": sum(n > 0 for n in sizes)}
+
+
+def test_ids_past_int64_and_huge_values_give_short_errors(editable):
+    root, document, write = editable
+    with pytest.raises(SourceError, match=r"images\[0\]\.id: expected an int"):
+        mp.loaders.coco(write(lambda d: d["images"][0].update(id=10**30)), root / "images")
+    document["images"][0]["id"] = 1000
+    path = write(lambda d: first_object(d).update(bbox=list(range(100_000)), image_id=1000))
+    with pytest.raises(SourceError, match=r"bbox: expected \[x, y, width, height\]") as err:
+        mp.loaders.coco(path, root / "images")
+    assert len(str(err.value)) < 500  # the value quoted cut short, not 100,000 numbers
+
+
+def crowd_object(document: dict) -> dict:
+    return next(a for a in document["annotations"] if a["iscrowd"])
+
+
+# pycocotools traces a polygon in int pixels at 5x (a coordinate past 2**31 / 5 overflows and crashes
+# the interpreter) and writes RLE runs without a bound (runs past H x W write past the mask, runs
+# short of it leave pixels of uninitialised memory): each is refused before pycocotools sees it
+HOSTILE_SEGMENTATIONS = {
+    "polygon far right": (lambda d: first_object(d).update(segmentation=[[1e300, 2, 3, 1e300, 5, 6]]),
+                          "segmentation: a polygon point lies further than the image's size outside"),
+    "polygon far left": (lambda d: first_object(d).update(segmentation=[[-1e30, 2, 3, 4, 5, 6]]),
+                         "segmentation: a polygon point lies further"),
+    "runs short": (lambda d: crowd_object(d)["segmentation"].update(counts="0?"), "segmentation.counts"),
+    "runs past": (lambda d: crowd_object(d)["segmentation"].update(counts="zzzzzzzz"), "segmentation.counts"),
+    "no runs": (lambda d: crowd_object(d)["segmentation"].update(counts=""), "segmentation.counts"),
+    "not ascii": (lambda d: crowd_object(d)["segmentation"].update(counts="\u00e9"), "segmentation.counts"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SEGMENTATIONS))
+def test_segmentations_pycocotools_would_crash_on_or_leave_unwritten_are_refused(editable, case):
+    root, document, write = editable
+    change, reason = HOSTILE_SEGMENTATIONS[case]
+    image_id = (first_object(document) if "polygon" in case else crowd_object(document))["image_id"]
+    path = write(change)
+    assert len(mp.loaders.coco(path, root / "images")) == len(document["images"])  # boxes only: not read
+    with pytest.raises(SourceError) as err:
+        mp.loaders.coco(path, root / "images", masks=True)
+    assert f"image {image_id}" in str(err.value) and reason in str(err.value), str(err.value)
+
+
+def test_rle_runs_are_read_as_pycocotools_writes_them():
+    """`rle_string_counts` against pycocotools' own encoding: the runs it reads from each string
+    rebuild the mask that was encoded, pixel for pixel."""
+    mask_api = pytest.importorskip("pycocotools.mask")
+    from mediapipe.loaders.targets import rle_string_counts
+
+    rng = np.random.default_rng(4)
+    for trial in range(60):
+        h, w = (int(v) for v in rng.integers(1, 400, 2))
+        mask = rng.random((h, w)) < rng.random() if trial % 3 else np.zeros((h, w), bool)
+        if trial % 3 == 2:
+            mask[int(rng.integers(0, h)):, int(rng.integers(0, w)):] = True  # long runs: several characters each
+        runs = rle_string_counts(mask_api.encode(np.asfortranarray(mask.astype(np.uint8)))["counts"])
+        assert runs is not None and runs.sum() == h * w and (runs >= 0).all()
+        rebuilt = np.repeat(np.arange(len(runs)) % 2, runs).astype(bool).reshape(w, h).T  # column-major
+        assert np.array_equal(rebuilt, mask), trial
+    for text in ("\x7f", "0?x", "z" * 8, "\u00e9", "P"):  # outside the alphabet, unfinished, too long
+        assert rle_string_counts(text) is None, text
+
+
+def test_decoded_masks_never_hold_memory_pycocotools_left_unwritten():
+    pytest.importorskip("pycocotools")
+    from mediapipe.loaders.targets import decode_masks
+
+    for counts in ("0?", "", "1"):  # runs of 0 + 15, none, 1: short of 100 pixels
+        with pytest.raises(SourceError, match="segmentation.counts: expected an RLE string"):
+            decode_masks([{"size": [10, 10], "counts": counts}], 10, 10, "x.json")
+    whole = decode_masks([{"size": [10, 10], "counts": "0T3"}], 10, 10, "x.json")  # 0 unset, 100 set
+    assert whole.shape == (1, 10, 10) and whole.min() == 1 and whole.max() == 1
+
+
+def test_polygons_whose_outline_would_take_too_much_to_trace_are_refused(monkeypatch):
+    pytest.importorskip("pycocotools")
+    from mediapipe.loaders import targets
+
+    zigzag = [float(v) for i in range(200) for v in (0.0 if i % 2 else 50.0, i / 4)]  # 200 points across 50 px
+    assert targets.decode_masks([[zigzag]], 50, 50, "x.json").shape == (1, 50, 50)
+    monkeypatch.setattr(targets, "MAX_MASK_BYTES", 100_000)  # room for the mask, not for tracing its outline
+    with pytest.raises(SourceError, match="polygons whose outlines pycocotools would trace in .* bytes"):
+        targets.decode_masks([[zigzag]], 50, 50, "x.json")
+
+
+@pytest.mark.parametrize("collate", ["list", "pad"])
+def test_a_replaced_sample_has_no_objects(editable, collate):
+    """on_error="replace": the slot of an unreadable image holds no object in any per-object field
+    (held: tested so that it stays so)."""
+    pytest.importorskip("pycocotools")
+    root, document, _ = editable
+    broken = next(i for i, image in enumerate(document["images"])
+                  if any(a["image_id"] == image["id"] for a in document["annotations"]))
+    (root / "images" / document["images"][broken]["file_name"]).write_bytes(b"not a JPEG")
+    source = mp.loaders.coco(root / "annotations.json", root / "images", masks=True, collate=collate)
+    pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, [A.Resize((32, 32)), A.SanitizeBoundingBoxes()],
+                       batch_size=4, device="cpu", on_error="replace")
+    slots = 0
+    for batch in pipe.loader(num_workers=0, shuffle=False):
+        for i in torch.nonzero(~batch["valid"]).flatten().tolist():
+            slots += 1
+            if collate == "list":
+                assert [tuple(batch[k][i].shape) for k in ("boxes", "labels", "iscrowd", "masks")] == [
+                    (0, 4), (0,), (0,), (0, 32, 32)]
+            else:
+                assert all(int(batch[f"{k}_lengths"][i]) == 0 and not batch[k][i].any()
+                           for k in ("boxes", "labels", "iscrowd"))
+                assert tuple(batch["masks"][i].shape) == (0, 32, 32)
+    assert slots == 1

@@ -139,3 +139,62 @@ def test_config_round_trip(detection_dataset):
     a, b = next(iter(pipe.loader(shuffle=False))), next(iter(again.loader(shuffle=False)))
     assert torch.equal(a["boxes"], b["boxes"]) and torch.equal(a["labels_lengths"], b["labels_lengths"])
     assert a["boxes"].ndim == 3 and np.isfinite(a["boxes"].numpy()).all()
+
+
+def test_a_byte_order_mark_is_not_a_value(copied):
+    """Windows editors start UTF-8 files with a byte-order mark: the labels are the same without it."""
+    label = sorted((copied / "labels").glob("*.txt"))[1]
+    before = mp.loaders.yolo(copied / "images").ref(1).fields
+    assert len(before["boxes"]) > 0
+    label.write_bytes(b"\xef\xbb\xbf" + label.read_bytes().replace(b"\n", b"\r\n"))
+    after = mp.loaders.yolo(copied / "images").ref(1).fields
+    assert torch.equal(after["boxes"], before["boxes"]) and torch.equal(after["labels"], before["labels"])
+
+
+def test_a_header_past_pillows_pixel_limit_is_a_named_error(copied, monkeypatch):
+    """Pillow raises its own DecompressionBombError (not an OSError) on a header claiming more pixels
+    than its limit (when no Pillow decoder lifted it): a SourceError naming the file, skippable."""
+    import struct
+
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 89_478_485)  # Pillow's default
+    image = sorted((copied / "images").glob("*.jpg"))[1]
+    data = bytearray(image.read_bytes())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", 60_000, 60_000)  # height, width of the frame header
+    image.write_bytes(bytes(data))
+    source = mp.loaders.yolo(copied / "images")
+    with pytest.raises(SourceError, match=rf"{image.name}.*cannot read the image header.*pixels"):
+        source.ref(1)
+
+
+def test_a_fifo_put_in_a_listed_files_place_is_refused_not_waited_on(copied):
+    """The label and image files are listed when the source is made and read later, in a worker: a
+    FIFO put in one's place meanwhile would block that read forever."""
+    import os
+    import threading
+
+    source = mp.loaders.yolo(copied / "images")
+    label = sorted((copied / "labels").glob("*.txt"))[1]
+    image = sorted((copied / "images").glob("*.jpg"))[2]
+    for path, index in ((label, 1), (image, 2)):
+        path.unlink()
+        os.mkfifo(path)
+        outcome: list = []
+
+        def read(index=index, outcome=outcome):
+            try:
+                source.ref(index)
+            except SourceError as err:
+                outcome.append(err)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=20)
+        if reader.is_alive():  # release the blocked read before failing
+            with open(path, "wb"):
+                pass
+        assert not reader.is_alive() and outcome, "the read waited on the FIFO"
+        assert f"{path.name}" in str(outcome[0]) and "not a regular file" in str(outcome[0])
+        path.unlink()

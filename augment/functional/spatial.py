@@ -39,6 +39,23 @@ def sampling(kind: str, interpolation: str, antialias: bool = False, fill: Any =
     return interpolation, antialias, fill
 
 
+def check_fill(fill: Any, x: torch.Tensor) -> None:
+    """Refuse a fill the images cannot hold: one value or one per channel, each within an integer
+    dtype's range (torch refuses 300 for uint8 in a pad and wraps it to 44 in a warp)."""
+    if fill is None:
+        return
+    values = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,)
+    channels = int(x.shape[-3]) if x.ndim >= 3 else 1
+    if len(values) not in (1, channels):
+        raise ValueError(f"fill={fill!r} has {len(values)} values for images of {channels} channels: give one "
+                         "number, or one per channel")
+    if not x.is_floating_point() and x.dtype != torch.bool:
+        info = torch.iinfo(x.dtype)
+        if not all(info.min <= v <= info.max for v in values):
+            raise ValueError(f"fill={fill!r} does not fit {x.dtype} images ({info.min}..{info.max}): give it in the "
+                             "images' units (convert the images with ToDtype first to fill in another range)")
+
+
 def _exact(x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
     """A mask in a dtype torch's samplers take without changing a value (class ids as float64)."""
     if x.dtype == torch.uint8 or x.is_floating_point():
@@ -139,6 +156,8 @@ register_kernel(resized_crop, KEYPOINTS)(O.resized_crop_keypoints)
 @register_kernel(pad, IMAGE)
 def pad_image(x: torch.Tensor, left: int, top: int, right: int, bottom: int, fill: float = 0,
               padding_mode: str = "constant", **_: Any) -> torch.Tensor:
+    if padding_mode == "constant":
+        check_fill(fill, x)
     return G.pad_image(x, left, top, right, bottom, fill, padding_mode)
 
 
@@ -165,6 +184,7 @@ register_kernel(pad, KEYPOINTS)(O.pad_keypoints)
 def affine_image(x: torch.Tensor, inverse: torch.Tensor, interpolation: str = "nearest",
                  fill: float | tuple[float, ...] | None = 0.0, output_size: tuple[int, int] | None = None,
                  **_: Any) -> torch.Tensor:
+    check_fill(fill, x)
     return G.warp_affine(x, inverse, interpolation, fill, output_size)
 
 
