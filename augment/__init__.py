@@ -11,6 +11,15 @@ from mediapipe.augment.color import (
     RandomGrayscale,
     ToDtype,
 )
+from mediapipe.augment.detection import (
+    ClampBoundingBoxes,
+    Letterbox,
+    RandomIoUCrop,
+    RandomShortestSize,
+    RandomZoomOut,
+    SanitizeBoundingBoxes,
+    ScaleJitter,
+)
 from mediapipe.augment.erase import RandomErasing
 from mediapipe.augment.geometry import (
     CenterCrop,
@@ -27,8 +36,9 @@ from mediapipe.augment.mix import CutMix, MixUp
 from mediapipe.augment.video import *  # noqa: F403  (video ops: YUVToRGB, ClipLayout, temporal ops)
 
 __all__ = [
-    "IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "ColorJitter", "CutMix", "GaussianBlur", "HorizontalFlip",
-    "MixUp", "Normalize", "Op", "Pad", "RandomAffine", "RandomCrop", "RandomErasing", "RandomGrayscale",
-    "RandomResizedCrop", "RandomRotation", "Resize", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
+    "IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "ClampBoundingBoxes", "ColorJitter", "CutMix", "GaussianBlur",
+    "HorizontalFlip", "Letterbox", "MixUp", "Normalize", "Op", "Pad", "RandomAffine", "RandomCrop", "RandomErasing",
+    "RandomGrayscale", "RandomIoUCrop", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut",
+    "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
     "registered_ops",
 ]

@@ -82,6 +82,10 @@ class CanvasError(ValueError):
     """The raster fields of one draw differ in size (a mask that does not match its image)."""
 
 
+class ObjectCountError(ValueError):
+    """A sample's per-object fields hold different numbers of rows (3 boxes but 2 labels)."""
+
+
 @dataclass(frozen=True)
 class Binding:
     """The fields a placed op transforms: its inputs, one output each, and the inputs' types."""
@@ -108,6 +112,7 @@ class Op:
     single_input: ClassVar[bool] = False  # transforms one field (audio ops: a field and its lengths)
     per_batch: ClassVar[bool] = False  # params drawn once per batch (MixUp), not per sample
     batch_only: ClassVar[bool] = False  # cannot run on a single sample (MixUp, CutMix)
+    reads_canvas: ClassVar[bool] = False  # takes the canvas from an image it does not transform (ClampBoundingBoxes)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Op:
         for name in REMOVED_ARGS.keys() & kwargs.keys():
@@ -220,7 +225,7 @@ class Op:
             if f in types and (why := self.refuses(types[f])) is not None:
                 raise PipelineError(f"{name} cannot transform field {f!r} of kind {types[f]}: {why}")
         kinds = {types[f].kind for f in inputs if f in types}
-        if kinds & OBJECTS and not kinds & RASTER:
+        if kinds & OBJECTS and not kinds & RASTER and not self.reads_canvas:
             objects = [f for f in inputs if f in types and types[f].kind in OBJECTS]
             raise PipelineError(f"{name} moves {objects} but no image, mask or video: boxes and keypoints are in "
                                 "pixels of the image they move with, so list that image in keys too")
@@ -241,8 +246,14 @@ class Op:
         return Stage.BATCH if self.batched else Stage.SAMPLE
 
     # -- parameters -------------------------------------------------------------------
+    def draws_on(self) -> tuple[str, ...]:
+        """Fields whose values this op's draw reads, besides the canvas size (RandomIoUCrop: the
+        boxes). The sample stage hands them to `sample_params` as ``meta["fields"]``."""
+        return ()
+
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        """Draw this sample's parameters. ``meta["size"]`` is the (height, width) the op will see."""
+        """Draw this sample's parameters. ``meta["size"]`` is the (height, width) the op will see;
+        ``meta["fields"]`` holds the fields `draws_on` names."""
         return {}
 
     def batch_params(self, rng: SampleRNG, batch_size: int) -> Params:
@@ -295,11 +306,15 @@ class Op:
         sizes = self.raster_sizes(data, fields)
         if not sizes:
             return None
+        stacked = next((s for s in sizes.values() if not isinstance(s, list)), None)
+        lists = [s for s in sizes.values() if isinstance(s, list)]
+        if stacked is not None and lists:  # a stacked image with a list field (one mask per object each)
+            sizes = {f: s if isinstance(s, list) else [s] * len(lists[0]) for f, s in sizes.items()}
         first = next(iter(sizes.values()))
         if any(s != first for s in sizes.values()):
             raise CanvasError(f"{type(self).__name__} draws once for {list(self.inputs)}, but their sizes differ: "
                               + ", ".join(f"{f} {s}" for f, s in sizes.items()))
-        return first
+        return stacked if stacked is not None else first  # one size for every sample where one is stacked
 
     def raster_sizes(self, data: dict[str, Any], fields: Collection[str] | None = None) -> dict[str, Any]:
         """field -> (H, W) (a list of them for a list batch) of the raster inputs among ``fields``."""
@@ -358,6 +373,11 @@ class Op:
     def apply_decoded(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         """Finish the op on what a decoder returned for `decode_hint`."""
         return self.apply(x, params)
+
+    def apply_decoded_batch(self, xs: list[torch.Tensor], params: list[Params]) -> torch.Tensor | None:
+        """`apply_decoded` of a batch decoded on the device at once, as one (B, ...) tensor in a
+        few batched calls; None where this op finishes each sample on its own."""
+        return None
 
     # -- fusion with the batch op before it (CPU) ----------------------------------------
     def absorbs(self, before: Op) -> bool:

@@ -14,6 +14,7 @@ import torch
 
 from mediapipe.augment.base import Op, Params, Stage, check_positive, check_probability, check_range
 from mediapipe.augment.functional import geometry as F
+from mediapipe.augment.functional import resample as R
 from mediapipe.augment.functional import spatial as S
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.fields import IMAGE, OBJECTS, VIDEO, FieldType
@@ -111,9 +112,38 @@ class RandomResizedCrop(Op):
         (a JPEG decoded at a reduced DCT scale: see `mediapipe.decoders.image.plan_decode`)."""
         return F.resize_image(x, self.size, self.interpolation, self.antialias)
 
+    def apply_decoded_batch(self, xs: list[torch.Tensor], params: list[Params]) -> torch.Tensor | None:
+        """The decoded regions, each of its own size, resized together (`resize_regions`)."""
+        if not self.antialias or self.interpolation not in R.BATCHED or any(x.ndim != 3 for x in xs):
+            return None
+        return R.resize_regions(xs, self.size, self.interpolation)
+
 
 @dataclass(frozen=True)
-class Resize(Op):
+class _Resizing(Op):
+    """Shared by the resizes whose size is drawn per sample (``params["size"]``, (H, W)): every
+    spatial field resized to it (masks nearest, boxes and keypoints scaled), fused into the image
+    or video decoder (DCT-scaled decoding) unless the interpolation is nearest. Subclasses define
+    ``interpolation`` and ``antialias``."""
+
+    functional = S.resize
+    batched = False
+
+    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        return S.resize(x, tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias,
+                        **_meta(field, canvas_size))
+
+    def fusable(self, field_type: FieldType) -> bool:
+        return field_type.kind in (IMAGE, VIDEO)
+
+    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
+        if self.interpolation.startswith("nearest"):
+            return None
+        return DecodeHint(size=tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias)
+
+
+@dataclass(frozen=True)
+class Resize(_Resizing):
     """Resize: the shorter side to ``size`` (int), exactly to (height, width), or the longer
     side to ``max_size`` (``size=None``); ``max_size`` also caps the longer side of an int resize.
 
@@ -130,8 +160,6 @@ class Resize(Op):
     max_size: int | None = None
     interpolation: str = "bilinear"
     antialias: bool = True
-    functional = S.resize
-    batched = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,18 +188,6 @@ class Resize(Op):
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         return {"size": self.output_size(*meta["size"])}
-
-    def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
-        return S.resize(x, tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias,
-                        **_meta(field, canvas_size))
-
-    def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
-
-    def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
-        if self.interpolation.startswith("nearest"):
-            return None
-        return DecodeHint(size=tuple(params["size"]), interpolation=self.interpolation, antialias=self.antialias)
 
 
 @dataclass(frozen=True)
@@ -275,8 +291,9 @@ def _check_fill(op: Op, fill: Fill | None, scalar_only: bool = False) -> None:
     if fill is None and not scalar_only:
         return
     values = fill if isinstance(fill, tuple) else (fill,)
-    if not values or not all(isinstance(v, (int, float)) for v in values) or (scalar_only and len(values) != 1):
-        expected = "a number" if scalar_only else "a number or one number per channel"
+    if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values) or (
+            scalar_only and len(values) != 1):
+        expected = "a finite number" if scalar_only else "a finite number or one per channel"
         raise ValueError(f"{type(op).__name__}(fill={fill!r}): expected {expected}")
 
 

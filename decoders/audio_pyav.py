@@ -1,5 +1,8 @@
 """PyAV audio backend: whatever FFmpeg decodes, to float32 planar, with seek, down-mix and resample.
 
+Of several audio tracks (a film's commentary, a dub) it decodes the one FFmpeg's command line
+picks: the default-flagged track, else the one with the most channels, else the first.
+
 A window decode seeks a little before its start (codecs with overlapping frames, such as
 Opus, MP3 and AAC, need a few frames to settle), decodes forward, and places each frame
 by its timestamp, so the window equals the same slice of a full decode.
@@ -20,6 +23,7 @@ from mediapipe.errors import DecodeError, LimitError
 from mediapipe.reasons import reason
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
+from mediapipe.streams import main_stream
 
 # Containers whose header length is exact (stream info, sample counts, last granule), so a
 # decode that comes out shorter means a truncated or corrupt file. MP3 and ADTS durations
@@ -58,7 +62,7 @@ class PyAVAudioDecoder(AudioDecoder):
 
     @staticmethod
     def _header(container: Any) -> SampleMeta:
-        stream = container.streams.audio[0]
+        stream = main_stream(container.streams.audio)
         ctx = stream.codec_context
         sample_rate = int(ctx.sample_rate or stream.sample_rate or 0)
         channels = int(ctx.channels or 0)
@@ -96,7 +100,7 @@ class PyAVAudioDecoder(AudioDecoder):
             rate = header["sample_rate"]
             if rate <= 0:
                 raise DecodeError(blob.name, self.name, f"the header gives no sample rate ({rate})")
-            stream = container.streams.audio[0]
+            stream = main_stream(container.streams.audio)
             track_start = 0.0
             if stream.start_time is not None and stream.time_base is not None:
                 track_start = float(stream.start_time * stream.time_base)
@@ -123,7 +127,7 @@ class PyAVAudioDecoder(AudioDecoder):
     def _decode_window(self, container: Any, path: str, header: SampleMeta, first: int,
                        last: int | None) -> np.ndarray:
         """Native samples [first, last) of the track (last None: to the end), as float32 (C, n)."""
-        stream = container.streams.audio[0]
+        stream = main_stream(container.streams.audio)
         rate = header["sample_rate"]
         tb_num, tb_den = (stream.time_base.numerator, stream.time_base.denominator) if stream.time_base else (1, 1)
         origin = stream.start_time or 0

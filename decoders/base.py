@@ -65,6 +65,7 @@ class Decoded:
     fields: dict[str, Any]
     frames: int = 0  # video: frames the decoder produced for this sample (lead-in included), for StageStats
     span: TimeSpans | None = None  # video: when its clips play, for a field decoded from_field this one
+    fallback: str | None = None  # why a backend meant for a GPU decoded this sample on the CPU (StageStats.fallbacks)
 _NO_RNG = SampleRNG(0, 0, 0, 0)  # device backends draw nothing: randomness is drawn in the workers
 
 
@@ -85,6 +86,7 @@ class Decoder:
     priority: ClassVar[int] = 100  # lower wins "auto"
     collate: ClassVar[str] = "stack"  # "stack": equal shapes; "pad": pad the last dim, add <field>_lengths
     side_fields: ClassVar[tuple[str, ...]] = ()  # names a `Decoded` result adds, as <field>_<name>
+    uses_cuda: ClassVar[bool] = False  # decodes with CUDA in the loader workers (see mediapipe.cuda_access)
 
     @classmethod
     def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import torch
 
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
-from mediapipe.errors import LimitError
+from mediapipe.errors import DecodeError, LimitError
 
 MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale
 
@@ -30,6 +30,12 @@ def image(
     ``device_decode``: for backends that can decode a whole batch on the pipeline's device
     (nvimgcodec): None decodes there when the device is CUDA, True always (on the CPU too,
     in the training process), False never (per sample in the workers).
+
+    Damaged JPEGs: every backend raises `DecodeError` for a file cut short or a header that
+    declares more pixels than its bytes can hold. Damage inside the entropy-coded data
+    (libjpeg's "Corrupt JPEG data" warnings: a broken restart interval, a bad Huffman code)
+    is an error on "turbo"; "pillow" and "nvimgcodec" decode such a file as libjpeg does,
+    with grey or smeared blocks past the damage (neither reports the warning).
     """
     if mode not in MODES:
         raise ValueError(f"image(mode={mode!r}): expected one of {MODES}")
@@ -72,6 +78,12 @@ class ImageDecoder(Decoder):
     @property
     def channels(self) -> int:
         return 1 if self.mode == "L" else 3
+
+    def check_jpeg(self, data: bytes, path: str) -> None:
+        """DecodeError for a JPEG whose header declares more than its bytes can hold (`jpeg_claim_error`)."""
+        reason = jpeg_claim_error(data)
+        if reason is not None:
+            raise DecodeError(path, self.name, reason)
 
     def check_pixels(self, width: int, height: int, path: str) -> None:
         limit = self.limits.max_pixels
@@ -137,30 +149,80 @@ def finish_decode(array: np.ndarray, hint: DecodeHint, plan: ScaledDecode) -> to
 
 
 _PROGRESSIVE_SOF = {0xC2, 0xC6, 0xCA, 0xCE}  # start-of-frame markers of progressive JPEGs
+_HUFFMAN_SOF = {0xC0, 0xC1, 0xC2}  # baseline, extended and progressive Huffman-coded frames
 _FRAME_SOF = {0xC0, 0xC1, 0xC3, 0xC5, 0xC7, 0xC9, 0xCB, 0xCD} | _PROGRESSIVE_SOF
 _STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 
 
-def jpeg_is_progressive(data: bytes) -> bool:
-    """Whether a JPEG's frame is progressive: its start-of-frame marker, found by walking the
-    segments before it (bounded by the data; malformed data reads as not progressive)."""
+@dataclass(frozen=True)
+class JpegFrame:
+    """A JPEG's start-of-frame segment: its marker, the size it declares, the number of MCUs
+    (minimum coded units) that size takes, and where the segment starts in the data."""
+
+    marker: int
+    height: int
+    width: int
+    mcus: int
+    offset: int
+
+    @property
+    def progressive(self) -> bool:
+        return self.marker in _PROGRESSIVE_SOF
+
+
+def jpeg_frame(data: bytes) -> JpegFrame | None:
+    """The start-of-frame segment, found by walking the segments before it (bounded by the
+    data); None for data that is not a readable JPEG header."""
     i, end = 2, len(data)
     while i + 4 <= end:
         if data[i] != 0xFF:
-            return False
+            return None
         marker = data[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
             continue
         if marker in _FRAME_SOF:
-            return marker in _PROGRESSIVE_SOF
+            if i + 10 > end:
+                return None
+            height, width = int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
+            components = data[i + 10 : i + 10 + 3 * data[i + 9]]
+            h_max = max((c >> 4 for c in components[1::3]), default=1) or 1
+            v_max = max((c & 15 for c in components[1::3]), default=1) or 1
+            mcus = -(-width // (8 * h_max)) * -(-height // (8 * v_max))
+            return JpegFrame(marker, height, width, mcus, i)
         if marker == 0xDA:  # start of scan before any frame: malformed
-            return False
+            return None
         if marker in _STANDALONE:
             i += 2
             continue
         i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
-    return False
+    return None
+
+
+def jpeg_is_progressive(data: bytes) -> bool:
+    """Whether a JPEG's frame is progressive (malformed data reads as not progressive)."""
+    frame = jpeg_frame(data)
+    return frame is not None and frame.progressive
+
+
+def jpeg_claim_error(data: bytes) -> str | None:
+    """Why a JPEG's declared size cannot be what its bytes hold, or None: a Huffman-coded frame
+    spends at least one bit on each MCU (its first scan codes every block's DC value), so a
+    header declaring more MCUs than the file has bits is truncated or corrupt. Checked before
+    the decoder allocates the declared image (a few bytes can declare 65500 x 65500)."""
+    frame = jpeg_frame(data)
+    if frame is None or frame.marker not in _HUFFMAN_SOF or 8 * len(data) >= frame.mcus:
+        return None
+    return (f"truncated or corrupt: the header declares {frame.width}x{frame.height} pixels ({frame.mcus} "
+            f"coded units of at least a bit each) in a file of {len(data)} bytes")
+
+
+def jpeg_is_complete(data: bytes) -> bool:
+    """Whether an end-of-image marker follows the frame's first scan: a file cut short has none
+    (entropy-coded data never holds one, and a thumbnail's lies in a segment before the frame)."""
+    frame = jpeg_frame(data)
+    sos = -1 if frame is None else data.find(b"\xff\xda", frame.offset)
+    return sos >= 0 and data.rfind(b"\xff\xd9") > sos
 
 
 def hwc_to_chw(array: np.ndarray) -> torch.Tensor:

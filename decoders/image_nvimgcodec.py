@@ -2,15 +2,20 @@
 
 nvImageCodec (installed with the ``dali`` extra) decodes only the rows and columns of
 the hinted region: rows below it are never entropy-decoded, and the IDCT and colour
-conversion run for the region alone (DALI's ROI decode). On the CPU (chosen by name:
-"auto" picks it on CUDA devices) it runs per sample in our workers, for the crops of
+conversion run for the region alone (DALI's ROI decode). On the CPU ("auto" picks it
+wherever it is installed) it runs per sample in our workers, for the crops of
 baseline JPEGs at full scale; progressive JPEGs (whose every scan is entropy-decoded
 whole, region or not), whole images and crops that `plan_decode` lets decode at a
-reduced DCT scale go to the turbo backend. On a CUDA
+reduced DCT scale go to the turbo backend. On an NVIDIA
 device it runs as a device decoder: the workers read the bytes and draw the crop, and the
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
-hardware JPEG decoder where the GPU has one). Non-JPEG formats and anything it cannot
-read go to the turbo/Pillow path.
+hardware JPEG decoder where the GPU has one), every JPEG's region at full scale, which the
+fused op then resizes as one batch on the GPU. Non-JPEG formats (and EXIF-rotated images)
+go to the turbo/Pillow path on the CPU, counted in ``loader.stats.fallbacks``; so does a file
+cut short, which a region decode could stop above, for the turbo path to report.
+
+Its CPU-only backend runs the same batched path without a GPU (``device_decode=True`` on a
+CPU device): the tests run the device stage with it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,16 @@ import threading
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import _NO_RNG, DecodeHint
-from mediapipe.decoders.image import ImageDecoder, check_hint, hwc_to_chw, jpeg_is_progressive, plan_decode
+from mediapipe.cuda_access import nvidia_gpu
+from mediapipe.decoders.base import _NO_RNG, Decoded, DecodeHint
+from mediapipe.decoders.image import (
+    ImageDecoder,
+    check_hint,
+    hwc_to_chw,
+    jpeg_is_complete,
+    jpeg_is_progressive,
+    plan_decode,
+)
 from mediapipe.decoders.image_turbo import TurboImageDecoder
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
@@ -54,24 +67,26 @@ class NvImageCodecImageDecoder(ImageDecoder):
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
-        return _nvimgcodec() is not None
+        # the turbo backend decodes what nvImageCodec hands it (PNG, cut-short files, headers)
+        return _nvimgcodec() is not None and TurboImageDecoder.available(device)
 
     @classmethod
     def preferred(cls, device: torch.device | None) -> bool:
-        # On the CPU "auto" keeps turbo: with the region decode as the default, forked loader
-        # workers hung in full test-suite runs (cause not found; issue 11's fork safety).
-        return device is not None and device.type == "cuda"
+        # everywhere it is installed: on the CPU the region decode costs less per fused crop than
+        # turbo's full-width decode (`mediapipe bench`), and it hands turbo what it cannot help;
+        # off NVIDIA GPUs (the CPU, ROCm) it decodes in the workers, on its CPU backend (`placement`)
+        return True
 
     @classmethod
     def placement(cls, device: torch.device | None, options: dict) -> str:
         forced = options.get("device_decode")
         if forced is not None:
             return "device" if forced else "worker"
-        return "device" if device is not None and device.type == "cuda" else "worker"
+        return "device" if nvidia_gpu(device) else "worker"
 
     @property
     def on_gpu(self) -> bool:
-        return self.device is not None and self.device.type == "cuda"
+        return nvidia_gpu(self.device)
 
     def _lazy_decoder(self):
         """This thread's decoder, created in the process that uses it (never one a fork inherited)."""
@@ -94,19 +109,26 @@ class NvImageCodecImageDecoder(ImageDecoder):
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         return self._fallback.probe(blob, data)
 
-    def _roi_decodes(self, data: bytes, hint: DecodeHint, name: str, meta: SampleMeta) -> bool:
-        """Whether nvImageCodec decodes the sample; else the turbo/Pillow path (see the module's
-        docstring for which samples that is)."""
-        if not data.startswith(_JPEG_MAGIC) or self.exif_transpose:
-            return False
+    def _why_not(self, data: bytes, hint: DecodeHint, name: str, meta: SampleMeta, batched: bool) -> str | None:
+        """None where nvImageCodec decodes the sample, else why the turbo/Pillow path does (see the
+        module's docstring). ``batched``: the device path, where every JPEG's region is decoded
+        at full scale and the fused op resizes the batch."""
+        if not data.startswith(_JPEG_MAGIC):
+            return "not a JPEG"
+        if self.exif_transpose:
+            return "EXIF orientation applied"
         header = meta.get("jpeg_header") or self._fallback._header(data, name)  # the probe's, if it ran
         if header is None:
-            return False
+            return "JPEG header not read"
         height, width, _ = header
         self.check_pixels(width, height, name)
+        if not jpeg_is_complete(data):  # a region decode stops above the cut: the turbo path reports it
+            return "cut-short JPEG"
+        if batched:
+            return None
         if plan_decode(hint, (height, width)).denominator != 1:
-            return False
-        return self.on_gpu or (hint.roi is not None and not jpeg_is_progressive(data))
+            return "reduced DCT scale"
+        return None if hint.roi is not None and not jpeg_is_progressive(data) else "not a region of a baseline JPEG"
 
     def _stream(self, data: bytes, hint: DecodeHint):
         nc = _nvimgcodec()
@@ -119,7 +141,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         check_hint(hint)
         data = blob.read()
-        if hint.roi is None or not self._roi_decodes(data, hint, blob.name, meta):
+        if hint.roi is None or self._why_not(data, hint, blob.name, meta, batched=False) is not None:
             return self._fallback.decode(blob, hint, rng, meta)
         decoder = self._lazy_decoder()
         try:
@@ -131,32 +153,37 @@ class NvImageCodecImageDecoder(ImageDecoder):
         return self._to_tensor(image)
 
     def _to_tensor(self, image) -> torch.Tensor:
+        """(C, H, W) on the decoder's device: nvJPEG's output in place, the CPU backend's moved
+        (to a device that stands in for a GPU in the tests)."""
         if self.on_gpu:
             return torch.from_dlpack(image).permute(2, 0, 1)
-        return hwc_to_chw(np.asarray(image))
+        x = hwc_to_chw(np.asarray(image))
+        return x if self.device is None else x.to(self.device)
 
     def decode_batch(self, blobs: list[Blob], hints: list[DecodeHint], metas: list[SampleMeta]) -> list:
-        """One call for the JPEGs of a batch (regions applied); the rest go through the CPU path.
-
-        The choice per sample is the same as `decode`'s, so a batch decoded here equals the
-        same batch decoded per sample in the workers (on the CPU)."""
+        """One call for the JPEGs of a batch, each its region at full scale (the fused op resizes
+        them as one batch); the rest through the CPU path, as `Decoded` results naming why."""
         decoder = self._lazy_decoder()
         out: list = [None] * len(blobs)
         batch, where = [], []
         for i, (blob, hint) in enumerate(zip(blobs, hints)):
             try:
                 data = blob.read()
-                if self._roi_decodes(data, hint, blob.name, metas[i]):
+                why = self._why_not(data, hint, blob.name, metas[i], batched=True)
+                if why is None:
                     batch.append(self._stream(data, hint))
                     where.append(i)
                 else:
-                    out[i] = self._fallback.decode(blob, hint, _NO_RNG, metas[i]).to(self.device or "cpu")
+                    x = self._fallback.decode(blob, hint, _NO_RNG, metas[i])
+                    out[i] = Decoded(x if self.device is None else x.to(self.device), {}, fallback=why)
             except RuntimeError as err:
                 out[i] = DecodeError(blob.name, self.name, str(err))
             except DecodeError as err:
                 out[i] = err
         if batch:
-            for i, image in zip(where, decoder.decode(batch, params=self._params)):
+            # decoded in order with torch's work on its current stream (the loader's side stream)
+            stream = torch.cuda.current_stream(self.device).cuda_stream if self.on_gpu else 0
+            for i, image in zip(where, decoder.decode(batch, params=self._params, cuda_stream=stream)):
                 if image is None:
                     out[i] = DecodeError(blobs[i].name, self.name, "corrupt or truncated JPEG data")
                 else:

@@ -58,6 +58,8 @@ class PillowImageDecoder(ImageDecoder):
             im = Image.open(io.BytesIO(data))
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise DecodeError(path, self.name, f"not a readable image ({err})") from err
+        if im.format == "JPEG":
+            self.check_jpeg(data, path)
         self.check_pixels(*im.size, path)
         return im
 
@@ -94,6 +96,8 @@ class PillowImageDecoder(ImageDecoder):
         full = (im.size[1], im.size[0])
         plan = FULL_SCALE
         if self._oriented(im):
+            if im.format == "JPEG" and self.mode == "L":
+                im.draft("L", None)  # the luma plane, as for an upright JPEG (see the module docstring)
             im = ImageOps.exif_transpose(im)
             full = (im.size[1], im.size[0])
         elif im.format == "JPEG":

@@ -52,6 +52,7 @@ class TurboImageDecoder(ImageDecoder):
         """(height, width, colorspace) of a JPEG that this backend decodes, else None."""
         if not data.startswith(_JPEG_MAGIC):
             return None
+        self.check_jpeg(data, path)
         try:
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError as err:

@@ -13,11 +13,12 @@ Side field ``<field>_colour``: the stream's colour code (matrix x range, `colour
 an int64 (B,) in a batch, which ``YUVToRGB(matrix="auto", range="auto")`` reads.
 
 Geometry: a fused crop (``DecodeHint.roi``, in the displayed picture's pixels) is resampled
-exactly as drawn: chroma is replicated onto the luma grid (as FFmpeg's conversion does)
-for the region, so a box with odd edges in 4:2:0 is neither snapped nor shifted. Phone
-video's display matrix (a rotation by a multiple of 90 degrees) is applied unless
-``apply_rotation=False``; the time spans of the clips go to a field decoded ``from_field``
-this one (`Decoded.span`), e.g. the file's audio track.
+exactly as drawn: chroma is replicated onto the luma grid for the region, so a box with odd
+edges in 4:2:0 is neither snapped nor shifted. FFmpeg's conversion replicates too for frames of
+even width and height; for odd sizes its swscale interpolates chroma instead, and the two differ
+at sharp colour edges. Phone video's display matrix (a rotation by a multiple of 90 degrees) is
+applied unless ``apply_rotation=False``; the time spans of the clips go to a field decoded
+``from_field`` this one (`Decoded.span`), e.g. the file's audio track.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ OUTPUTS = ("rgb", "yuv")
 BIT_DEPTHS = (8, 16)
 RESAMPLINGS = ("bilinear", "bicubic")  # what the fused plane resize honours from the hint
 
+
+MIN_FPS, MAX_FPS = 1e-3, 1e4  # fps= bounds: a frame every 1000 s to high-speed cameras; NaN and inf refused
 
 def video(
     clip_len: int = 16,
@@ -86,8 +89,8 @@ def video(
         raise ValueError(f"video(clip_len={clip_len}): expected >= 1")
     if stride < 1:
         raise ValueError(f"video(stride={stride}): expected >= 1")
-    if fps is not None and fps <= 0:
-        raise ValueError(f"video(fps={fps}): expected a positive rate or None")
+    if fps is not None and (isinstance(fps, bool) or not (isinstance(fps, (int, float)) and MIN_FPS <= fps <= MAX_FPS)):
+        raise ValueError(f"video(fps={fps}): expected frames per second in [{MIN_FPS:g}, {MAX_FPS:g}] or None")
     if clips_per_video < 1:
         raise ValueError(f"video(clips_per_video={clips_per_video}): expected >= 1")
     if sampling not in SAMPLINGS:
@@ -278,7 +281,8 @@ def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation
 def chroma_region(plane: np.ndarray, top: int, left: int, height: int, width: int, sub_y: int,
                   sub_x: int) -> np.ndarray:
     """The luma region (top, left, height, width) of a subsampled chroma plane, each chroma
-    sample repeated ``sub_y`` x ``sub_x`` times (FFmpeg's conversion does so): (height, width).
+    sample repeated ``sub_y`` x ``sub_x`` times (FFmpeg's conversion does so for even frame
+    sizes): (height, width).
     Exact for any region, odd edges included."""
     c0, c1 = top // sub_y, -(-(top + height) // sub_y)
     d0, d1 = left // sub_x, -(-(left + width) // sub_x)

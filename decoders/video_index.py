@@ -23,6 +23,7 @@ from mediapipe.decoders.base import Limits, size_of
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.reasons import reason
 from mediapipe.sample import Blob, SampleMeta
+from mediapipe.streams import main_stream
 
 # AVColorSpace / AVColorRange values (libavutil/pixfmt.h), as PyAV reports them.
 _BT709_SPACES = {1}  # AVCOL_SPC_BT709
@@ -193,11 +194,12 @@ def check_limits(index: VideoIndex, limits: Limits, path: str, decoder: str, blo
 
 
 def video_stream(container: Any, path: str, decoder: str) -> Any:
-    """The first video stream of an open PyAV container, or a `DecodeError` saying what is there."""
+    """The main video stream of an open PyAV container (`main_stream`), or a `DecodeError`
+    saying what is there."""
     if not container.streams.video:
         kinds = sorted({s.type for s in container.streams}) or ["none"]
         raise DecodeError(path, decoder, f"no video stream (streams: {', '.join(kinds)})")
-    stream = container.streams.video[0]
+    stream = main_stream(container.streams.video)
     ctx = stream.codec_context
     if ctx is None or stream.codec_context.codec is None:
         raise DecodeError(path, decoder, "unsupported codec: FFmpeg has no decoder for this video stream")

@@ -2,10 +2,14 @@
 acceleration through PyAV, for machines whose NVIDIA GPU decodes AV1 (Ampere and later).
 
 ``backend="auto"`` picks it only when the cheap checks pass (PyAV lists a "cuda" device type,
-torch sees a CUDA GPU). The real capability probe, decoding a tiny AV1 clip on the GPU, runs
-once per process at the first decode, in the worker (so no CUDA context is made before a
-fork). A failed probe, or a file the hardware rejects, falls back to the CPU path (PyAV with
-libdav1d) for that file, counted in ``fallbacks``. Frames come back to host memory as NV12.
+torch sees an NVIDIA GPU, not an AMD one). It runs where CUDA may be used (see
+`mediapipe.cuda_access`): the training process, or loader workers started by forkserver or
+spawn (the loader's default when a decoder uses CUDA), each on its rank's GPU (``LOCAL_RANK``).
+In a forked worker it never touches CUDA. The real capability probe, decoding a tiny AV1
+clip on the GPU, runs once per process at the first decode. A process where CUDA may not be
+used, a failed probe, or a file the hardware rejects falls back to the CPU path (PyAV with
+libdav1d), counted per sample in ``loader.stats.fallbacks`` with the reason and named in the
+log once. Frames come back to host memory as NV12.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ import logging
 import os
 import threading
 from collections import Counter
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from mediapipe import cuda_access
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.decoders.video_pyav import PyAVVideoDecoder, av
@@ -93,20 +99,22 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
     """NVDEC through PyAV's CUDA hwaccel; the PyAV/libdav1d CPU path for what it cannot do."""
 
     priority = 10
+    uses_cuda = True
     fallbacks: ClassVar[Counter] = Counter()  # reason -> files decoded on the CPU instead (per process)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        index = self.device.index if self.device is not None and self.device.type == "cuda" else None
+        index = cuda_access.worker_gpu(self.device)
         self.cuda_device = None if index is None else str(index)
-        self._use_hw: bool | None = None  # decided by the probe at the first decode
+        self._use_hw: bool | None = None  # decided at the first decode: may this process use CUDA, and NVDEC?
+        self._refused: str | None = None  # why not, when not
         self._local = threading.local()  # per thread: whether the file being decoded uses NVDEC
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
         """Cheap checks only: PyAV with a CUDA device type, FFmpeg's native AV1 decoder, and a
         CUDA GPU visible to torch (``device`` None or a CUDA device). The decode probe runs later."""
-        if av is None or os.environ.get("MEDIAPIPE_NO_NVDEC"):
+        if av is None or os.environ.get("MEDIAPIPE_NO_NVDEC") or cuda_access.is_rocm():
             return False
         if device is not None and device.type != "cuda":
             return False
@@ -128,16 +136,27 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
             ctx.extradata = stream.codec_context.extradata
         return ctx
 
-    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
+    def decide(self) -> str | None:
+        """Whether this process decodes on NVDEC, decided once, at the first decode: None if so,
+        else why not. CUDA is touched (by the probe) only where `cuda_access.refusal` allows it."""
         if self._use_hw is None:
-            self._use_hw = probe_av1(self.cuda_device)
-            if not self._use_hw:
-                log.warning("NVDEC cannot decode AV1 here; decoding video on the CPU (libdav1d)")
+            self._refused = cuda_access.refusal()
+            if self._refused is None and not probe_av1(self.cuda_device):
+                self._refused = "NVDEC cannot decode AV1 here (the probe failed)"
+            self._use_hw = self._refused is None
+        return self._refused
+
+    def _on_cpu(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta, reason: str) -> Decoded:
+        self.fallbacks[reason] += 1
+        return replace(super().decode(blob, hint, rng, meta), fallback=reason)
+
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
+        refused = self.decide()
+        if refused is not None:
+            return self._on_cpu(blob, hint, rng, meta, refused)
         index = self.index(blob, meta)
-        if not self._use_hw or index.codec not in HW_CODECS:
-            if self._use_hw:
-                self.fallbacks[f"codec {index.codec}"] += 1
-            return super().decode(blob, hint, rng, meta)
+        if index.codec not in HW_CODECS:
+            return self._on_cpu(blob, hint, rng, meta, f"NVDEC does not decode {index.codec}")
         self._local.hw = True
         fresh = copy.copy(rng)  # the fallback must draw the same clip as the failed attempt
         try:
@@ -145,8 +164,8 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
         except LimitError:
             raise
         except Exception as err:  # the hardware refused this file (profile, size, 4:4:4...): CPU path
-            self.fallbacks[type(err).__name__] += 1
             log.info("NVDEC failed on %s (%s); decoding it on the CPU", blob.name, err)
+            reason = f"NVDEC refused the file ({type(err).__name__})"
         finally:
             self._local.hw = False
-        return super().decode(blob, hint, fresh, meta)
+        return self._on_cpu(blob, hint, fresh, meta, reason)

@@ -42,3 +42,12 @@ def sample_audio(root: Path | None = None, count: int = 24) -> Path:
     dest = Path(root or default_root()) / f"sample-audio-n{count}"
     make_sample_audio(dest, count, seed=0)  # keeps files already made; writes the manifest last
     return dest / "manifest.jsonl"
+
+
+def sample_detection(root: Path | None = None, count: int = 64):
+    """A COCO-format set of ``count`` photos with 1-8 objects each (`mediapipe.synthetic_detection`):
+    ``.annotations`` (the COCO file) and ``.images`` (its folder)."""
+    from mediapipe.bench.datasets import sample_detection as make
+    from mediapipe.synthetic_detection import dataset_at
+
+    return dataset_at(make(Path(root or default_root()), count, seed=0, progress=False))

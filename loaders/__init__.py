@@ -2,6 +2,7 @@
 
 from mediapipe.loaders.asr import LhotseSource, NemoSource, lhotse, nemo
 from mediapipe.loaders.bucketing import DurationBucketSampler, source_durations  # noqa: F401
+from mediapipe.loaders.coco import CocoSource, coco
 from mediapipe.loaders.huggingface import ArrowSource, huggingface
 from mediapipe.loaders.parquet import ParquetSource, RowGroupWindowSampler, parquet
 from mediapipe.loaders.recordio import RecordIOSource, recordio
@@ -10,10 +11,11 @@ from mediapipe.loaders.shards import ShardSource, shards  # noqa: F401  (the con
 from mediapipe.loaders.sources import FolderSource, ManifestSource, Source, folder, manifest
 from mediapipe.loaders.text import TokenizedSource, tokenize
 from mediapipe.loaders.tfrecord import TFRecordSource, tfrecord
+from mediapipe.loaders.yolo import YoloSource, yolo
 
 __all__ = [
-    "ArrowSource", "EpochBatchSampler", "FolderSource", "LhotseSource", "ManifestSource", "NemoSource",
+    "ArrowSource", "CocoSource", "EpochBatchSampler", "FolderSource", "LhotseSource", "ManifestSource", "NemoSource",
     "ParquetSource", "PlannedBatch", "RecordIOSource", "RowGroupWindowSampler", "Source", "TFRecordSource",
-    "TokenizedSource", "folder", "huggingface", "lhotse", "manifest", "nemo", "parquet", "recordio", "tfrecord",
-    "tokenize",
+    "TokenizedSource", "YoloSource", "coco", "folder", "huggingface", "lhotse", "manifest", "nemo", "parquet",
+    "recordio", "tfrecord", "tokenize", "yolo",
 ]

@@ -12,6 +12,7 @@ as torch's DataLoader does: two live iterators never mix their batches.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import weakref
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mediapipe import cuda_access
 from mediapipe.batch_builder import BatchBuilder
 from mediapipe.batch_stage import run_batch_ops
 from mediapipe.device_stage import finish_deferred
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
 
 WORKER_TYPES = ("process", "thread")
+log = logging.getLogger(__name__)
 
 __all__ = ["Loader", "LoaderIterator", "SamplerDriven", "distributed_rank_and_size"]
 
@@ -72,7 +75,8 @@ class Loader(SamplerDriven):
     ``last_batch`` pads or drops); padding samples are flagged False in ``batch["valid"]``.
 
     Workers (``num_workers`` processes by default) start with ``multiprocessing_context``:
-    None picks "fork" only when this process runs a single thread, else "forkserver" (as with
+    None picks "forkserver" when a worker decoder uses CUDA (NVDEC; CUDA does not survive a
+    fork), else "fork" only when this process runs a single thread, else "forkserver" (as with
     torch's spawn, a script then needs an ``if __name__ == "__main__":`` guard, and its ops
     must be importable); they exit when this process dies. ``persistent_workers=True`` keeps
     them from one epoch to the next (lent to one iterator at a time; a pass left early stops
@@ -114,6 +118,8 @@ class Loader(SamplerDriven):
         self.device = pipeline.device
         self.num_workers, self.prefetch, self.worker_type = num_workers, prefetch, worker_type
         self.pin_memory = self.device.type == "cuda" if pin_memory is None else pin_memory
+        if multiprocessing_context is None and num_workers and worker_type == "process" and self.plan.workers_use_cuda:
+            multiprocessing_context = cuda_access.worker_start_method()  # CUDA does not survive fork
         self.timeout, self.multiprocessing_context = timeout, multiprocessing_context
         self.persistent_workers = persistent_workers
         # On a CPU device the workers' cores are the device: running the batch stage there
@@ -136,6 +142,7 @@ class Loader(SamplerDriven):
         self._pool: ProcessPool | None = None  # the persistent workers, while no iterator borrows them
         self._pool_lent = False
         self._current: weakref.ref[LoaderIterator] | None = None
+        self._logged_fallbacks: set[str] = set()
 
     # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -153,6 +160,13 @@ class Loader(SamplerDriven):
         it = LoaderIterator(self)
         self._current = weakref.ref(it)
         return it
+
+    def log_fallbacks(self, stats: StageStats) -> None:
+        """Name each new reason why a GPU backend decoded on the CPU in the log, once per loader
+        (``stats.fallbacks`` counts every sample)."""
+        for reason in stats.fallbacks.keys() - self._logged_fallbacks:
+            self._logged_fallbacks.add(reason)
+            log.warning("%s: decoding on the CPU instead (counted in loader.stats.fallbacks)", reason)
 
     def is_current(self, it: LoaderIterator) -> bool:
         """Whether ``it`` is the pass that moves this loader's position."""
@@ -309,6 +323,7 @@ class LoaderIterator:
     def _deliver(self, batch: dict[str, Any], event: Any, stats: StageStats) -> dict[str, Any]:
         """Hand a batch over: counted now, so a batch prefetched and never delivered counts nothing."""
         self.loader.stats.merge(stats)
+        self.loader.log_fallbacks(stats)
         device = self.loader.device
         if event is not None:
             torch.cuda.current_stream(device).wait_event(event)
@@ -344,8 +359,8 @@ class LoaderIterator:
         if not plan.deferred:
             return data, params
         t0 = time.perf_counter()
-        host.data, host.params = data, params
-        finish_deferred(plan, host)
+        on_host, host.data, host.params = host.data, data, params
+        finish_deferred(plan, host, on_host)
         self.loader.stats.seconds["device_decode"] += time.perf_counter() - t0
         return host.data, host.params
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import socket
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from mediapipe import memory
 from mediapipe.batch_builder import BatchBuilder
 from mediapipe.errors import WorkerError
 from mediapipe.host_batch import BatchTask, HostBatch
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
 
 RAY_HINT = 'backend="ray" needs Ray: pip install "mediapipe-loader[ray]"'
+CONNECT_SECONDS = 10.0  # how long an address may take to accept a connection before it is refused
 _NUMPY_DTYPES = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
                  torch.float64, torch.bool}
 
@@ -69,19 +73,29 @@ def _to_arrays(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _to_tensors(data: dict[str, Any]) -> dict[str, Any]:
-    """Tensors that own their memory: the object store's read-only buffer is released at once."""
-    return {k: torch.from_numpy(np.array(v, copy=True)) if isinstance(v, np.ndarray) else v
-            for k, v in data.items()}
+    """Tensors on the object store's memory, not copied (as the local loader hands over its
+    workers' shared buffers): the batch stays in the store while a tensor of it is alive, and
+    goes when the training loop drops it. Ray marks the arrays read-only, but each batch is
+    read once, by this loader alone, so writing to it in place harms nothing."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in data.items()}
 
 
 class BatchActor:
     """A Ray actor: builds host batches (the local loader's worker job) for any loader of this
-    driver; each loader's `BatchBuilder` comes once by reference and is kept (a few at most)."""
+    driver; each loader's `BatchBuilder` comes once by reference and is kept (a few at most).
+
+    As in a loader worker, the batch kernels write into buffers recycled from one batch to the
+    next (fresh memory costs a page fault per page, a large part of a CPU Normalize): a batch
+    is copied into the object store as its call returns, so its buffers are free at the next."""
 
     KEEP = 4
 
     def __init__(self) -> None:
         self.builders: dict[str, BatchBuilder] = {}
+        self.lent: list[int] = []
+        memory.use_shared_memory(0)
 
     def ready(self) -> tuple[int, str]:
         import ray
@@ -99,7 +113,9 @@ class BatchActor:
             while len(self.builders) >= self.KEEP:
                 self.builders.pop(next(iter(self.builders)))
         self.builders[key] = found  # most recently used last
+        memory.release(self.lent)
         host = found(task)
+        self.lent, host.buffers = list(host.buffers.values()), {}
         host.data = _to_arrays(host.data)
         return host
 
@@ -125,19 +141,22 @@ class _InFlight:
 
 
 class ActorPool:
-    """Ray actors that build batches, shared by every loader of this driver with the same CPUs
-    per actor (a training and an evaluation loader do not ask the cluster for twice the CPUs);
-    the pool grows to the most actors a loader asked for, and a lost actor is replaced."""
+    """Ray actors that build batches, shared by the live loaders of this driver with the same
+    CPUs per actor (a training and an evaluation loader do not ask the cluster for twice the
+    CPUs); the pool grows to the most actors a loader asked for, a lost actor is replaced, and
+    the actors stop when the last loader using them is closed or dropped."""
 
     def __init__(self, *, num_cpus: float, spread: bool) -> None:
         ray = import_ray()
         self.ray, self.size = ray, 0
+        self.users: set[int] = set()  # ids of the loaders using the pool
         options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 0, "max_concurrency": 1}
         if spread:
             options["scheduling_strategy"] = "SPREAD"
         self._cls = ray.remote(**options)(BatchActor)
         self.actors: list[_Actor] = []
         self.replaced = 0
+        self.closed = False
 
     def grow(self, size: int) -> None:
         """At least ``size`` actors from now on."""
@@ -171,6 +190,8 @@ class ActorPool:
 
     def pick(self, timeout: float | None) -> _Actor:
         """The live actor with the fewest batches in flight (waiting for one to start if none is up)."""
+        if self.closed:
+            raise WorkerError("the Ray loader was closed: its actors are stopped")
         self._poll_ready()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.live():
@@ -211,6 +232,7 @@ class ActorPool:
         return [a.node for a in self.live() if a.node is not None]
 
     def close(self) -> None:
+        self.closed = True
         for a in self.actors:
             with contextlib.suppress(Exception):
                 self.ray.kill(a.handle, no_restart=True)
@@ -220,8 +242,9 @@ class ActorPool:
 _POOLS: dict[tuple[str, float, bool], ActorPool] = {}
 
 
-def shared_pool(num_cpus: float, spread: bool) -> ActorPool:
-    """This driver's pool for actors of ``num_cpus`` CPUs, in the Ray session now connected."""
+def shared_pool(num_cpus: float, spread: bool, user: object) -> ActorPool:
+    """This driver's pool for actors of ``num_cpus`` CPUs, in the Ray session now connected,
+    used by ``user`` (a loader) until `leave_pool`."""
     ray = import_ray()
     key = (ray.get_runtime_context().get_job_id(), num_cpus, spread)
     pool = _POOLS.get(key)
@@ -229,7 +252,17 @@ def shared_pool(num_cpus: float, spread: bool) -> ActorPool:
         for old in [k for k in _POOLS if k[0] != key[0]]:  # pools of an earlier session: gone with it
             del _POOLS[old]
         pool = _POOLS[key] = ActorPool(num_cpus=num_cpus, spread=spread)
+    pool.users.add(id(user))
     return pool
+
+
+def leave_pool(pool: ActorPool, user: object) -> None:
+    """``user`` no longer uses ``pool``: its actors stop when no other loader does."""
+    pool.users.discard(id(user))
+    if not pool.users:
+        pool.close()
+        for key in [k for k, p in _POOLS.items() if p is pool]:
+            del _POOLS[key]
 
 
 def stop_actors() -> None:
@@ -239,15 +272,45 @@ def stop_actors() -> None:
     _POOLS.clear()
 
 
+def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
+    """Refuse within ``seconds`` an address where nothing accepts a connection (``ray.init``
+    retries such an address for minutes); "auto" is resolved as Ray resolves it."""
+    target: str | None = address
+    if address == "auto":
+        target = os.environ.get("RAY_ADDRESS") or None
+        if target is None or target == "auto":
+            try:
+                from ray._private.services import canonicalize_bootstrap_address_or_die
+            except ImportError:  # Ray's internals moved: ray.init resolves it
+                return
+            try:
+                target = canonicalize_bootstrap_address_or_die("auto")
+            except ConnectionError as err:
+                raise ConnectionError(f"ray_address='auto': {err}") from None
+    if target is None:
+        return
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return  # ray.init names what is wrong with it
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as err:
+        raise ConnectionError(f"ray_address={address!r}: no Ray cluster answers at {host}:{port} ({err}); start "
+                              "one (`ray start --head`) or pass ray_address=None for a local Ray") from None
+
+
 class RayLoader(Loader):
     """`Loader` whose sample stage runs on Ray actors (``pipe.loader(backend="ray")``).
 
     ``num_workers`` actors of ``num_cpus_per_worker`` CPUs each (spread over the cluster's
     nodes) build the batches; ``prefetch`` batches per actor may be in flight
-    (``max_in_flight`` overrides the total). ``ray_address``: "auto" or "ray://host:10001"
-    joins a running cluster; None joins the one this process already initialised, else
-    starts a local Ray with ``num_cpus`` CPUs (default: one per actor), shut down with the
-    loader. The batch stage runs on this process's device (on a CPU device, in the actors,
+    (``max_in_flight`` overrides the total). ``ray_address``: "auto", "host:6379" or
+    "ray://host:10001" joins a running cluster (an address where nothing answers is refused
+    within `CONNECT_SECONDS`); None joins the one this process already initialised, else
+    starts a local Ray of its own with ``num_cpus`` CPUs (default: one per actor), shut down
+    with the loader. The actors stop when the loader is closed or dropped (unless another
+    live Ray loader of this process shares them). The batch stage runs on this process's device (on a CPU device, in the actors,
     as the local loader runs it in its workers; ``batch_ops_in_workers`` decides).
 
     A batch lost with its actor or node is built again on a live actor, at most
@@ -289,10 +352,12 @@ class RayLoader(Loader):
         ray = import_ray()
         if not ray.is_initialized():
             t0 = time.perf_counter()
-            if self.ray_address is None:
+            if self.ray_address is None:  # a Ray of its own, whatever RAY_ADDRESS or `ray start` says
                 cpus = self.num_cpus or int(-(-self.num_workers * self.num_cpus_per_worker // 1))
-                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
             else:
+                check_reachable(self.ray_address)
                 ray.init(address=self.ray_address, log_to_driver=False, configure_logging=False)
             self._started_ray = True
             self.stats.seconds["startup"] += time.perf_counter() - t0
@@ -303,7 +368,7 @@ class RayLoader(Loader):
         if self._actors is None:
             ray = self._connect()
             t0 = time.perf_counter()
-            self._actors = shared_pool(self.num_cpus_per_worker, self.spread)
+            self._actors = shared_pool(self.num_cpus_per_worker, self.spread, self)
             self._actors.grow(self.num_workers)
             self._builder_ref = ray.put(self.builder)
             self.stats.seconds["startup"] += time.perf_counter() - t0
@@ -314,10 +379,18 @@ class RayLoader(Loader):
         """The pids of the live actors (on their own nodes)."""
         return self._actors.pids if self._actors is not None else []
 
+    def __del__(self) -> None:
+        try:  # (no module globals: this may run as the interpreter exits)
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
     def close(self) -> None:
-        """Let go of the actors (shared with this driver's other Ray loaders; `stop_actors` stops
+        """Let go of the actors (they stop unless another live Ray loader of this driver uses
         them), and shut down the local Ray this loader started, if it did."""
-        self._actors, self._builder_ref = None, None
+        pool, self._actors, self._builder_ref = self._actors, None, None
+        if pool is not None:
+            leave_pool(pool, self)
         if self._started_ray:
             self._started_ray = False
             stop_actors()

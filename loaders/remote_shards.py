@@ -7,7 +7,9 @@ refused), never the tars. A sample's media is then one ranged read of its shard 
 tar header in front, checked), and a batch's reads go out together (`prefetch`, with
 neighbouring ranges of a shard merged). With ``cache_dir`` the whole shard is downloaded
 once into a bounded local cache (least recently used shards evicted; a shard enters it
-only when its size and sha256 match the manifest) and read from there with ``os.pread``.
+only when its size and sha256 match the manifest) and read from there with ``os.pread``;
+a cached copy found damaged (a tar header that disagrees with the index, or with
+``verify="sha256"`` another digest) is dropped and read from the store again.
 """
 
 from __future__ import annotations
@@ -38,18 +40,38 @@ class RemoteShard:
     size: int
     sha256: str | None
     cache: ShardCache | None = None
+    verify: bool = False  # check a cached copy's sha256 once per process, not only as it is downloaded
 
     @property
     def url(self) -> str:
         return self.store.child(self.name)
 
-    def local(self) -> ShardFile | None:
-        """The shard's cached local copy (downloaded now if absent), or None without a cache."""
-        if self.cache is None or not self.cache.fits(self.size):
+    @property
+    def cached(self) -> bool:
+        return self.cache is not None and self.cache.fits(self.size)
+
+    def open_local(self) -> int:
+        """A descriptor on the shard's cached copy (downloaded now if absent); the caller closes it."""
+        assert self.cache is not None
+        return self.cache.open(self.store, self.name, self.size, self.sha256, verify=self.verify)
+
+    def read_local(self, start: int, length: int, member: sf.Member, where: str) -> bytes | None:
+        """``length`` bytes at ``start`` of the cached copy, its tar header checked; None when
+        the copy is damaged there (it is then dropped from the cache)."""
+        assert self.cache is not None
+        fd = self.open_local()
+        try:
+            try:
+                raw = os.pread(fd, length, start)
+                if len(raw) == length:
+                    sf.check_header(raw[:sf.BLOCK], member, where=where)
+                    return raw
+            except (SourceError, OSError):
+                pass
+            self.cache.discard(self.cache.file_for(self.url, self.size, self.sha256), fd)
             return None
-        path = self.cache.get(self.store, self.name, self.size, self.sha256)
-        st = sf.stat_regular(path, "cached shard")
-        return ShardFile(str(path), st.st_size, st.st_mtime_ns)
+        finally:
+            os.close(fd)
 
 
 class _Prefetched:
@@ -92,10 +114,9 @@ class RemoteShardBlob(ShardBlob):
         member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
         start, length = self.offset - sf.BLOCK, sf.BLOCK + member.size
         raw = _PREFETCHED.take((remote.url, start, length))
+        if raw is None and remote.cached:
+            raw = remote.read_local(start, length, member, self.name)
         if raw is None:
-            local = remote.local()
-            if local is not None:
-                return ShardBlob(self.name, local.path, self.offset, self.size, shard=local).read()
             raw = remote.store.read(remote.name, start, length)
         sf.check_header(raw[:sf.BLOCK], member, where=self.name)
         return raw[sf.BLOCK:]
@@ -156,7 +177,8 @@ class RemoteShardSource(ShardSource):
             data = self.store.read_small(entry["idx"], sf.index_limit(entry["bytes"]), "index")
             indices[sid] = sf.parse_index(data, self.store.child(entry["idx"]), shard_size=entry["bytes"],
                                           samples=entry["samples"])
-            self._remote[sid] = RemoteShard(self.store, entry["name"], entry["bytes"], entry["sha256"], cache)
+            self._remote[sid] = RemoteShard(self.store, entry["name"], entry["bytes"], entry["sha256"], cache,
+                                            verify == "sha256")
         self._shards = {sid: ShardFile(r.url, r.size, 0) for sid, r in self._remote.items()}
         num = self.manifest["num_samples"]
         packed = self.store.read_small(sf.SAMPLES, sf.samples_limit(num), "sample records")
@@ -170,7 +192,9 @@ class RemoteShardSource(ShardSource):
         remote = self._remote[record["shard"]]
         blobs = {ext: RemoteShardBlob(name, remote.url, offset, size, remote=remote)
                  for ext, name, offset, size in media}
-        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), dict(record.get("fields", {})))
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta),
+                         self._fields(index, lambda name, offset, size: RemoteShardBlob(name, remote.url, offset, size,
+                                                                                        remote=remote)))
 
     def prefetch(self, indices: Iterable[int]) -> None:
         """Fetch these samples' byte ranges now, together (neighbours in a shard merged), for
@@ -183,9 +207,9 @@ class RemoteShardSource(ShardSource):
                 wanted.setdefault(remote, []).append((offset - sf.BLOCK, sf.BLOCK + size))
         requests, parts = [], []
         for remote, ranges in wanted.items():
-            if remote.cache is not None and remote.cache.fits(remote.size):
+            if remote.cached:
                 try:
-                    remote.local()
+                    os.close(remote.open_local())
                 except SourceError:
                     pass  # the reads report it, naming the sample
                 continue

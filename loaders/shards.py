@@ -16,7 +16,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from mediapipe.sample import Blob, SampleMeta, SampleRef
 META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",
              "channels", "codec", "kind", "bytes")
 VERIFY = (None, "sha256")
+MAX_TARGETS_BYTES = 64 << 20  # one sample's .json member when it carries targets (masks as RLE)
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,9 @@ class ShardSource(Source):
 
     ``blobs`` are keyed by extension (``jpg``, ``mkv``, ``flac``...), so the image, video
     and audio decoders find their member, and a manifest's named media (``<key>.mask.png``)
-    by field name (``mask``); numeric manifest fields come back as ``fields``; the label comes from the sample records (the
+    by field name (``mask``); numeric manifest fields come back as ``fields``, and the targets a
+    detection source gave (boxes, labels, masks: read from the ``.json`` member, typed by
+    `field_types`, as the source declared them); the label comes from the sample records (the
     same value as the ``.cls`` member); ``meta(i)`` gives width/height, duration, fps,
     frames, keyframes and sample_rate without any I/O. ``shard_ids`` restricts the source
     to some shards (see `for_rank`). ``verify="sha256"`` checks each shard against the
@@ -253,19 +256,29 @@ class ShardSource(Source):
 
     def _set_rows(self, records: list[dict[str, Any]], indices: dict[int, list[list[sf.Member]]],
                   with_samples: set[int], names: dict[int, str], *, where: str) -> None:
-        """Pair the records with their index entries: (record, media members, meta) per sample."""
+        """Pair the records with their index entries: (record, media members, meta) per sample, and
+        where each sample's targets are (its .json member) when the manifest says it has some."""
         pairs = sf.match_records(records, indices, with_samples, where=where)
         self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
+        self._types: dict[str, Any] = {}
+        if "field_types" in self.manifest:
+            from mediapipe.loaders.targets import types_from_config
+
+            self._types = types_from_config(self.manifest["field_types"], where.replace(sf.SAMPLES, sf.MANIFEST))
+        self._targets: list[tuple[str, int, int] | None] = []  # each sample's .json member, when it has targets
         prefixes = {sid: f"{name}:" for sid, name in names.items()}
         for record, row in pairs:
             prefix = prefixes[record["shard"]]
             cut = len(record["key"]) + 1  # every name is "<key>.<extension>" (read_index, match_records)
-            media = []
+            media, targets = [], None
             for m in row:
                 ext = m.name[cut:]
                 if ext not in sf.META_EXTENSIONS:  # "jpg" -> blob "jpg"; "mask.png" (a named field) -> blob "mask"
                     media.append((ext.partition(".")[0], prefix + m.name, m.offset, m.size))
+                elif ext == "json" and self._types:
+                    targets = (prefix + m.name, m.offset, m.size)
             self._rows.append((record, tuple(media), {k: record[k] for k in META_KEYS if k in record}))
+            self._targets.append(targets)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -278,11 +291,46 @@ class ShardSource(Source):
     def num_shards(self) -> int:
         return len(self._shards)
 
+    def field_types(self) -> dict[str, Any]:
+        """The types of the targets each sample carries (boxes, labels, masks...), as the source
+        the dataset was converted from declared them; {} for a dataset without targets."""
+        return dict(self._types)
+
     def ref(self, index: int) -> SampleRef:
         record, media, meta = self._rows[index]
         shard = self._shards[record["shard"]]
         blobs = {ext: ShardBlob(name, shard.path, offset, size, shard=shard) for ext, name, offset, size in media}
-        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta), dict(record.get("fields", {})))
+        return SampleRef(index, record["key"], blobs, record.get("label"), dict(meta),
+                         self._fields(index, lambda name, offset, size: ShardBlob(name, shard.path, offset, size,
+                                                                                  shard=shard)))
+
+    def _fields(self, index: int, member: Callable[[str, int, int], Blob]) -> dict[str, Any]:
+        """Sample ``index``'s numbers and text, and its targets when the dataset has some: read from
+        its .json member (``member(name, offset, size)`` is its blob), bounded and checked."""
+        record = self._rows[index][0]
+        fields = dict(record.get("fields", {}))
+        if not self._types:
+            return fields
+        from mediapipe.loaders.targets import BAD_ANNOTATION, targets_from_json
+
+        where = self._targets[index]
+        if where is None:
+            raise SourceError(record["key"], "no .json member, but the manifest says samples carry targets",
+                              category=BAD_ANNOTATION)
+        name, offset, size = where
+        if size > MAX_TARGETS_BYTES:
+            raise SourceError(name, f"{size} bytes, more than the {MAX_TARGETS_BYTES} a sample's targets may take",
+                              category=BAD_ANNOTATION)
+        document = sf.parse_json(member(name, offset, size).read(), name)
+        if type(document) is not dict or "targets" not in document:
+            raise SourceError(name, "no 'targets' object, but the manifest says samples carry targets",
+                              category=BAD_ANNOTATION)
+        size = (record.get("height"), record.get("width"))
+        classes = self.classes
+        fields.update(targets_from_json(document["targets"], self._types, name,
+                                        num_classes=len(classes) if isinstance(classes, list) else None,
+                                        canvas=size if all(type(v) is int for v in size) else None))
+        return fields
 
     def meta(self, index: int) -> SampleMeta:
         return dict(self._rows[index][2])

@@ -39,6 +39,11 @@ class Source:
         """What is known about sample ``index`` without reading it (may be empty)."""
         return self.ref(index).meta
 
+    def listing_ref(self, index: int) -> SampleRef:
+        """Sample ``index``'s reference for listing it (a conversion's plan): `ref`, less the
+        values that cost work to make and that a listing does not read (decoded masks)."""
+        return self.ref(index)
+
     def prefetch(self, indices: Iterable[int]) -> None:
         """Hint that these samples are read next, so a source whose bytes sit in a few large
         files can start their I/O now and overlap it with decoding. Never required."""

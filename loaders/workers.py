@@ -45,7 +45,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from mediapipe import memory
+from mediapipe import cuda_access, memory
 from mediapipe.errors import WorkerError
 
 Task = Any
@@ -291,9 +291,10 @@ class _RemoteError:
 
 
 def _worker_loop(worker: int, fn: Callable[[Task], Any] | bytes, tasks: Any, control: Any, results: Any,
-                 owner: int, parent: int | None, death_signal: bool) -> None:
+                 owner: int, parent: int | None, death_signal: bool, start_method: str = "fork") -> None:
     """Take tasks until told to stop, or until the training process ``owner`` is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's; it closes us
+    cuda_access.enter_worker(start_method)  # a forked worker never uses CUDA
     parent = os.getppid() if parent is None else parent  # the forkserver, when it started us
     if death_signal:
         set_parent_death_signal()
@@ -452,7 +453,8 @@ class ProcessPool:
         parent = None if self.start_method == "forkserver" else owner
         self.procs = [
             ctx.Process(target=_worker_loop, name=f"{name}{w}", daemon=True,
-                        args=(w, payload, self.tasks, self.control[w], self.results, owner, parent, death_signal))
+                        args=(w, payload, self.tasks, self.control[w], self.results, owner, parent, death_signal,
+                              self.start_method))
             for w in range(num_workers)
         ]
         self.lent = LentBuffers()

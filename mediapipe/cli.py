@@ -1,4 +1,4 @@
-"""The ``mediapipe`` command: ``bench``, ``convert``, ``inspect``, ``verify``.
+"""The ``mediapipe`` command: ``bench``, ``convert``, ``inspect``, ``verify``, ``selfcheck``.
 
 Each subcommand lives in ``mediapipe.commands.<name>`` with ``add_arguments(parser)``
 and ``run(args) -> int``; it is imported only when used, so ``mediapipe bench`` does
@@ -24,6 +24,7 @@ COMMANDS = {
     "convert": "turn a folder or manifest of media into sharded, indexed, transcoded datasets",
     "inspect": "summarise a converted dataset (counts, sizes, resolutions, durations, codecs)",
     "verify": "check a converted dataset's checksums and decode every sample",
+    "selfcheck": "check the GPU path on this machine: GPU tests, peers on the GPU, CPU scaling (JSON)",
 }
 
 

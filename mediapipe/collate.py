@@ -2,9 +2,10 @@
 
 Each field batches by its policy (see `mediapipe.fields`): "stack" (equal shapes), "pad" (the
 varying axis padded with zeros, plus ``<field>_lengths``), or "list" (a `TensorList` of the
-samples' tensors: boxes, whose count varies per sample). Batches are written into
-`mediapipe.memory` buffers, so a worker's batch crosses the process boundary without a copy;
-a list crosses as one packed tensor.
+samples' tensors: boxes, whose count varies per sample). Batches are written on the
+samples' device (a field decoded on a GPU stays there), into `mediapipe.memory` buffers on the
+CPU, so a worker's batch crosses the process boundary without a copy; a list crosses as one
+packed tensor.
 """
 
 from __future__ import annotations
@@ -130,14 +131,40 @@ def _collate_tensors(name: str, values: list[torch.Tensor | None], policy: str, 
             "every sample one size (RandomResizedCrop, Resize with an exact size, CenterCrop), or batch it as "
             f"a list or padded: Pipeline(collate={{{name!r}: 'list'}}) or 'pad'"
         )
+    stacked = _rows_of_one_tensor(values)
+    if stacked is not None:
+        return {name: stacked}
     shape = (len(values), *first.shape)
-    out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
+    out = _empty(shape, first, private)
     for i, v in enumerate(values):
         if v is None:
             out[i].zero_()
         else:
             out[i].copy_(v)
     return {name: out}
+
+
+def _empty(shape: tuple[int, ...], like: torch.Tensor, private: bool) -> torch.Tensor:
+    """A batch buffer on the samples' device: a field decoded on a device stays there. On the CPU
+    in a worker, shared memory (`mediapipe.memory`) unless the field stays ``private``."""
+    if private or like.device.type != "cpu":
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    return memory.empty(shape, dtype=like.dtype)
+
+
+def _rows_of_one_tensor(values: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The (B, ...) tensor whose rows ``values`` are, in order, when a batched kernel made them
+    so (the device stage's batched resize): the batch without a copy. None otherwise (and in a
+    worker, whose batches belong in shared memory)."""
+    first = values[0]
+    if first is None or len(values) < 2 or not first.is_contiguous() or memory.worker_id() is not None:
+        return None
+    storage, start, step = first.untyped_storage().data_ptr(), first.storage_offset(), first.numel()
+    for i, v in enumerate(values):
+        if (v is None or v.untyped_storage().data_ptr() != storage or v.storage_offset() != start + i * step
+                or v.shape != first.shape or not v.is_contiguous()):
+            return None
+    return first.as_strided((len(values), *first.shape), (step, *first.stride()), start)
 
 
 def _collate_padded(name: str, values: list[torch.Tensor | None], first: torch.Tensor, axis: int,
@@ -155,8 +182,8 @@ def _collate_padded(name: str, values: list[torch.Tensor | None], first: torch.T
     shape[axis] = length
     shape = (len(values), *shape)
     # written once: each row's samples, then zeros past its length (never zero-fill, then copy)
-    out = torch.empty(shape, dtype=first.dtype) if private else memory.empty(shape, dtype=first.dtype)
-    lengths = torch.zeros(len(values), dtype=torch.int64)
+    out = _empty(shape, first, private)
+    lengths = torch.zeros(len(values), dtype=torch.int64, device=first.device)
     for i, v in enumerate(values):
         n = 0 if v is None else min(v.shape[axis], length) if v.ndim == first.ndim else 0
         row = out[i]

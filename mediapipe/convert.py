@@ -18,6 +18,7 @@ is marked complete.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import multiprocessing
@@ -87,6 +88,7 @@ class ConversionPlan:
     tasks: tuple[ShardTask, ...]
     settings: dict[str, Any]  # everything that changes the output: seed, shard size, options
     fingerprint: str
+    field_types: dict[str, dict[str, str]] | None = None  # the targets (boxes, labels...) each sample carries
 
     @property
     def num_inputs(self) -> int:
@@ -109,23 +111,25 @@ def parse_shard_size(text: str | int) -> tuple[int | None, int | None]:
     return None, int(number * scale)
 
 
-def open_inputs(src: str | os.PathLike):
-    """A folder (class sub-folders become labels), a JSON-lines manifest, or a dataset in another
+def open_inputs(src: Any):
+    """A folder (class sub-folders become labels), a JSON-lines manifest, a dataset in another
     format (`mediapipe.loaders.formats.open_any`: TFRecord, RecordIO, Parquet, Hugging Face,
-    NeMo, Lhotse), as a source."""
+    NeMo, Lhotse, COCO), or a source already made (``mp.loaders.yolo(...)``), as a source."""
     from mediapipe.loaders.formats import open_any
+    from mediapipe.loaders.sources import Source
 
-    return open_any(src)
+    return src if isinstance(src, Source) else open_any(src)
 
 
-def plan_conversion(src: str | os.PathLike, *, shard_size: str | int = "256MB", shuffle: bool = True,
+def plan_conversion(src: Any, *, shard_size: str | int = "256MB", shuffle: bool = True,
                     seed: int = 0, options: TranscodeOptions = DEFAULT_OPTIONS) -> ConversionPlan:
     """Assign every input to a shard. Byte-sized shards are cut by the inputs' sizes, so the
     assignment is known before anything is transcoded."""
-    from mediapipe.loaders.formats import describe_inputs
+    from mediapipe.loaders.formats import describe_inputs, describe_source
 
     source = open_inputs(src)
-    base = Path(src) if Path(src).is_dir() else Path(src).parent
+    made = source is src  # a source object: its keys are its own, its config names it
+    base = Path(".") if made else Path(src) if Path(src).is_dir() else Path(src).parent
     described = list(describe_inputs(source))  # one sample at a time: a record's bytes are not kept
     keys = sf.unique_keys(_relative(item.name, base) for item in described)
     items = [replace(item, key=key) for item, key in zip(described, keys)]
@@ -146,12 +150,18 @@ def plan_conversion(src: str | os.PathLike, *, shard_size: str | int = "256MB", 
     if current:
         tasks.append(ShardTask(len(tasks), tuple(current)))
     settings = {"shard_size": str(shard_size), "shuffle": shuffle, "seed": seed, "options": options.to_dict()}
+    declared = getattr(source, "field_types", None)
+    types = {name: t.to_config() for name, t in declared().items()} if callable(declared) else None
+    if types:  # a resume must not mix targets of another annotation file or other settings
+        settings["targets"] = {"field_types": types, "source": source.to_config(),
+                               "annotations": getattr(source, "fingerprint", None)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for task in tasks:
         for item in task.items:
             digest.update(f"{task.index}\0{item.name}\0{item.key}\0{item.label}\0{item.size}\0{item.extra}"
                           f"\0{item.fields}\n".encode())
-    return ConversionPlan(str(src), source.classes, tuple(tasks), settings, digest.hexdigest())
+    return ConversionPlan(describe_source(source) if made else str(src), source.classes, tuple(tasks), settings,
+                          digest.hexdigest(), types or None)
 
 
 def _relative(name: str, base: Path) -> str:
@@ -171,6 +181,7 @@ class ItemResult:
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     extra: dict[str, bytes] = field(default_factory=dict)  # member extension ("mask.png") -> bytes
+    targets: dict[str, Any] | None = None  # boxes, labels, masks... as JSON values, for the .json member
 
 
 def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
@@ -178,7 +189,7 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
     from mediapipe.loaders.formats import read_input
 
     try:
-        data = read_input(item)
+        data, targets, canvas = read_input(item)
     except OSError as err:  # SourceError too: it names the record and the reason
         return ItemResult(item, error=str(err) if item.source else f"cannot read: {err.strerror or err}")
     except MediapipeError as err:
@@ -203,7 +214,36 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
         return ItemResult(item, error=readable(str(err), err.__cause__))
     except Exception as err:  # noqa: BLE001  every failure is reported with its reason, none is dropped
         return ItemResult(item, error=f"{type(err).__name__}: {reason(err)}")
-    return ItemResult(item, ext, out, {"kind": kind, **meta}, extra=extra)
+    result = ItemResult(item, ext, out, {"kind": kind, **meta}, extra=extra)
+    if targets:
+        try:
+            result.targets = targets_json(item, data, targets, canvas, (meta["height"], meta["width"]))
+        except (MediapipeError, ValueError, OSError) as err:
+            return ItemResult(item, error=str(err))
+    return result
+
+
+def targets_json(item: InputItem, data: bytes, targets: dict[str, Any], canvas: tuple[int, int] | None,
+                 written: tuple[int, int]) -> dict[str, Any]:
+    """An input's targets as JSON values, in pixels of the image as written: scaled when the
+    image was resized (``image_max_side``). An image turned by its EXIF orientation when written,
+    or whose size is not the one its annotations give, is refused: its targets would not match."""
+    from PIL import Image
+
+    from mediapipe.loaders.formats import target_types
+    from mediapipe.loaders.targets import scale_targets, targets_to_json
+
+    with Image.open(io.BytesIO(data)) as im:
+        stored = (im.size[1], im.size[0])
+        orientation = im.getexif().get(0x0112, 1)
+    if orientation not in (0, 1):
+        raise ValueError(f"EXIF orientation {orientation}: the image would be turned when written, its boxes "
+                         "and masks not")
+    if canvas is not None and canvas != stored:
+        raise ValueError(f"the annotations are for a {canvas[1]}x{canvas[0]} image, the file is "
+                         f"{stored[1]}x{stored[0]}")
+    types = target_types(item)
+    return targets_to_json(scale_targets(targets, types, stored, written), types)
 
 
 @dataclass
@@ -237,8 +277,10 @@ def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemR
             members = {result.ext: result.data, **result.extra}
             if item.label is not None:
                 members["cls"] = str(item.label).encode()
-            members["json"] = json.dumps({k: v for k, v in record.items() if k != "shard"},
-                                         sort_keys=True).encode()
+            member = {k: v for k, v in record.items() if k != "shard"}
+            if result.targets is not None:  # in the member only: samples.jsonl.gz stays small, read at open
+                member["targets"] = result.targets
+            members["json"] = json.dumps(member, sort_keys=True).encode()
             if writer is None:
                 writer = sf.ShardWriter(out, task.index)
             writer.add(item.key, members)
@@ -281,6 +323,7 @@ def _kill_hook(event: str) -> None:
 def new_manifest(plan: ConversionPlan) -> dict[str, Any]:
     return {"format": sf.FORMAT_NAME, "version": sf.FORMAT_VERSION, "complete": False,
             "source": plan.source, "classes": plan.classes,
+            **({"field_types": plan.field_types} if plan.field_types else {}),
             "plan": {"fingerprint": plan.fingerprint, "num_inputs": plan.num_inputs,
                      "num_shards": len(plan.tasks), **plan.settings},
             "shards": []}
@@ -398,13 +441,16 @@ def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def convert(src: str | os.PathLike, out: str | os.PathLike, *, shard_size: str | int = "256MB",
+def convert(src: Any, out: str | os.PathLike, *, shard_size: str | int = "256MB",
             shuffle: bool = True, seed: int = 0, workers: int = 1, resume: bool = False, engine: str = "local",
             options: TranscodeOptions = DEFAULT_OPTIONS, ray_address: str | None = None,
             progress: bool = False, storage_options: dict[str, Any] | None = None,
             on_commit: Callable[[dict[str, Any], ShardResult | None], None] | None = None) -> ConversionResult:
-    """Convert ``src`` (a folder of class sub-folders, a JSON-lines manifest, or a dataset that
-    `open_inputs` reads: TFRecord, RecordIO, Parquet, Hugging Face, NeMo, Lhotse) into ``out``.
+    """Convert ``src`` (a folder of class sub-folders, a JSON-lines manifest, a dataset that
+    `open_inputs` reads: TFRecord, RecordIO, Parquet, Hugging Face, NeMo, Lhotse, a COCO
+    annotation file; or a source: ``mp.loaders.yolo(...)``) into ``out``. A source that declares
+    targets (boxes, labels, masks: ``field_types()``) has them written into each sample's
+    ``.json`` member and their types into the manifest, for `mediapipe.loaders.shards`.
 
     ``resume=True`` continues a killed run (same inputs and settings), redoing only the
     shards its manifest does not list; the result equals an uninterrupted run byte for byte.

@@ -34,7 +34,7 @@ def run_ray(out: Path, tasks: list[ShardTask], options: TranscodeOptions, *, add
     started_here = not ray.is_initialized()
     if started_here:
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
     try:

@@ -20,8 +20,14 @@ without being carried along.
 Batches (`collate`): "stack" (one tensor, equal shapes), "pad" (the varying axis padded with
 zeros, and ``<field>_lengths`` int64 (B,): the time axis of audio and features, the object axis
 of boxes, keypoints and per-object values, e.g. boxes (B, N_max, 4)), or "list" (a list of the
-samples' tensors). Boxes and keypoints default to "list", audio and features to "pad",
-everything else to "stack"; ``Pipeline(collate={"boxes": "pad"})`` chooses per field.
+samples' tensors). Boxes, keypoints and per-object fields default to "list", audio and features
+to "pad", everything else to "stack"; ``Pipeline(collate={"boxes": "pad"})`` chooses per field.
+
+Per-object fields: a sample's boxes and keypoints have one row per object, and so may other
+fields a source declares with ``per_object(kind)``: the objects' class ids (``per_object()``,
+int64 (N,)), one mask per object (``per_object("mask")``, (N, H, W)), or any value per object
+(``per_object("other")``: COCO's ``iscrowd``, ``area``). Ops that drop objects
+(`SanitizeBoundingBoxes`) drop the same rows of every per-object field.
 """
 
 from __future__ import annotations
@@ -44,18 +50,23 @@ _ALLOWED_COLLATE = {IMAGE: ("stack", "list"), MASK: ("stack", "list"), VIDEO: ("
                     AUDIO: ("pad", "stack", "list"), FEATURES: ("pad", "stack", "list")}
 
 
+PER_OBJECT_KINDS = (MASK, LABEL, OTHER)  # kinds a source may declare one row per object of
+
+
 @dataclass(frozen=True)
 class FieldType:
     """A field's kind and what its kernels need to know about it.
 
     kind: one of `KINDS`. format: boxes only, "xyxy" (corners), "xywh" (top-left corner and
     size) or "cxcywh" (centre and size), in pixels. collate: how samples of this field batch
-    ("stack", "pad", "list"); None for the kind's default.
+    ("stack", "pad", "list"); None for the kind's default. per_object: one row per object of
+    the sample (a mask, label or other field; boxes and keypoints always are), see `per_object`.
     """
 
     kind: str
     format: str | None = None
     collate: str | None = None
+    per_object: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -67,15 +78,24 @@ class FieldType:
             object.__setattr__(self, "format", fmt)
         elif self.format is not None:
             raise ValueError(f"format={self.format!r} is for boxes, not a {self.kind} field")
+        if self.per_object and self.kind not in PER_OBJECT_KINDS + tuple(OBJECTS):
+            raise ValueError(f"per_object=True for a {self.kind} field: one row per object is for "
+                             f"{sorted(PER_OBJECT_KINDS)} fields (boxes and keypoints always are)")
         if self.collate is not None:
-            allowed = _ALLOWED_COLLATE.get(self.kind, COLLATES)
+            allowed = COLLATES if self.per_object else _ALLOWED_COLLATE.get(self.kind, COLLATES)
             if self.collate not in allowed:
                 raise ValueError(f"collate={self.collate!r} for a {self.kind} field: expected one of {allowed}")
 
     @property
     def batching(self) -> str:
-        """The collate policy in effect: the declared one, else the kind's default."""
-        return self.collate or _DEFAULT_COLLATE.get(self.kind, "stack")
+        """The collate policy in effect: the declared one, else the kind's default ("list" for
+        per-object fields, whose number of rows varies per sample)."""
+        return self.collate or ("list" if self.per_object else _DEFAULT_COLLATE.get(self.kind, "stack"))
+
+    @property
+    def rows_are_objects(self) -> bool:
+        """Whether this field holds one row per object of its sample (boxes, keypoints, per-object fields)."""
+        return self.per_object or self.kind in OBJECTS
 
     def with_collate(self, collate: str | None) -> FieldType:
         return self if collate is None else replace(self, collate=collate)
@@ -86,10 +106,13 @@ class FieldType:
             config["format"] = self.format
         if self.collate is not None:
             config["collate"] = self.collate
+        if self.per_object:
+            config["per_object"] = True
         return config
 
     def __str__(self) -> str:
-        return f"{self.kind} ({self.format})" if self.format else self.kind
+        text = f"{self.kind} ({self.format})" if self.format else self.kind
+        return f"{text} per object" if self.per_object else text
 
 
 def field_type(value: FieldType | str | dict) -> FieldType:
@@ -113,6 +136,13 @@ def keypoints(collate: str | None = None) -> FieldType:
     return FieldType(KEYPOINTS, collate=collate)
 
 
+def per_object(kind: str = LABEL, collate: str | None = None) -> FieldType:
+    """The type of a field with one row per object of its sample, in the order of its boxes:
+    class ids int64 (N,) (``kind="label"``, the default), masks (N, H, W) (``"mask"``: moved by
+    every geometric op as masks are), or other values (``"other"``: iscrowd, area)."""
+    return FieldType(kind, collate=collate, per_object=True)
+
+
 def pad_axis(kind: str) -> int:
     """The axis that "pad" pads: time (last) for audio and features, objects (first) otherwise."""
     return -1 if kind in (AUDIO, FEATURES) else 0
@@ -120,5 +150,6 @@ def pad_axis(kind: str) -> int:
 
 __all__ = [
     "AUDIO", "BOXES", "BOX_FORMATS", "COLLATES", "FEATURES", "GEOMETRIC", "IMAGE", "KEYPOINTS", "KINDS", "LABEL",
-    "MASK", "OBJECTS", "OTHER", "RASTER", "VIDEO", "FieldType", "boxes", "field_type", "keypoints", "pad_axis",
+    "MASK", "OBJECTS", "OTHER", "PER_OBJECT_KINDS", "RASTER", "VIDEO", "FieldType", "boxes", "field_type", "keypoints",
+    "pad_axis", "per_object",
 ]

@@ -22,6 +22,7 @@ from mediapipe import reasons
 from mediapipe import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.sample import kind_of_extension
+from mediapipe.streams import main_stream
 
 SIDE_BINS = (128, 256, 512, 1024, 2048, 4096)
 DURATION_BINS = (1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -152,7 +153,7 @@ def decode_member(ext: str, data: bytes) -> None:
             streams = container.streams.video if kind == "video" else container.streams.audio
             if not streams:
                 raise ValueError(f"no {kind} stream")
-            frames = sum(1 for _ in container.decode(streams[0]))
+            frames = sum(1 for _ in container.decode(main_stream(streams)))
             if frames == 0:
                 raise ValueError(f"no {kind} frames decoded")
     elif ext == "cls":

@@ -113,7 +113,8 @@ class Plan:
         self.collate_policy = dict(collate or {})
         self.base_types = self._base_types()
         self.ops, self.types = self._bind(list(ops))
-        self.object_fields = tuple(n for n, t in self.base_types.items() if t.kind in OBJECTS)
+        # the source's fields of one row per object (boxes, keypoints, class ids...), checked per sample
+        self.object_fields = tuple(n for n, t in self.base_types.items() if t.rows_are_objects and t.kind != MASK)
         self.placed = self._place()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
@@ -210,13 +211,23 @@ class Plan:
     @staticmethod
     def _check_moves_everything(op: Op, types: dict[str, FieldType], index: int) -> None:
         """A geometric op that moves pixels in place must move the masks, boxes and keypoints of
-        the sample with them: left behind, they would silently stop matching the image."""
+        the sample with them: left behind, they would silently stop matching the image. An op
+        that mixes samples (MixUp, CutMix) cannot mix them at all, so it refuses to mix in place
+        pixels that have them."""
         b = op.binding
         geometric = OBJECTS <= op.kinds()
         moved = [f for f, dst in zip(b.inputs, b.outputs) if f == dst and b.type_of(f).kind in RASTER]
-        if not geometric or not moved:
+        if not (geometric or op.batch_only) or not moved:
             return
         left = [f for f, t in types.items() if t.kind in OBJECTS | {MASK} and f not in b.inputs]
+        if left and op.batch_only:
+            name = type(op).__name__
+            raise PipelineError(
+                f"augment[{index}] {name} mixes {moved} with other samples of the batch, but {left} are drawn on "
+                f"them and cannot be mixed (a blended mask, or the objects of two images in one, have no meaning "
+                f"{name} could give them): write the mixed pixels to a new field with out=, or leave {name} out of "
+                "a detection or segmentation pipeline"
+            )
         if left:
             raise PipelineError(
                 f"augment[{index}] {type(op).__name__} moves {moved} but not {left}, which are drawn on it: leave "
@@ -289,6 +300,15 @@ class Plan:
         return {after.index: before for before, after in zip(batch, batch[1:])
                 if before.index + 1 == after.index and after.op.absorbs(before.op)
                 and all(self.collate_of(f)[0] == "stack" for f in after.op.inputs)}
+
+    @property
+    def workers_use_cuda(self) -> bool:
+        """Whether a decoder that runs in the loader workers decodes with CUDA (NVDEC): its workers
+        must then start fresh (forkserver or spawn), never by fork."""
+        from mediapipe.decoders.registry import decoder_class
+
+        return any(decoder_class(spec.kind, spec.backend).uses_cuda for name, spec in self.decode.items()
+                   if name not in self.deferred)
 
     @property
     def sample_ops(self) -> list[PlacedOp]:

@@ -3,10 +3,11 @@
 A `RemoteStore` is one dataset folder of a store: it names files only inside that folder
 (`remote_name`: no other host, no ``..``, no query), reads exact byte ranges with retries
 and exponential backoff on transient failures (a dropped connection, HTTP 5xx or 429, a
-timeout), refuses at once what retrying cannot fix (403, 404, a server that ignores Range
-or announces another length than the range asked for), and bounds every read before it
-spends memory: a range is exactly its length, a whole small file at most its limit, a
-shard download at most the manifest's size. Errors are `SourceError`s naming the URL.
+timeout, a transfer slower than ``Retry.min_rate``), refuses at once what retrying cannot
+fix (403, 404, a server that ignores Range or announces another length than the range
+asked for, a redirect to another host), and bounds every read before it spends memory: a
+range is exactly its length, a whole small file at most its limit, a shard download at
+most the manifest's size. Errors are `SourceError`s naming the URL.
 
 HTTP(S) goes through fsspec's HTTP file system and its aiohttp session, with the checks
 above applied to each response (fsspec's own ``cat_file`` reads whatever body comes back);
@@ -15,6 +16,7 @@ packages are the ``remote`` extra, imported on first use only.
 
 `ShardCache` keeps whole shards on local disk, bounded in bytes, least recently used
 evicted first; a shard enters it only once its size and sha256 match the manifest's.
+Readers read through descriptors, so evicting a shard never pulls it from under a read.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import hashlib
 import os
 import random
 import re
-import tempfile
+import stat
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from mediapipe.errors import SourceError
 
@@ -39,6 +43,8 @@ REMOTE_HINT = 'remote datasets need fsspec and its protocol packages: pip instal
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")  # one path component: no '/', '%', '?', '#', ':'
 CHUNK = 1 << 20
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
 PERMANENT_STATUS = {400: "bad request", 401: "authentication required", 403: "access denied",
                     404: "not found", 410: "gone", 416: "range not satisfiable"}
 
@@ -79,6 +85,7 @@ class Retry:
     backoff: float = 0.2  # seconds before the second try; doubled each time
     max_backoff: float = 10.0
     timeout: float = 60.0  # seconds a connection may stay silent
+    min_rate: float = 32 << 10  # bytes a second a transfer must average once `timeout` seconds have passed
 
     def delays(self) -> list[float]:
         return [min(self.max_backoff, self.backoff * 2**i) * (0.5 + random.random() / 2)
@@ -103,6 +110,9 @@ class RemoteStore:
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, retry: Retry = Retry()) -> None:
         if not is_remote(url):
             raise ValueError(f"{url!r} is not a URL of a remote store ({', '.join(REMOTE_SCHEMES)})")
+        if "?" in url or "#" in url:
+            raise ValueError(f"{url!r}: a dataset URL names a folder, without a query or fragment (the "
+                             "files' names are appended to it); pass credentials in storage_options")
         self.url = url.rstrip("/")
         self.protocol = _SCHEME.match(url).group(1).lower()  # type: ignore[union-attr]
         self.http = self.protocol in ("http", "https")
@@ -173,7 +183,7 @@ class RemoteStore:
 
     def _read_once(self, url: str, start: int, length: int) -> bytes:
         if self.http:
-            return self._sync(_http_range(self.fs, url, start, length))
+            return self._sync(_http_range(self.fs, url, start, length, self.retry))
         data = self.fs.cat_file(url, start=start, end=start + length)
         if len(data) != length:
             raise _Transient(f"got {len(data)} bytes of the {length} asked for")
@@ -188,7 +198,7 @@ class RemoteStore:
         try:
             if self.http:
                 async def gather() -> list[Any]:
-                    return await asyncio.gather(*(_http_range(self.fs, u, s, n) for u, (_, s, n) in
+                    return await asyncio.gather(*(_http_range(self.fs, u, s, n, self.retry) for u, (_, s, n) in
                                                   zip(urls, requests)), return_exceptions=True)
                 out = self._sync(gather())
             else:
@@ -205,15 +215,16 @@ class RemoteStore:
         def once() -> bytes:
             chunks: list[bytes] = []
             if self.http:
-                self._sync(_http_get(self.fs, url, limit, chunks.append, what))
+                self._sync(_http_get(self.fs, url, limit, chunks.append, what, self.retry))
                 return b"".join(chunks)
             size = self.fs.size(url)
             if size is not None and size > limit:
                 raise _Permanent(f"{what} has {size} bytes, more than the {limit} it can need")
             with self.fs.open(url, "rb") as f:
-                got = 0
+                got, pace = 0, _Pace(self.retry)
                 while chunk := f.read(min(CHUNK, limit + 1 - got)):
                     got += len(chunk)
+                    pace.check(got)
                     if got > limit:
                         raise _Permanent(f"{what} has more than the {limit} bytes it can need")
                     chunks.append(chunk)
@@ -233,17 +244,18 @@ class RemoteStore:
                     digest.update(chunk)
 
                 if self.http:
-                    got = self._sync(_http_get(self.fs, url, size, sink, "shard"))
+                    got = self._sync(_http_get(self.fs, url, size, sink, "shard", self.retry))
                 else:
-                    got = 0
+                    got, pace = 0, _Pace(self.retry)
                     with self.fs.open(url, "rb") as f:
                         while chunk := f.read(min(CHUNK, size + 1 - got)):
                             got += len(chunk)
                             if got > size:
                                 raise _Permanent(f"shard has more than the manifest's {size} bytes")
+                            pace.check(got)
                             sink(chunk)
-            if got != size:
-                raise _Permanent(f"shard has {got} bytes, the manifest says {size}")
+            if got < size:  # the connection ended early (no length announced): another try
+                raise _Transient(f"the transfer ended after {got} of the manifest's {size} bytes")
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise _Permanent(f"sha256 {digest.hexdigest()} differs from the manifest's {sha256}")
 
@@ -292,6 +304,55 @@ def _check_status(status: int, reason: str | None) -> None:
         raise _Permanent(f"HTTP {status} {reason or message}")
     if status >= 400:
         raise _Transient(f"HTTP {status} {reason or ''}".strip())
+    if not 200 <= status < 300:
+        raise _Permanent(f"HTTP {status} {reason or ''}".strip())
+
+
+class _Pace:
+    """A transfer that must keep moving: after ``timeout`` seconds it must average at least
+    ``min_rate`` bytes a second (a server that drips bytes never trips a silence timeout)."""
+
+    def __init__(self, retry: Retry) -> None:
+        self.start, self.grace, self.min_rate = time.monotonic(), retry.timeout, retry.min_rate
+
+    def check(self, got: int) -> None:
+        elapsed = time.monotonic() - self.start
+        if elapsed > self.grace + got / self.min_rate:
+            raise _Transient(f"too slow: {got} bytes in {elapsed:.1f} s (less than {self.min_rate:.0f} bytes/s "
+                             f"after {self.grace:g} s)")
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+@contextlib.asynccontextmanager
+async def _http_response(fs: Any, url: str, headers: dict[str, str]) -> Any:
+    """The response to a GET of ``url``, status checked, after redirects that stay on its host
+    (a redirect to another host is refused: the dataset's files come from where it lies)."""
+    session = await fs.set_session()
+    kwargs = {**fs.kwargs, "allow_redirects": False}
+    for _ in range(MAX_REDIRECTS + 1):
+        r = await session.get(fs.encode_url(url), headers=headers, **kwargs)
+        if r.status not in _REDIRECTS:
+            break
+        target = urljoin(url, r.headers.get("Location", ""))
+        r.close()
+        if _origin(target) != _origin(url):
+            raise _Permanent(f"the server redirected to another host ({target[:200]}); redirects are followed "
+                             f"on {_origin(url)[1]} only")
+        url = target
+    else:
+        r.close()
+        raise _Permanent(f"more than {MAX_REDIRECTS} redirects")
+    try:
+        _check_status(r.status, r.reason)
+        yield r
+    except BaseException:
+        r.close()  # a response left unread (or lying about its length): its connection is not reused
+        raise
+    r.release()
 
 
 def _declared_length(headers: Any) -> int | None:
@@ -303,13 +364,12 @@ def _declared_length(headers: Any) -> int | None:
     return int(text)
 
 
-async def _http_range(fs: Any, url: str, start: int, length: int) -> bytes:
+async def _http_range(fs: Any, url: str, start: int, length: int, retry: Retry) -> bytes:
     """One ranged GET: a 206 with exactly this range, read to exactly ``length`` bytes."""
-    session = await fs.set_session()
     end = start + length - 1
     headers = {"Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
-    async with session.get(fs.encode_url(url), headers=headers, **fs.kwargs) as r:
-        _check_status(r.status, r.reason)
+    pace = _Pace(retry)
+    async with _http_response(fs, url, headers) as r:
         if r.status != 206:
             raise _Permanent(f"the server ignored the Range request (HTTP {r.status}, not 206 Partial Content): "
                              "ranged reads need a server that honours Range, or pass cache_dir= to download "
@@ -326,14 +386,14 @@ async def _http_range(fs: Any, url: str, start: int, length: int) -> bytes:
             if not chunk:
                 raise _Transient(f"the connection closed after {len(data)} of {length} bytes")
             data += chunk
+            pace.check(len(data))
         return bytes(data)
 
 
-async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any], what: str) -> int:
+async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any], what: str, retry: Retry) -> int:
     """One whole GET, streamed to ``sink``, refused once it announces or sends more than ``limit``."""
-    session = await fs.set_session()
-    async with session.get(fs.encode_url(url), headers={"Accept-Encoding": "identity"}, **fs.kwargs) as r:
-        _check_status(r.status, r.reason)
+    pace = _Pace(retry)
+    async with _http_response(fs, url, {"Accept-Encoding": "identity"}) as r:
         declared = _declared_length(r.headers)
         if declared is not None and declared > limit:
             raise _Permanent(f"{what} has {declared} bytes, more than the {limit} it can need")
@@ -342,6 +402,7 @@ async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any],
             got += len(chunk)
             if got > limit:
                 raise _Permanent(f"{what} sent more than the {limit} bytes it can need")
+            pace.check(got)
             sink(chunk)
         if declared is not None and got != declared:
             raise _Transient(f"the connection closed after {got} of {declared} bytes")
@@ -349,12 +410,17 @@ async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any],
 
 
 # -- the local cache of whole shards ----------------------------------------------------------
+_ENTRY = re.compile(r"[0-9a-f]{32}")  # a cached shard is "<key>.tar"; "<key>.partial" while it downloads
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
 class ShardCache:
-    """Whole shards on local disk, at most ``max_bytes`` of them, least recently used evicted
-    first. A shard enters under a name made of its URL and digest, once downloaded whole and
-    checked (size, sha256); processes share the folder (downloads are atomic renames, one
-    process downloads a shard while the others wait for it). A shard larger than the whole
-    cache is not cached (its samples are read by range)."""
+    """Whole shards on local disk, at most ``max_bytes`` of them (and the downloads in
+    flight), least recently used evicted first. A shard enters under a name made of its URL and digest, once downloaded whole and
+    checked (size, sha256); processes and datasets share the folder (a download holds the
+    shard's lock and ends in an atomic rename; the others wait for it). Readers get a
+    descriptor (`open`), so a shard evicted meanwhile stays readable to them. A shard larger
+    than the whole cache is not cached (its samples are read by range)."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int) -> None:
         if max_bytes <= 0:
@@ -368,39 +434,70 @@ class ShardCache:
     def fits(self, size: int) -> bool:
         return size <= self.max_bytes
 
-    def get(self, store: RemoteStore, name: str, size: int, sha256: str | None) -> Path:
-        """The local copy of shard ``name`` (downloaded now if absent), marked as just used."""
+    def open(self, store: RemoteStore, name: str, size: int, sha256: str | None, *, verify: bool = False) -> int:
+        """A descriptor on the cached copy of shard ``name`` (downloaded now when absent, of
+        another size, or, with ``verify``, of another sha256: checked once per process),
+        marked as just used. The caller closes it."""
         path = self.file_for(store.child(name), size, sha256)
-        with contextlib.suppress(OSError):
-            if path.stat().st_size == size:
-                _touch(path)
-                return path
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with _locked(path.with_suffix(".lock")):
-            with contextlib.suppress(OSError):
-                if path.stat().st_size == size:  # another process downloaded it meanwhile
-                    _touch(path)
-                    return path
-            self.evict(keep=size)
-            fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".tar", dir=self.directory)
-            os.close(fd)
+        check = sha256 if verify else None
+        fd = _open_entry(path, size, check)
+        if fd is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with _locked(path.with_suffix(".lock")):
+                fd = _open_entry(path, size, check)  # another process downloaded it meanwhile
+                if fd is None:
+                    fd = self._download(store, name, path, size, sha256)
+        _touch(fd)
+        return fd
+
+    def get(self, store: RemoteStore, name: str, size: int, sha256: str | None) -> Path:
+        """The path of shard ``name``'s cached copy (see `open`); it may be evicted at any time."""
+        os.close(self.open(store, name, size, sha256))
+        return self.file_for(store.child(name), size, sha256)
+
+    def _download(self, store: RemoteStore, name: str, path: Path, size: int, sha256: str | None) -> int:
+        """Download under the shard's lock: into "<key>.partial", opened, then renamed into place."""
+        self.evict(keep=size)
+        partial = path.with_suffix(".partial")
+        try:
+            store.download(name, partial, size, sha256)
+            fd = os.open(partial, _OPEN_FLAGS)
             try:
-                store.download(name, Path(tmp), size, sha256)
-                _touch(Path(tmp))
-                os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        return path
+                os.replace(partial, path)
+                _touch(fd)
+                self.evict()  # again: another process may have added a shard while this one downloaded
+            except BaseException:
+                os.close(fd)
+                raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+        if sha256 is not None:
+            _VERIFIED.add(_identity(os.fstat(fd)))
+        return fd
+
+    def discard(self, path: Path, fd: int) -> None:
+        """Remove the cached copy ``fd`` reads (found damaged), unless another has replaced it."""
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            _VERIFIED.discard(_identity(st))
+            if _identity(path.stat()) == _identity(st):
+                path.unlink()
 
     def evict(self, keep: int = 0) -> None:
         """Remove the least recently used shards until ``keep`` more bytes fit in the bound
-        (a shard being read stays readable: its open descriptor outlives the name)."""
+        (a shard being read stays readable through its descriptor), and the partial downloads
+        no process is writing any more (one killed mid-download)."""
         entries = []
-        for p in self.directory.glob("*.tar"):
-            with contextlib.suppress(OSError):
-                st = p.stat()
-                entries.append((st.st_mtime_ns, st.st_size, p))
+        for p in self.directory.iterdir():
+            if not _ENTRY.fullmatch(p.stem):
+                continue
+            if p.suffix == ".partial":
+                _remove_abandoned(p)
+            elif p.suffix == ".tar":
+                with contextlib.suppress(OSError):
+                    st = p.stat()
+                    entries.append((st.st_atime_ns, st.st_size, p))
         total = sum(size for _, size, _ in entries)
         for _, size, p in sorted(entries):
             if total + keep <= self.max_bytes:
@@ -410,10 +507,85 @@ class ShardCache:
                 total -= size
 
 
-def _touch(path: Path) -> None:
-    """Mark a cached shard as just used (a fine clock: the file system's own is coarse)."""
-    now = time.time_ns()
-    os.utime(path, ns=(now, now))
+class _Verified:
+    """The cached shards (device, inode, size, modification time) whose sha256 this process has checked."""
+
+    def __init__(self) -> None:
+        self.lock, self.seen = threading.Lock(), set()
+
+    def add(self, key: tuple[int, int, int, int]) -> None:
+        self.seen.add(key)
+
+    def discard(self, key: tuple[int, int, int, int]) -> None:
+        self.seen.discard(key)
+
+    def check(self, fd: int, st: os.stat_result, sha256: str) -> bool:
+        key = _identity(st)
+        if key in self.seen:
+            return True
+        with self.lock:  # one thread hashes a shard; the others wait for its verdict
+            if key not in self.seen:
+                digest, offset = hashlib.sha256(), 0
+                while block := os.pread(fd, CHUNK, offset):
+                    digest.update(block)
+                    offset += len(block)
+                if digest.hexdigest() != sha256:
+                    return False
+                self.seen.add(key)
+        return True
+
+
+_VERIFIED = _Verified()
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """A cached file's identity: its modification time is when it entered the cache (use moves
+    only its access time), so a later file on a reused inode is another."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _open_entry(path: Path, size: int, sha256: str | None) -> int | None:
+    """A descriptor on a cached shard, or None when it is absent, not a regular file, of
+    another size or (``sha256`` given) of another digest: then it is downloaded again."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size == size and (sha256 is None or _VERIFIED.check(fd, st, sha256)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _touch(fd: int) -> None:
+    """Mark a cached shard as just used: its access time, set here (reads may not move it),
+    is the eviction order; its modification time stays when it entered the cache."""
+    with contextlib.suppress(OSError):
+        os.utime(fd, ns=(time.time_ns(), os.fstat(fd).st_mtime_ns))
+
+
+def _remove_abandoned(partial: Path) -> None:
+    """Remove a partial download whose shard's lock nobody holds (its process is gone)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        with open(partial.with_suffix(".lock"), "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # being downloaded now
+            try:
+                partial.unlink()
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager

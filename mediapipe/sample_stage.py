@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from mediapipe.augment.base import CanvasError, Params
+from mediapipe.augment.base import CanvasError, ObjectCountError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
-from mediapipe.errors import DecodeError
-from mediapipe.fields import BOXES
+from mediapipe.errors import DecodeError, LimitError
+from mediapipe.fields import BOXES, LABEL, OBJECTS
 from mediapipe.host_batch import Deferred
 from mediapipe.plan import Plan
 from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
@@ -63,14 +63,18 @@ class SampleStage:
 
     def check_objects(self, data: dict[str, Any], key: str) -> None:
         """A source's boxes and keypoints as float32 (N, 4) and (N, ..., 2) tensors (a JSON list of
-        lists too; a sample without the field, or with an empty list, has none: (0, 4) or (0, 2));
+        lists too; a sample without the field, or with an empty list, has none: (0, 4) or (0, 2)),
+        its per-object class ids as int64 (N,) and other per-object values as tensors (N, ...);
         another shape is a bad annotation of this sample."""
         for name in self.plan.object_fields:
+            kind = self.plan.base_types[name].kind
             try:
-                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32)
+                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32 if kind in OBJECTS else None)
             except (TypeError, ValueError, RuntimeError) as err:
                 raise DecodeError(key, "source", f"field {name!r}: not numbers ({err})", category="bad annotation") from None
-            kind = self.plan.base_types[name].kind
+            if kind not in OBJECTS:
+                data[name] = self._per_object_values(name, kind, value, key)
+                continue
             if value.numel() == 0:
                 value = value.reshape(0, 4) if kind == BOXES else value.reshape(0, *value.shape[1:] or (2,))
             if (kind == BOXES and (value.ndim != 2 or value.shape[1] != 4)) or (kind != BOXES and value.shape[-1:] != (2,)):
@@ -81,6 +85,33 @@ class SampleStage:
                 raise DecodeError(key, "source", f"field {name!r} ({kind}) holds NaN or infinite coordinates",
                                   category="bad annotation")
             data[name] = value
+
+    @staticmethod
+    def _per_object_values(name: str, kind: str, value: torch.Tensor, key: str) -> torch.Tensor:
+        """One value (or row) per object: class ids int64 (N,), other values as they are; none: (0,)."""
+        if value.numel() == 0 and value.ndim <= 1:
+            return torch.zeros(0, dtype=torch.int64 if kind == LABEL else torch.float32)
+        if value.ndim == 0:
+            raise DecodeError(key, "source", f"field {name!r} (per object) is one number, expected one per object",
+                              category="bad annotation")
+        if kind == LABEL:
+            if value.is_floating_point() and not bool((value == value.round()).all()):
+                raise DecodeError(key, "source", f"field {name!r} (class ids per object) holds fractions",
+                                  category="bad annotation")
+            value = value.to(torch.int64)
+        return value
+
+    def check_output_size(self, params: Params, op: Any, key: str) -> None:
+        """An op's drawn output size within the pipeline's ``max_pixels``, before it allocates: a
+        resize's size follows the input's aspect ratio, so a 1 x 60000 image (under the limit)
+        resized to a shorter side of 256 would be 256 x 15 million pixels."""
+        size, limit = params.get("size"), self.plan.limits.max_pixels
+        if limit is None or size is None or len(size) != 2:
+            return
+        height, width = (int(v) for v in size)
+        if height * width > limit:
+            raise LimitError(key, type(op).__name__, f"output of {height}x{width} = {height * width} pixels is above "
+                             f"max_pixels={limit}")
 
     def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
                 done: set, *, deferred: bool, key: str | None = None) -> None:
@@ -97,8 +128,10 @@ class SampleStage:
                 params = params_cache.get(p.index)
                 if params is None:
                     first = data[p.size_field]
-                    op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape)}
+                    op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape),
+                               "fields": {f: data[f] for f in p.op.draws_on()}}
                     params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+                    self.check_output_size(params, p.op, key or f"sample {index}")
                     canvas = None
                 else:  # fused: drawn on the size the decoder saw
                     canvas = params_cache.get(canvas_key(p.index))
@@ -112,6 +145,9 @@ class SampleStage:
             except CanvasError as err:
                 raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
                                   category="fields of one draw differ in size") from None
+            except ObjectCountError as err:
+                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
+                                  category="bad annotation") from None
 
     def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
                      data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
@@ -142,8 +178,10 @@ class SampleStage:
             if "height" in meta and "width" in meta:
                 meta["size"] = (meta["height"], meta["width"])
             params = params_cache.get(fused.index)
-            if params is None:
-                params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), meta)
+            if params is None:  # a draw on a source's boxes (RandomIoUCrop) has them before decoding
+                draw_meta = {**meta, "fields": {f: data[f] for f in fused.op.draws_on()}}
+                params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), draw_meta)
+                self.check_output_size(params, fused.op, ref.key)
                 params_cache[fused.index] = params
                 params_cache[canvas_key(fused.index)] = meta.get("size")
             hint = fused.op.decode_hint(params, meta) or NO_HINT
@@ -161,6 +199,8 @@ class SampleStage:
             if x.span is not None:
                 spans[name] = x.span
             stats.frames += x.frames
+            if x.fallback is not None:
+                stats.count_fallback(decoder.name, x.fallback)
             x = x.value
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1

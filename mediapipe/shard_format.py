@@ -1,9 +1,11 @@
 """The converted dataset format: WebDataset tar shards, DALI index files, a manifest.
 
     out/
-      manifest.json       format version, fields, label names, per-shard counts, sizes, sha256
+      manifest.json       format version, fields, label names, per-shard counts, sizes, sha256, and
+                          the types of the targets (boxes, labels, masks) samples carry, if any
       samples.jsonl.gz    one JSON object per sample: key, shard, label and media metadata
-      shard-000000.tar    <key>.<ext> members, grouped by key (the WebDataset layout)
+      shard-000000.tar    <key>.<ext> members, grouped by key (the WebDataset layout); <key>.json holds
+                          the sample's record and its "targets" (boxes as lists, masks as RLE)
       shard-000000.idx    DALI's webdataset index ("v1.2 N", then "ext offset size name"... per sample)
       shard-000000.sha256 each member's sha256 ("<hex>  <member name>" per line, in tar order), so
                           `mediapipe verify` names the damaged member of a shard whose sha256 differs
@@ -473,6 +475,11 @@ _show.maxstring = _show.maxother = 60
 _show.maxlong, _show.maxlist, _show.maxdict, _show.maxlevel = 40, 6, 4, 3
 
 
+def show(value: object) -> str:
+    """A value read from a file, as an error message quotes it: cut short, whatever it holds."""
+    return _show.repr(value)
+
+
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -633,6 +640,7 @@ MANIFEST_SCHEMA = _Schema({
     "num_samples": _COUNT, "num_failures": _COUNT, "bytes": _COUNT,  # num_samples: required once complete
     "classes": _Field(_or_null(_texts), "a list of strings or null"), "fields": _Field(_texts, "a list of strings"),
     "plan": _Field(dict, "an object"), "source": _TEXT,
+    "field_types": _Field(dict, "an object"),  # the targets in each sample's .json member (boxes, labels...)
 })
 SHARD_SCHEMA = _Schema({
     "shard": _Field(_count, "an int >= 0", True), "name": _FILE, "idx": _FILE,

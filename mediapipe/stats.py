@@ -64,6 +64,8 @@ class StageStats:
     seconds: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # reason class (`reason_class`) -> failed samples
     failed: list[str] = field(default_factory=list)  # "path: reason", the first MAX_FAILED
+    fallbacks: Counter = field(default_factory=Counter)  # "<decoder>: <reason>" -> samples decoded on the CPU
+    # by a backend meant for a GPU (no NVDEC in a forked worker, a PNG for nvJPEG...)
 
     def merge(self, other: StageStats) -> None:
         self.samples += other.samples
@@ -73,6 +75,7 @@ class StageStats:
         self.reused_buffers += other.reused_buffers
         self.seconds.update(other.seconds)
         self.errors.update(other.errors)
+        self.fallbacks.update(other.fallbacks)
         self.failed.extend(other.failed[: max(0, MAX_FAILED - len(self.failed))])
 
     def count_error(self, err: BaseException) -> None:
@@ -81,7 +84,12 @@ class StageStats:
         if len(self.failed) < MAX_FAILED:
             self.failed.append(failure_line(err))
 
+    def count_fallback(self, decoder: str, reason: str) -> None:
+        """Count one sample that ``decoder``, a GPU backend, decoded on the CPU, and why."""
+        self.fallbacks[f"{decoder}: {reason}"] += 1
+
     def as_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "batches": self.batches, "bytes": self.bytes,
                 "frames": self.frames, "reused_buffers": self.reused_buffers,
-                "seconds": dict(self.seconds), "errors": dict(self.errors), "failed": list(self.failed)}
+                "seconds": dict(self.seconds), "errors": dict(self.errors), "failed": list(self.failed),
+                "fallbacks": dict(self.fallbacks)}

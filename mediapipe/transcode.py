@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from mediapipe.streams import main_stream
+
 os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration per video otherwise
 
 VIDEO_CODECS = ("av1", "copy")
@@ -155,7 +157,7 @@ def probe_video(data: bytes) -> dict[str, Any]:
     import av
 
     with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.video[0]
+        stream = main_stream(container.streams.video)
         ctx = stream.codec_context
         rate = stream.average_rate or stream.guessed_rate or Fraction(0)
         pts, keys = [], []
@@ -169,9 +171,9 @@ def probe_video(data: bytes) -> dict[str, Any]:
         meta = {"width": ctx.width, "height": ctx.height, "fps": round(float(rate), 6), "frames": len(pts),
                 "duration": round(duration, 6), "keyframes": sorted(order[p] for p in keys),
                 "codec": ctx.codec.canonical_name}
-        audio = container.streams.audio
-        if audio:
-            meta.update(audio_codec=audio[0].codec_context.codec.canonical_name, sample_rate=audio[0].codec_context.sample_rate)
+        if container.streams.audio:
+            audio = main_stream(container.streams.audio).codec_context
+            meta.update(audio_codec=audio.codec.canonical_name, sample_rate=audio.sample_rate)
         return meta
 
 
@@ -183,7 +185,7 @@ def even_fit(width: int, height: int, max_height: int | None) -> tuple[int, int]
 
 
 def transcode_video(data: bytes, ext: str, options: TranscodeOptions) -> tuple[str, bytes, dict[str, Any]]:
-    """Re-encode the first video stream as AV1 (SVT-AV1) in Matroska, or copy it."""
+    """Re-encode the main video stream (`main_stream`) as AV1 (SVT-AV1) in Matroska, or copy it."""
     import av
 
     try:
@@ -205,7 +207,7 @@ def _remux_video_only(data: bytes) -> bytes:
 
     buf = io.BytesIO()
     with av.open(io.BytesIO(data)) as inp, av.open(buf, "w", format="matroska", options=_BITEXACT) as out:
-        src = inp.streams.video[0]
+        src = main_stream(inp.streams.video)
         dst = out.add_stream_from_template(src)
         for packet in inp.demux(src):
             if packet.dts is None:
@@ -220,8 +222,8 @@ def _encode_av1(data: bytes, options: TranscodeOptions) -> bytes:
 
     buf = io.BytesIO()
     with av.open(io.BytesIO(data)) as inp, av.open(buf, "w", format="matroska", options=_BITEXACT) as out:
-        src = inp.streams.video[0]
-        src_audio = inp.streams.audio[0] if options.keep_audio and inp.streams.audio else None
+        src = main_stream(inp.streams.video)
+        src_audio = main_stream(inp.streams.audio) if options.keep_audio and inp.streams.audio else None
         src_rate = src.average_rate or src.guessed_rate or Fraction(25)
         rate = Fraction(options.fps).limit_denominator(1001) if options.fps else Fraction(src_rate)
         width, height = even_fit(src.codec_context.width, src.codec_context.height, options.video_max_height)
@@ -270,7 +272,7 @@ def probe_audio(data: bytes) -> dict[str, Any]:
     import av
 
     with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
+        stream = main_stream(container.streams.audio)
         ctx = stream.codec_context
         samples = 0
         for frame in container.decode(stream):
@@ -290,7 +292,7 @@ def transcode_audio(data: bytes, ext: str, options: TranscodeOptions) -> tuple[s
         buf = io.BytesIO()
         fmt, codec, out_ext = ("flac", "flac", "flac") if options.audio_codec == "flac" else ("ogg", "libopus", "opus")
         with av.open(io.BytesIO(data)) as inp, av.open(buf, "w", format=fmt, options=_BITEXACT) as out:
-            src = inp.streams.audio[0]
+            src = main_stream(inp.streams.audio)
             rate = options.audio_rate or src.codec_context.sample_rate
             if codec == "libopus" and rate not in OPUS_RATES:
                 rate = 48000  # Opus runs at 48 kHz internally; other rates are resampled

@@ -47,3 +47,13 @@ def image_manifest(image_folder: Path, tmp_path_factory: pytest.TempPathFactory)
         for i, p in enumerate(files):
             f.write(json.dumps({"path": str(p), "label": int(p.parent.name[-1]), "weight": 0.5 + i}) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def detection_dataset(tmp_path_factory: pytest.TempPathFactory):
+    """16 photos with 1-5 flat-coloured objects each (some none, some crowd), as COCO
+    annotations (polygons and RLE) and YOLO label files (`mediapipe.synthetic_detection`)."""
+    from mediapipe.synthetic_detection import write_detection_dataset
+
+    return write_detection_dataset(tmp_path_factory.mktemp("detection"), count=16, seed=3, flat=True, yolo=True,
+                                   empty=0.15, crowd=0.2)

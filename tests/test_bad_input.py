@@ -113,6 +113,31 @@ def test_max_pixels_is_checked_before_decoding(tmp_path):
         next(iter(pipeline(tmp_path, "raise", max_pixels=1000).loader()))
 
 
+@pytest.mark.parametrize("ext", ["jpg", "png"])  # a resize fused into the JPEG decoder, and one after decoding
+@pytest.mark.parametrize("op", [A.Resize(256), A.RandomShortestSize(256)])
+def test_an_op_whose_output_would_pass_max_pixels_is_refused_before_it_allocates(tmp_path, ext, op):
+    """A 6 x 3000 image is within max_pixels; its shorter side resized to 256 would be 256 x 128000
+    (98 MB of RGB): refused with the file named, and skippable."""
+    from PIL import Image
+
+    from mediapipe.synthetic import photo_like
+
+    folder = tmp_path / "thin" / "c0"
+    folder.mkdir(parents=True)
+    strip = Image.fromarray(photo_like(6, 3000, 1))
+    strip.save(folder / f"strip.{ext}")
+    write_image_folder(tmp_path / "thin", 3, classes=1, seed=4)
+    pipe = mp.Pipeline(source=mp.loaders.folder(tmp_path / "thin"), decode={"image": mp.decoders.image()},
+                       augment=[op], batch_size=1, max_pixels=5_000_000)
+    with pytest.raises(mp.LimitError, match=rf"strip\.{ext}.*above max_pixels=5000000"):
+        for _ in pipe.loader(shuffle=False):
+            pass
+    skipped = mp.Pipeline(source=mp.loaders.folder(tmp_path / "thin"), decode={"image": mp.decoders.image()},
+                          augment=[op], batch_size=1, max_pixels=5_000_000, on_error="skip")
+    loader = skipped.loader(shuffle=False)
+    assert len([b for b in loader]) == 4 and loader.stats.failed
+
+
 @dataclass(frozen=True)
 class _DieInWorker(Op):
     """Kills its own process: stands for a segfault in a C library."""

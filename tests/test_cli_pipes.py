@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,14 @@ def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 
 
 def run_into_closed_pipe(args: list[str]) -> subprocess.CompletedProcess:
-    """Run ``mediapipe ARGS`` with stdout a pipe whose reading end is closed before it writes."""
-    proc = subprocess.Popen([sys.executable, "-m", "mediapipe.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    proc.stdout.close()  # the only reader: every write of the command now fails with EPIPE
+    """Run ``mediapipe ARGS`` with stdout a pipe whose reading end is closed before it starts."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the only reader, gone before the command starts: every write fails with EPIPE
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "mediapipe.cli", *args], stdout=write_end,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    finally:
+        os.close(write_end)
     try:
         err = proc.stderr.read().decode("utf-8", "replace")
         code = proc.wait(timeout=120)

@@ -180,3 +180,22 @@ def test_asr_loss_leaves_out_padding_and_invalid_rows(examples):
     prediction[2, :, :2] = 1.0  # real frames of row 2: error 1 on 2 of its 5 frames
     loss = module.masked_mse(prediction, target, torch.tensor([3, 5, 5]), torch.tensor([True, False, True]))
     assert loss.item() == pytest.approx(2 / 8)  # 8 real frames in valid rows
+
+
+def test_detector_trains_on_a_coco_format_dataset(examples, capsys, detection_dataset):
+    module = examples("train_detector")
+    losses = module.main([str(detection_dataset.annotations), "--images", str(detection_dataset.images), "--steps", "2",
+                          "--batch-size", "2", "--size", "64", "--workers", "0", "--device", "cpu"])
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    out = capsys.readouterr().out
+    assert "16 images, 6 classes: apple, brick" in out and re.search(r"step +2 +loss \d", out)
+
+
+def test_detector_targets_leave_out_crowd_regions(examples):
+    module = examples("train_detector")
+    batch = {"boxes": [torch.tensor([[0.0, 0, 10, 10], [5, 5, 7, 20], [1, 1, 30, 30]]), torch.zeros(0, 4)],
+             "labels": [torch.tensor([0, 1, 2]), torch.zeros(0, dtype=torch.int64)],
+             "iscrowd": [torch.tensor([0, 0, 1]), torch.zeros(0, dtype=torch.int64)]}
+    first, second = module.model_targets(batch)
+    assert first["boxes"].tolist() == [[0, 0, 10, 10], [5, 5, 7, 20]] and first["labels"].tolist() == [1, 2]
+    assert second["boxes"].shape == (0, 4) and second["labels"].shape == (0,)

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from mediapipe import augment as A
+from mediapipe import fields as mp_fields
 from mediapipe.decoders import backends, create
 from mediapipe.decoders.image import plan_decode
 from mediapipe.rng import SampleRNG
@@ -179,3 +180,80 @@ def test_turbo_and_pillow_agree_on_reduced_decodes(photos):
         params = op.sample_params(SampleRNG(3, 0, i, 0), meta)
         a, b = _fused(turbo, op, data, params, meta), _fused(pillow, op, data, params, meta)
         assert _psnr(a, b) >= 45.0
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_device_paths_batched_crop_meets_the_quality_bound(size, photos, references):
+    """The device path (a GPU's, here on nvImageCodec's CPU backend): every crop decoded as its
+    region at full scale in one batched call, then resized as one batch by the fused op. Against
+    the same reference as the fused CPU path, it must be closer: within a level of it on every
+    pixel (float resampling against the reference's uint8 kernel), over 50 dB on every crop."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    decoder = create("image", "nvimgcodec", device=torch.device("cpu"))
+    op = A.RandomResizedCrop(size)
+    blobs, hints, metas, boxes, expected = [], [], [], [], []
+    for i, (data, full) in enumerate(zip(photos, references)):
+        meta = decoder.probe(Blob("photo.jpg", data=data))
+        meta["size"] = (meta["height"], meta["width"])
+        for k in range(CROPS_PER_IMAGE):
+            params = op.sample_params(SampleRNG(7, size, i, k), meta)
+            boxes.append(params)
+            blobs.append(Blob("photo.jpg", data=data))
+            hints.append(op.decode_hint(params, meta))
+            metas.append(meta)
+            expected.append(TF.resized_crop(full, params["top"], params["left"], params["height"], params["width"],
+                                            [size, size], antialias=True))
+    decoded = decoder.decode_batch(blobs, hints, metas)
+    assert [tuple(x.shape[-2:]) for x in decoded] == [(b["height"], b["width"]) for b in boxes]  # regions, full scale
+    batch = op.apply_decoded_batch(decoded, boxes)
+    assert batch.shape == (len(boxes), 3, size, size) and batch.dtype == torch.uint8
+    scores = [_psnr(got, ref) for got, ref in zip(batch, expected)]
+    errors = torch.stack([(got.int() - ref.int()).abs() for got, ref in zip(batch, expected)])
+    _bound(scores, f"device path {size}px")
+    assert min(scores) >= 50.0, sorted(scores)[:3]
+    assert int(errors.max()) <= 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", [A.Letterbox(160, fill=0), A.Letterbox((96, 200), center=False),
+                                A.ScaleJitter((480, 480), scale_range=(0.2, 0.6)), A.RandomShortestSize((96, 128, 300))])
+def test_detection_resizes_meet_the_quality_bound(backend, op, photos):
+    """Letterbox, ScaleJitter and RandomShortestSize fuse their resize into the decoder as Resize
+    does: against a full decode, torchvision's antialiased resize (and the letterbox's pad)."""
+    decoder = create("image", backend)
+    scores = []
+    for i, data in enumerate(photos):
+        meta = decoder.probe(Blob("photo.jpg", data=data))
+        meta["size"] = (meta["height"], meta["width"])
+        params = op.sample_params(SampleRNG(3, 0, i, 0), meta)
+        expected = TF.resize(_reference(data), list(params["size"]), antialias=True)
+        if "padding" in params:
+            expected = TF.pad(expected, list(params["padding"]), fill=op.fill)
+        got = _fused(decoder, op, data, params, meta)
+        assert got.shape[-2:] == expected.shape[-2:] and got.dtype == torch.uint8
+        scores.append(_psnr(got.expand_as(expected), expected))
+    assert min(scores) >= MIN_DB and np.median(scores) >= MEDIAN_DB, scores
+
+
+@pytest.mark.parametrize("backend", ["turbo", "pillow"])
+def test_an_iou_crop_decodes_its_region_exactly(backend, photos):
+    """RandomIoUCrop fused into the decoder: the region of the full decode (a decoder's chroma
+    upsampling at the region's border may differ by one level)."""
+    decoder = create("image", backend)
+    op = A.RandomIoUCrop(min_scale=0.3, max_scale=0.8, sampler_options=(0.1,))
+    objects = torch.tensor([[100.0, 120.0, 300.0, 330.0], [40.0, 20.0, 90.0, 60.0]])
+    crops = 0
+    for i, data in enumerate(photos):
+        meta = decoder.probe(Blob("photo.jpg", data=data))
+        meta["size"] = (meta["height"], meta["width"])
+        bound = op.bind({"image": mp_fields.FieldType("image"), "boxes": mp_fields.boxes()})
+        params = bound.sample_params(SampleRNG(0, 0, i, 0), {**meta, "fields": {"boxes": objects}})
+        if not params["crop"]:
+            continue
+        crops += 1
+        expected = _reference(data)[..., params["top"] : params["top"] + params["height"],
+                                    params["left"] : params["left"] + params["width"]]
+        got = _fused(decoder, bound, data, params, meta)
+        assert got.shape[-2:] == expected.shape[-2:]
+        assert (got.int() - expected.int()).abs().float().mean() < 0.5 and _psnr(got.expand_as(expected), expected) > 40
+    assert crops >= 6

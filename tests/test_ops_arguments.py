@@ -89,6 +89,16 @@ RANGES = {
     "AmplitudeToDB": [{"stype": "decibel"}, {"amin": 0.0}, {"top_db": 0.0}],
     "MFCC": [{"n_mfcc": 0}, {"n_mfcc": 200}, {"dct_norm": "none"}],
     "SpecAugment": [{"freq_masks": (3, 1)}, {"freq_width": -1}, {"max_time_ratio": 1.5}],
+    "ClampBoundingBoxes": [{"canvas_key": ""}],
+    "SanitizeBoundingBoxes": [{"min_size": 0.5}, {"min_area": 0.0}, {"out": "kept"}, {"canvas_key": ""}],
+    "RandomIoUCrop": [{"min_scale": 0.0}, {"max_scale": 1.5}, {"min_scale": 0.8, "max_scale": 0.5},
+                      {"min_aspect_ratio": 2.0, "max_aspect_ratio": 1.0}, {"sampler_options": ()},
+                      {"sampler_options": (-0.1, 0.5)}, {"trials": 0}],
+    "RandomZoomOut": [{"side_range": (0.5, 2.0)}, {"side_range": (3.0, 2.0)}, {"p": 1.5}, {"fill": ()}],
+    "ScaleJitter": [{"target_size": 0}, {"scale_range": (0.0, 1.0)}, {"scale_range": (2.0, 1.0)},
+                    {"interpolation": "area"}],
+    "RandomShortestSize": [{"min_size": 0}, {"min_size": ()}, {"max_size": 0}, {"interpolation": "area"}],
+    "Letterbox": [{"size": 0}, {"fill": ()}, {"interpolation": "area"}],
 }
 
 

@@ -6,8 +6,10 @@ One small `ray.cluster_utils.Cluster` (nodes of one CPU each) serves the whole m
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,15 +28,23 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """A head node and one more, one CPU each (a third node comes and goes in the fault test)."""
+def cluster(images):
+    """A head node and one more, one CPU each (a third node comes and goes in the fault test),
+    and a loader that keeps two actors up for the module: the tests' loaders share them (a
+    Ray loader's actors stop when the last loader using them goes)."""
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=1)
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+    keeper = make_pipeline(images).loader(backend="ray", num_workers=2)
+    keeper.actors()
+    deadline = time.monotonic() + 120
+    while len(keeper.worker_pids) < 2 and time.monotonic() < deadline:  # both up before any test counts
+        time.sleep(0.2)
     try:
         yield c
     finally:
+        keeper.close()
         ray.shutdown()
         c.shutdown()
 
@@ -90,6 +100,25 @@ def test_batches_equal_the_local_loaders_for_each_rank(cluster, images):
             loader.close()
 
 
+def test_batches_in_the_object_store_equal_the_local_loaders(cluster, images):
+    """Float batches of 4 x 3 x 96 x 96 (442 KB: the object store's, not inlined in the reply),
+    written by the actors into buffers they recycle from batch to batch."""
+    pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
+                       augment=[A.RandomResizedCrop(96), A.HorizontalFlip(), A.Normalize()],
+                       batch_size=4, seed=5, device="cpu")
+    want = collect(pipe.loader(num_workers=0))
+    loader = ray_loader(pipe)
+    try:
+        got = []
+        for batch in loader:
+            got.append(batch)  # every batch kept alive, none cloned
+            time.sleep(0.02)
+        assert got[0]["image"].nbytes > 100 << 10
+        assert_same(want, got)
+    finally:
+        loader.close()
+
+
 def test_resume_mid_epoch_and_next_epoch(cluster, images):
     pipe = make_pipeline(images)
     local = pipe.loader(num_workers=0)
@@ -108,20 +137,21 @@ def test_resume_mid_epoch_and_next_epoch(cluster, images):
         resumed.close()
 
 
-def test_on_error_skip_counts_like_the_local_loader_and_raise_names_the_file(cluster, tmp_path):
+def test_on_error_skip_and_replace_count_like_the_local_loader_and_raise_names_the_file(cluster, tmp_path):
     root = write_image_folder(tmp_path / "imgs", 12, scale=0.3)
     bad = sorted(root.rglob("*.jpg"))[5]
     bad.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
-    skip = make_pipeline(root, on_error="skip")
-    local = skip.loader(num_workers=0)
-    want = collect(local)
-    loader = ray_loader(skip)
-    try:
-        assert_same(want, collect(loader))
-        assert loader.stats.errors == local.stats.errors and sum(loader.stats.errors.values()) == 1
-        assert str(bad) in loader.stats.failed[0]
-    finally:
-        loader.close()
+    for policy in ("skip", "replace"):
+        pipe = make_pipeline(root, on_error=policy)
+        local = pipe.loader(num_workers=0)
+        want = collect(local)
+        loader = ray_loader(pipe)
+        try:
+            assert_same(want, collect(loader))  # the same stand-in (or empty slot), drawn by the same key
+            assert loader.stats.errors == local.stats.errors and sum(loader.stats.errors.values()) == 1
+            assert str(bad) in loader.stats.failed[0]
+        finally:
+            loader.close()
     loader = ray_loader(make_pipeline(root))
     try:
         with pytest.raises(mp.DecodeError) as err:
@@ -172,16 +202,29 @@ def test_two_iterators_on_one_loader_each_get_every_batch(cluster, images):
 
 
 def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images):
-    pipe = make_pipeline(images)
+    class _Slow(A.Normalize):  # (local: pickled by value, as a script's own op would be)
+        """Normalize, slowly: a batch is still being built when its actor is killed."""
+
+        def apply_fields(self, data, params):
+            time.sleep(0.3)
+            return super().apply_fields(data, params)
+
+    pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
+                       augment=[A.RandomResizedCrop(24, scale=(0.3, 1.0)), A.HorizontalFlip(), _Slow()],
+                       batch_size=4, seed=3, device="cpu")
     want = collect(pipe.loader(num_workers=0))
     loader = ray_loader(pipe)
     try:
         it = iter(loader)
         got = [next(it)]
-        os.kill(loader.worker_pids[0], signal.SIGKILL)
+        pool = loader.actors()
+        replaced = pool.replaced
+        busy = [a for a in pool.live() if a.busy]
+        assert busy  # batches in flight on an actor: it dies mid-batch
+        os.kill(busy[0].pid, signal.SIGKILL)
         got += list(it)
         assert_same(want, collect(got))  # none missing, none twice, same values
-        assert loader.actors().replaced >= 1
+        assert pool.replaced > replaced and loader.rebuilt >= 1
         # resume after a fault: a state taken after it continues where it says
         state = state_after(loader, 3)
         os.kill(loader.worker_pids[-1], signal.SIGKILL)
@@ -236,3 +279,81 @@ def test_a_node_removed_mid_epoch_loses_no_batch(cluster, images):
         assert loader.rebuilt >= 1  # the removed node's batches were built again elsewhere
     finally:
         loader.close()
+
+
+def alive_actors() -> int:
+    return sum(1 for a in ray._private.state.actors().values() if a["State"] == "ALIVE")
+
+
+def driver_references() -> int:
+    return len(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+
+
+def wait_until(condition, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return condition()
+
+
+def test_a_loader_dropped_mid_epoch_leaves_no_actor_and_no_object(cluster, images):
+    pipe = make_pipeline(images)
+    actors, references = alive_actors(), driver_references()
+    for _ in range(2):
+        # its own pool (actors of no CPU: the module's loaders hold the cluster's), no other user
+        loader = ray_loader(pipe, num_cpus_per_worker=0)
+        it = iter(loader)
+        next(it), next(it)  # batches in flight, the builder in the object store
+        assert wait_until(lambda: alive_actors() == actors + 2)
+        assert driver_references() > references
+        del it, loader  # dropped, not closed
+        gc.collect()
+        assert wait_until(lambda: alive_actors() == actors), alive_actors()
+        assert driver_references() <= references  # no batch, builder or actor handle held any more
+
+
+def test_two_ranks_on_one_cluster_get_disjoint_batches_equal_to_the_local_loaders(cluster, images):
+    pipe = make_pipeline(images)
+    local = [collect(pipe.loader(num_workers=0, rank=r, world_size=2)) for r in (0, 1)]
+    loaders = [ray_loader(pipe, rank=r, world_size=2) for r in (0, 1)]
+    try:
+        got: list[list[dict]] = [[], []]
+        for a, b in zip(*loaders):  # both ranks' batches in flight on the same actors at once
+            got[0].append({k: v.clone() for k, v in a.items()})
+            got[1].append({k: v.clone() for k, v in b.items()})
+        for r in (0, 1):
+            assert_same(local[r], got[r])
+        seen = [{int(i) for b in got[r] for i in b["index"]} for r in (0, 1)]
+        assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(20))
+    finally:
+        for loader in loaders:
+            loader.close()
+
+
+def test_an_address_where_no_cluster_answers_is_refused_in_bounded_time(images):
+    """(In a process of its own: this one is connected to the test cluster.) Nothing listens
+    on the port; a stray RAY_ADDRESS naming it does not stop ray_address=None starting a local Ray."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = f"""
+import time, mediapipe as mp
+pipe = mp.Pipeline(source=mp.loaders.folder({str(images)!r}), decode={{"image": mp.decoders.image()}},
+                   collate={{"image": "list"}}, batch_size=4, seed=3, device="cpu")
+for address in ("127.0.0.1:{port}", "ray://127.0.0.1:{port}", "auto"):
+    t0 = time.monotonic()
+    try:
+        next(iter(pipe.loader(backend="ray", ray_address=address, num_workers=1)))
+    except ConnectionError as err:
+        assert "no Ray cluster answers at 127.0.0.1:{port}" in str(err), err
+        assert time.monotonic() - t0 < 30, time.monotonic() - t0
+    else:
+        raise SystemExit(f"{{address}}: connected")
+loader = pipe.loader(backend="ray", num_workers=1, timeout=60)
+print(sum(len(b["index"]) for b in loader))
+loader.close()
+"""
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "20"

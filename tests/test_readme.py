@@ -37,8 +37,9 @@ def small(block: str) -> str:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding data/train: 24 sample images in ten class folders; the same images as a
-    Hugging Face dataset (data/hf, data/hf.parquet), a TFRecord and a RecordIO file; and
-    data/speech: three utterances with a NeMo and a Lhotse manifest."""
+    Hugging Face dataset (data/hf, data/hf.parquet), a TFRecord and a RecordIO file;
+    data/speech: three utterances with a NeMo and a Lhotse manifest; and data/coco: 16 photos
+    with objects, as COCO annotations and YOLO labels."""
     from mediapipe.bench.datasets import sample_images
 
     root = tmp_path_factory.mktemp("readme")
@@ -46,6 +47,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "data").mkdir()
     made.rename(root / "data" / "train")
     write_other_formats(root / "data")
+    from mediapipe.synthetic_detection import write_detection_dataset
+
+    write_detection_dataset(root / "data" / "coco", count=16, yolo=True)
     return root
 
 

@@ -5,7 +5,11 @@ shard cache, retries, and hostile servers and manifests refused with the URL nam
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe import augment as A
+from mediapipe import remote as remote_module
 from mediapipe import shard_format as sf
 from mediapipe.bench.http_server import RangeServer
 from mediapipe.convert import convert
@@ -128,6 +133,10 @@ def test_404_and_403_name_the_url_without_retrying(served):
     with pytest.raises(SourceError, match=r"access denied \(403\)") as err:
         source.ref(0).blobs["jpg"].read()
     assert err.value.path == f"{server.url}/ds/{name}" and len(server.requests) == 1
+    for faults, message in ((("500", "404"), r"not found \(404\)"), (("503", "403"), r"access denied \(403\)")):
+        server.fail(name, *faults)  # a transient error, then one retrying cannot fix: reported, not retried
+        with pytest.raises(SourceError, match=message):
+            source.ref(0).blobs["jpg"].read()
 
 
 def test_a_server_that_lies_or_ignores_range_is_refused(served):
@@ -135,10 +144,12 @@ def test_a_server_that_lies_or_ignores_range_is_refused(served):
     source = remote(server)
     name = source._remote[source.shard_of(1)].name
     for fault, message in (("ignore-range", "ignored the Range request"), ("lie-length", "announced"),
-                           ("huge-length", "announced 1000000000000000 bytes")):
-        server.fail(name, fault)
+                           ("huge-length", "announced 1000000000000000 bytes"), ("short-length", "announced"),
+                           ("wrong-range", "with Content-Range 'bytes")):
+        server.fail(name, *[fault] * FAST.attempts)  # (each try meets it: a dropped keep-alive is retried)
         with pytest.raises(SourceError, match=message):
             source.ref(1).blobs["jpg"].read()
+        server.faults.clear()
     server.fail("ds/manifest.json", "huge-length")  # a whole-file read: refused before a byte is kept
     with pytest.raises(SourceError, match="more than the"):
         remote(server)
@@ -248,10 +259,6 @@ def test_s3_through_the_same_code_path(served, s3):
 
 
 def test_convert_into_s3_killed_then_resumed_equals_a_local_conversion(s3, tmp_path):
-    import os
-    import subprocess
-    import sys
-
     import s3fs
 
     options, env = s3
@@ -274,3 +281,167 @@ def test_convert_into_s3_killed_then_resumed_equals_a_local_conversion(s3, tmp_p
     assert not fs.exists("bucket/converted/.parts")
     source = mp.loaders.shards(url, storage_options=options, retry=FAST)
     assert_same(batches(mp.loaders.shards(tmp_path / "local")), batches(source))
+
+
+def test_a_dataset_url_with_a_query_is_refused_before_any_request():
+    for url in ("http://127.0.0.1:9/ds?X-Amz-Signature=1", "s3://bucket/ds#x"):  # (refused: no request)
+        with pytest.raises(ValueError, match="query or fragment"):
+            mp.loaders.shards(url)
+
+
+def test_redirects_are_followed_on_the_same_host_only(served):
+    server, top = served
+    other = RangeServer(top)
+    try:
+        source = remote(server)
+        name = source._remote[source.shard_of(1)].name
+        want = mp.loaders.shards(top / "ds").ref(1).blobs["jpg"].read()
+        server.fail(name, f"redirect={other.url}")
+        with pytest.raises(SourceError, match="redirected to another host") as err:
+            source.ref(1).blobs["jpg"].read()
+        assert other.url in str(err.value) and err.value.path == f"{server.url}/ds/{name}"
+        server.fail("ds/manifest.json", f"redirect={other.url}")
+        with pytest.raises(SourceError, match="redirected to another host"):
+            remote(server)
+        assert other.requests == []  # never asked
+        mirror = top / "mirror"
+        if not mirror.exists():
+            mirror.symlink_to(top, target_is_directory=True)
+        server.fail(name, f"redirect={server.url}/mirror")
+        server.requests.clear()
+        assert source.ref(1).blobs["jpg"].read() == want
+        assert [p for p, _ in server.requests] == [f"/ds/{name}", f"/mirror/ds/{name}"]
+    finally:
+        other.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_stalled_or_dripping_server_is_abandoned_and_tried_again(served):
+    server, top = served
+    slow = Retry(attempts=2, backoff=0.01, timeout=1.0, min_rate=4000)
+    source = remote(server, retry=slow)
+    name = source._remote[source.shard_of(1)].name
+    want = mp.loaders.shards(top / "ds").ref(1).blobs["jpg"].read()
+    server.drip_seconds = 0.05  # 20 bytes a second: never silent for a second, yet never done
+    try:
+        for fault in ("stall", "drip"):
+            server.fail(name, fault)
+            t0 = time.monotonic()
+            assert source.ref(1).blobs["jpg"].read() == want
+            assert time.monotonic() - t0 < 30, fault
+        server.fail("ds/manifest.json", "drip")  # a whole-file read of unknown length too
+        t0 = time.monotonic()
+        assert len(remote(server, retry=slow)) == 9 and time.monotonic() - t0 < 30
+        server.fail(name, "drip", "drip")
+        with pytest.raises(SourceError, match="too slow"):
+            source.ref(1).blobs["jpg"].read()
+    finally:
+        server.drip_seconds = 0.2
+
+
+def test_a_download_cut_short_is_tried_again(served, tmp_path):
+    server, top = served
+    source = remote(server, cache_dir=tmp_path / "c")
+    name = source._remote[source.shard_of(4)].name
+    server.fail(name, "no-length")  # no Content-Length: the cut shows only against the manifest's size
+    assert source.ref(4).blobs["jpg"].read() == mp.loaders.shards(top / "ds").ref(4).blobs["jpg"].read()
+    assert [r for p, r in server.requests if p.endswith(name)][-2:] == [None, None]
+
+
+def _cached_path(source, index: int) -> Path:
+    shard = source._remote[source.shard_of(index)]
+    return shard.cache.file_for(shard.url, shard.size, shard.sha256)
+
+
+def test_a_cache_shared_with_another_process_never_loses_a_download_or_a_read(served, tmp_path, monkeypatch):
+    server, top = served
+    local = mp.loaders.shards(top / "ds")
+    folder = tmp_path / "shared"
+    source = remote(server, cache_dir=folder)
+    elsewhere = ShardCache(folder, 1)  # another process's cache on the same folder, with a tiny bound
+    download = source.store.download
+
+    def evicted_while_downloading(name, dest, size, sha256):
+        download(name, dest, size, sha256)
+        elsewhere.evict(keep=1 << 40)  # the other process evicts all it can, mid-download
+
+    monkeypatch.setattr(source.store, "download", evicted_while_downloading)
+    assert source.ref(0).blobs["jpg"].read() == local.ref(0).blobs["jpg"].read()
+    monkeypatch.undo()
+    touch = remote_module._touch
+
+    def evicted_once_opened(fd):
+        touch(fd)
+        elsewhere.evict(keep=1 << 40)  # the other process evicts the shard just opened for a read
+
+    monkeypatch.setattr(remote_module, "_touch", evicted_once_opened)
+    for i in range(len(source)):
+        assert source.ref(i).blobs["jpg"].read() == local.ref(i).blobs["jpg"].read()
+    assert not list(folder.glob("*.tar"))  # (all evicted, as the other process asked)
+
+
+def test_a_partial_download_of_a_killed_process_is_removed_by_eviction(served, tmp_path):
+    server, _ = served
+    source = remote(server, cache_dir=tmp_path / "c")
+    source.ref(0).blobs["jpg"].read()
+    stale = _cached_path(source, 0).with_name("0" * 32 + ".partial")
+    stale.write_bytes(b"x" * 1000)  # nobody holds its lock: its download died
+    ShardCache(tmp_path / "c", 1 << 30).evict()
+    assert not stale.exists() and _cached_path(source, 0).exists()
+
+
+def test_two_processes_and_two_datasets_share_one_small_cache(served, tmp_path):
+    server, top = served
+    if not (top / "ds-copy").exists():
+        shutil.copytree(top / "ds", top / "ds-copy")
+    sizes = [e["bytes"] for e in json.loads((top / "ds" / sf.MANIFEST).read_text())["shards"]]
+    folder = tmp_path / "shared"
+    code = (  # a process reading both datasets twice over, through a cache that holds one shard
+        "import sys, mediapipe as mp\n"
+        "from mediapipe.remote import Retry\n"
+        "url, folder, size, root = sys.argv[1:5]\n"
+        "r = Retry(attempts=3, backoff=0.01, timeout=10)\n"
+        "srcs = [mp.loaders.shards(f'{url}/{n}', cache_dir=folder, cache_bytes=int(size), retry=r) for n in ('ds', 'ds-copy')]\n"
+        "local = mp.loaders.shards(root)\n"
+        "for _ in range(2):\n"
+        "    for i in range(len(local)):\n"
+        "        for s in srcs:\n"
+        "            assert s.ref(i).blobs['jpg'].read() == local.ref(i).blobs['jpg'].read(), i\n"
+        "print('ok')\n")
+    args = [sys.executable, "-c", code, server.url, str(folder), str(max(sizes)), str(top / "ds")]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+    left = {p.name: p.stat().st_size for p in folder.iterdir() if p.suffix != ".lock"}
+    assert sum(left.values()) <= max(sizes) and not any(n.endswith(".partial") for n in left), (left, sizes)
+
+
+def test_a_damaged_cached_shard_is_dropped_and_read_again(served, tmp_path):
+    server, top = served
+    local = mp.loaders.shards(top / "ds")
+    source = remote(server, cache_dir=tmp_path / "a", verify="sha256")
+    index = 5
+    record = source._rows[index]
+    offset = record[1][0][2]  # the jpg's data in its shard
+    shard = source._remote[source.shard_of(index)]
+    good = (top / "ds" / shard.name).read_bytes()
+    path = _cached_path(source, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    damaged = bytearray(good)
+    damaged[offset + 100] ^= 0xFF  # in the image's bytes, same size: only the sha256 shows it
+    path.write_bytes(bytes(damaged))  # left so by an earlier run (or a disk)
+    assert source.ref(index).blobs["jpg"].read() == local.ref(index).blobs["jpg"].read()
+    assert path.read_bytes() == good  # downloaded again
+    # without verify, a damaged tar header is seen at the read: the copy is dropped, the store read
+    plain = remote(server, cache_dir=tmp_path / "b")
+    path = _cached_path(plain, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    damaged = bytearray(good)
+    damaged[offset - 512 + 3] ^= 0x20  # the member's name in its header
+    path.write_bytes(bytes(damaged))
+    assert plain.ref(index).blobs["jpg"].read() == local.ref(index).blobs["jpg"].read()
+    assert not path.exists() or path.read_bytes() == good
+    path.write_bytes(good[:-512])  # a truncated copy: another size, downloaded again
+    assert plain.ref(index).blobs["jpg"].read() == local.ref(index).blobs["jpg"].read()
+    assert path.read_bytes() == good

@@ -172,3 +172,16 @@ def test_variable_frame_rate_sampled_by_timestamp_as_ffmpegs_fps_filter(vfr, sta
     # the frame index alone (i / average rate) would pick other frames: the test can fail
     naive = [min(39, int(round(k * 40 / len(ref)))) for k in range(n)]
     assert naive != ref[:n]
+
+
+@pytest.mark.parametrize("fps", [0, -1, 1e-9, float("nan"), float("inf"), 1e6, "30", True])
+def test_an_impossible_fps_is_refused_when_the_decoder_is_made(fps) -> None:
+    """A rate outside [1e-3, 1e4] frames/s (NaN and inf included) is a typo, not a request: it
+    would give clips spanning years, or none."""
+    with pytest.raises(ValueError, match=r"video\(fps="):
+        mp.decoders.video(clip_len=4, fps=fps)
+
+
+@pytest.mark.parametrize("fps", [0.5, 12, 29.97, 240.0])
+def test_plausible_rates_are_accepted(fps) -> None:
+    assert mp.decoders.video(clip_len=4, fps=fps).options["fps"] == fps

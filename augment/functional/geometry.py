@@ -28,6 +28,8 @@ def resize_image(
     """
     if tuple(x.shape[-2:]) == tuple(size):
         return x
+    if x.numel() == 0:  # no planes (a sample without objects, one mask each)
+        return x.new_zeros((*x.shape[:-2], *size))
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation={interpolation!r}: expected one of {INTERPOLATIONS}")
     x4, lead = _as_4d(x)
@@ -163,11 +165,18 @@ def resize_box(x: torch.Tensor, box: tuple[float, float, float, float], size: tu
 
 
 def pad_image(
-    x: torch.Tensor, left: int, top: int, right: int, bottom: int, fill: float = 0, mode: str = "constant"
+    x: torch.Tensor, left: int, top: int, right: int, bottom: int, fill: float | tuple[float, ...] = 0,
+    mode: str = "constant"
 ) -> torch.Tensor:
-    """Pad the last two dims; ``mode`` is constant, edge, reflect or symmetric (as torchvision)."""
+    """Pad the last two dims; ``mode`` is constant, edge, reflect or symmetric (as torchvision).
+    ``fill``: the new pixels' value for "constant", one number or one per channel (dim -3)."""
     if mode == "constant":
-        out = x.new_full((*x.shape[:-2], x.shape[-2] + top + bottom, x.shape[-1] + left + right), fill)
+        shape = (*x.shape[:-2], x.shape[-2] + top + bottom, x.shape[-1] + left + right)
+        if isinstance(fill, (tuple, list)) and len(fill) > 1:
+            out = x.new_empty(shape)
+            out.copy_(torch.tensor(fill, dtype=torch.float64).to(x.dtype).reshape(-1, 1, 1).expand(shape))
+        else:
+            out = x.new_full(shape, fill[0] if isinstance(fill, (tuple, list)) else fill)
         out[..., top : top + x.shape[-2], left : left + x.shape[-1]] = x
         return out
     x4, lead = _as_4d(x)
@@ -200,9 +209,9 @@ def _selected(mask: torch.Tensor) -> torch.Tensor:
 def hflip_image(x: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tensor:
     """Mirror left-right the samples whose ``mask`` is true; the others pass unchanged.
 
-    Only the selected samples are flipped (on the CPU one flip per sample, each cache-resident;
-    on a device index_select + index_copy), rather than ``torch.where(mask, x.flip(-1), x)``,
-    which flips the whole batch.
+    On the CPU only the selected samples are flipped, one at a time, each cache-resident; on a
+    device one ``torch.where`` over the batch, which needs no count of the selected samples
+    (reading one would make the host wait for the device).
     """
     return _flip_selected(x, mask, -1)
 
@@ -213,18 +222,17 @@ def vflip_image(x: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tenso
 
 
 def _flip_selected(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    if x.device.type != "cpu":
+        return torch.where(mask.to(x.device).reshape(-1, *([1] * (x.ndim - 1))), x.flip(dim), x)
     idx = _selected(mask.to(x.device))
     if idx.numel() == 0:
         return x
     if idx.numel() == x.shape[0]:
         return x.flip(dim)
     out = x.clone()  # ours to write: the input stays untouched
-    if x.device.type == "cpu":
-        # one flip per selected sample, each cache-resident (faster than index_select + flip + index_copy)
-        for i in idx.tolist():
-            out[i] = x[i].flip(dim)  # dim counts from the end, so it holds for one sample too
-        return out
-    return out.index_copy_(0, idx, x.index_select(0, idx).flip(dim))
+    for i in idx.tolist():
+        out[i] = x[i].flip(dim)  # dim counts from the end, so it holds for one sample too
+    return out
 
 
 # -- affine warps (batched: one matrix per sample) ------------------------------------------------
@@ -291,6 +299,8 @@ def warp_affine(
     b = x.shape[0]
     c, h, w = x.shape[-3:]
     oh, ow = output_size if output_size is not None else (h, w)
+    if x.numel() == 0:  # no planes (a sample without objects, one mask each)
+        return x.new_zeros((*x.shape[:-2], oh, ow))
     fp = x.is_floating_point()
     dtype = x.dtype if fp and x.dtype != torch.float16 else torch.float32
     theta = matrix.to(x.device, dtype).reshape(b, 2, 3)

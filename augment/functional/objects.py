@@ -211,3 +211,37 @@ def affine_keypoints(points: torch.Tensor, inverse: torch.Tensor, *, canvas_size
     forward = forward_matrices(inverse.to(points.device)).expand(points.shape[0], 2, 3)
     flat = points.reshape(points.shape[0], -1, 2)
     return _warp_points(flat, forward, canvas_size, output_size).reshape(points.shape).to(points.dtype)
+
+
+# -- detection: which boxes are objects, which crops hold them --------------------------------------------
+def valid_boxes(boxes: torch.Tensor, *, canvas_size: tuple[int, int] | torch.Tensor, format: str,
+                min_size: float = 1.0, min_area: float = 1.0) -> torch.Tensor:
+    """bool (M,): the boxes torchvision's ``sanitize_bounding_boxes`` keeps: width and height at least
+    ``min_size``, area at least ``min_area``, no coordinate below 0 and none past the canvas.
+    ``canvas_size``: one (H, W), or one per row ((M, 2) tensor) for the rows of several samples."""
+    xyxy = convert_boxes(boxes.float(), format, "xyxy")
+    ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
+    valid = (ws >= min_size) & (hs >= min_size) & (xyxy >= 0).all(dim=-1) & (ws * hs >= min_area)
+    if isinstance(canvas_size, torch.Tensor):
+        height, width = canvas_size[:, 0].to(xyxy), canvas_size[:, 1].to(xyxy)
+    else:
+        height, width = canvas_size
+    valid &= (xyxy[:, 0] <= width) & (xyxy[:, 2] <= width)
+    return valid & (xyxy[:, 1] <= height) & (xyxy[:, 3] <= height)
+
+
+def centres_within(boxes: torch.Tensor, format: str, top: Number, left: Number, height: Number,
+                   width: Number) -> torch.Tensor:
+    """bool (M,): whether each box's centre lies strictly inside the crop (torchvision's RandomIoUCrop test)."""
+    xyxy = convert_boxes(boxes.float(), format, "xyxy")
+    cx, cy = (xyxy[:, 0] + xyxy[:, 2]) * 0.5, (xyxy[:, 1] + xyxy[:, 3]) * 0.5
+    return (left < cx) & (cx < left + width) & (top < cy) & (cy < top + height)
+
+
+def iou_crop_boxes(boxes: torch.Tensor, top: Number, left: Number, height: int, width: int, *, format: str,
+                   **_: object) -> torch.Tensor:
+    """The boxes in the crop's pixels, clamped to it; a box whose centre was outside the crop becomes
+    all zeros (degenerate), for `SanitizeBoundingBoxes` to drop with its labels (torchvision's)."""
+    inside = centres_within(boxes, format, top, left, height, width)
+    cropped = crop_boxes(boxes, top, left, height, width, format=format)
+    return torch.where(inside[:, None], cropped, torch.zeros_like(cropped))

@@ -4,8 +4,8 @@ and keypoints, so one draw moves every spatial field of a sample together.
 Images and videos share a kernel (a clip is frames with leading dims). A mask goes through the
 image kernel with nearest sampling, no antialiasing and fill 0, whatever the op's options say
 for images: its values are class ids, never blended. Boxes and keypoints kernels are in
-`mediapipe.augment.functional.objects`. Flip and affine kernels are batched (one value per
-sample); crop, pad and resize kernels take one sample's plain numbers.
+`mediapipe.augment.functional.objects`. Flip, affine and clamp kernels are batched (one value
+per sample); crop, pad and resize kernels take one sample's plain numbers.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ crop = Functional("crop")
 resized_crop = Functional("resized_crop")
 pad = Functional("pad")
 affine = Functional("affine")
+iou_crop = Functional("iou_crop")  # a crop that marks the boxes whose centre it leaves out (RandomIoUCrop)
+clamp = Functional("clamp")  # boxes clipped to their canvas (ClampBoundingBoxes)
 
 
 def sampling(kind: str, interpolation: str, antialias: bool = False, fill: Any = 0) -> tuple[str, bool, Any]:
@@ -35,6 +37,23 @@ def sampling(kind: str, interpolation: str, antialias: bool = False, fill: Any =
     if kind == MASK:
         return ("nearest-exact" if interpolation == "nearest-exact" else "nearest"), False, 0
     return interpolation, antialias, fill
+
+
+def check_fill(fill: Any, x: torch.Tensor) -> None:
+    """Refuse a fill the images cannot hold: one value or one per channel, each within an integer
+    dtype's range (torch refuses 300 for uint8 in a pad and wraps it to 44 in a warp)."""
+    if fill is None:
+        return
+    values = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,)
+    channels = int(x.shape[-3]) if x.ndim >= 3 else 1
+    if len(values) not in (1, channels):
+        raise ValueError(f"fill={fill!r} has {len(values)} values for images of {channels} channels: give one "
+                         "number, or one per channel")
+    if not x.is_floating_point() and x.dtype != torch.bool:
+        info = torch.iinfo(x.dtype)
+        if not all(info.min <= v <= info.max for v in values):
+            raise ValueError(f"fill={fill!r} does not fit {x.dtype} images ({info.min}..{info.max}): give it in the "
+                             "images' units (convert the images with ToDtype first to fill in another range)")
 
 
 def _exact(x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
@@ -137,6 +156,8 @@ register_kernel(resized_crop, KEYPOINTS)(O.resized_crop_keypoints)
 @register_kernel(pad, IMAGE)
 def pad_image(x: torch.Tensor, left: int, top: int, right: int, bottom: int, fill: float = 0,
               padding_mode: str = "constant", **_: Any) -> torch.Tensor:
+    if padding_mode == "constant":
+        check_fill(fill, x)
     return G.pad_image(x, left, top, right, bottom, fill, padding_mode)
 
 
@@ -163,6 +184,7 @@ register_kernel(pad, KEYPOINTS)(O.pad_keypoints)
 def affine_image(x: torch.Tensor, inverse: torch.Tensor, interpolation: str = "nearest",
                  fill: float | tuple[float, ...] | None = 0.0, output_size: tuple[int, int] | None = None,
                  **_: Any) -> torch.Tensor:
+    check_fill(fill, x)
     return G.warp_affine(x, inverse, interpolation, fill, output_size)
 
 
@@ -183,3 +205,16 @@ def affine_mask(x: torch.Tensor, inverse: torch.Tensor, output_size: tuple[int, 
 
 register_kernel(affine, BOXES)(O.affine_boxes)
 register_kernel(affine, KEYPOINTS)(O.affine_keypoints)
+
+
+# -- detection: the IoU crop (one sample), clamping boxes (batched: a canvas per row) ----------------------
+register_kernel(iou_crop, IMAGE)(crop_image)
+register_kernel(iou_crop, VIDEO)(crop_image)
+register_kernel(iou_crop, MASK)(crop_mask)
+register_kernel(iou_crop, KEYPOINTS)(O.crop_keypoints)
+register_kernel(iou_crop, BOXES)(O.iou_crop_boxes)
+
+
+@register_kernel(clamp, BOXES)
+def clamp_boxes(boxes: torch.Tensor, *, canvas_size: tuple[int, int], format: str, **_: Any) -> torch.Tensor:
+    return O.clamp_boxes(boxes, canvas_size, format)

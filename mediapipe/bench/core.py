@@ -177,6 +177,7 @@ class Rep:
     peak_rss_mb: float | None = None
     end_rss_mb: float | None = None
     end_uss_mb: float | None = None
+    end_gpu_mb: float | None = None  # torch's GPU memory in use (allocated) at the end; None without CUDA
 
     @property
     def samples_per_s(self) -> float:
@@ -214,6 +215,8 @@ class Result:
     rss_growth_pct: float | None = None
     uss_mb_by_rep: list[float] = field(default_factory=list)  # private memory: shared pages not double counted
     uss_growth_pct: float | None = None
+    gpu_mb_by_rep: list[float] = field(default_factory=list)  # torch.cuda.memory_allocated after each repetition
+    gpu_growth_pct: float | None = None
     epochs: float | None = None
     step_ms: float | None = None
     wait_s: float | None = None
@@ -268,6 +271,8 @@ def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None
     result.rss_growth_pct = growth_pct(result.rss_mb_by_rep)
     result.uss_mb_by_rep = [r.end_uss_mb for r in reps if r.end_uss_mb is not None]
     result.uss_growth_pct = growth_pct(result.uss_mb_by_rep)
+    result.gpu_mb_by_rep = [r.end_gpu_mb for r in reps if r.end_gpu_mb is not None]
+    result.gpu_growth_pct = growth_pct(result.gpu_mb_by_rep)
     result.wait_s = sum(r.wait for r in reps)
     step = sum(r.step for r in reps)
     if result.step_ms:

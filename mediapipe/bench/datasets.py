@@ -7,7 +7,9 @@ pictures yields many images by cropping, scaling and mirroring, so files differ 
 size and quality as a real dataset's do. ``sample-photos``: the same kind of pictures, more
 varied, as real photo collections are: sizes from 300 to 1200 px, smooth to busy content,
 4:2:0, 4:2:2 and 4:4:4 chroma and grey, baseline and progressive, some with restart markers
-or camera EXIF. ``sample-video`` (a key frame every 60 frames),
+or camera EXIF. ``sample-detection``: a COCO-format detection set (``annotations.json`` and
+``images/``), COCO-sized photos (480-640 x 360-480) with 1-8 objects pasted at known boxes
+(`mediapipe.synthetic_detection`). ``sample-video`` (a key frame every 60 frames),
 ``sample-video-gop16`` (the same clips, a key frame every 16), ``sample-video-varied`` (short
 clips of 48-120 frames, 240p-720p, four containers, a key frame every 48-60 frames, as real video
 datasets have) and ``sample-audio`` are made by
@@ -39,8 +41,10 @@ QUALITY_WEIGHTS = (0.15, 0.2, 0.3, 0.2, 0.15)
 VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
 AUDIO_COUNT = 200
 VARIED_VIDEO_COUNT = 64
+DETECTION_COUNT = 500
 BUILTIN = {"sample-images": "image", "sample-photos": "image", "sample-video": "video",
-           "sample-video-gop16": "video", "sample-video-varied": "video", "sample-audio": "audio"}
+           "sample-video-gop16": "video", "sample-video-varied": "video", "sample-audio": "audio",
+           "sample-detection": "detection"}
 # frames between key frames: 2 s at 30 fps, as camera and web video; 16, as `mediapipe convert
 # --keyframe-interval 16` writes, so a random clip decodes a short lead-in
 VIDEO_GOPS = {"sample-video": 60, "sample-video-gop16": 16}
@@ -73,6 +77,8 @@ def prepare(name: str, *, root: Path | None = None, count: int | None = None, se
         return sample_images(root, count or IMAGE_COUNT, seed, progress)
     if name == "sample-photos":
         return sample_photos(root, count or IMAGE_COUNT, seed, progress)
+    if name == "sample-detection":
+        return sample_detection(root, count or DETECTION_COUNT, seed, progress)
     return _sample_media(name, root, count, seed, progress)
 
 
@@ -286,6 +292,40 @@ def sample_image_shards(folder: Path, progress: bool = True) -> Path:
     return dest
 
 
+# -- detection ------------------------------------------------------------------------------------
+SAMPLE_DETECTION_VERSION = 1
+
+
+def sample_detection(root: Path, count: int = DETECTION_COUNT, seed: int = 0, progress: bool = True) -> Path:
+    """``count`` COCO-sized photos with objects at known boxes, polygons and RLE, and their
+    ``annotations.json``, under ``root/sample-detection-v<version>-n<count>-s<seed>``, made once."""
+    from mediapipe.synthetic_detection import write_detection_dataset
+
+    dest = Path(root) / f"sample-detection-v{SAMPLE_DETECTION_VERSION}-n{count}-s{seed}"
+    if (dest / MARKER).is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    bar = _progress(count, "images", f"generating {dest.name}", progress)
+    try:
+        write_detection_dataset(tmp, count, seed, heights=(360, 480), widths=(480, 640), objects=(1, 8), empty=0.05,
+                                crowd=0.05, quality=90, images_per_background=20,
+                                on_image=lambda nbytes: bar.update(1, bytes=nbytes))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+    (tmp / MARKER).write_text(json.dumps({"name": "sample-detection", "version": SAMPLE_DETECTION_VERSION,
+                                          "count": count, "seed": seed}))
+    try:
+        tmp.rename(dest)
+    except OSError:  # another process finished first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 # -- video and audio: made by their benchmark modules -------------------------------------------
 def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
     import importlib
@@ -379,6 +419,8 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
 
     path = Path(path)
     info: dict[str, Any] = {"path": str(path), "kind": kind}
+    if kind == "detection":  # a COCO file and its images: sizes and object counts from the file
+        return describe_detection(path, info)
     if path.is_file() and path.suffix == ".jsonl":
         from mediapipe.bench.images import manifest_rows
 
@@ -410,6 +452,23 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
         info["mean_megapixels"] = float(np.mean(pixels)) / 1e6 if pixels else None
     if kind == "image":
         info.update(fused_quality(path))
+    return info
+
+
+def describe_detection(path: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """Samples (the images with objects, which the detection scenario reads), objects per such
+    image, mean file size and megapixels of a detection dataset."""
+    from mediapipe.bench.detection import coco_paths
+
+    annotations, images = coco_paths(path)
+    document = json.loads(annotations.read_text())
+    owners = {a["image_id"] for a in document["annotations"]}
+    used = [image for image in document["images"] if image["id"] in owners]
+    sizes = [(images / image["file_name"]).stat().st_size for image in used]
+    info.update(layout="coco", samples=len(used), images=len(document["images"]),
+                objects_per_image=len(document["annotations"]) / max(1, len(used)),
+                mean_bytes=float(np.mean(sizes)) if sizes else None,
+                mean_megapixels=float(np.mean([i["width"] * i["height"] for i in used] or [0])) / 1e6)
     return info
 
 

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mediapipe import convert as conversion
 from mediapipe.bench import datasets
 from mediapipe.bench.core import (
     INPUT_BOUND_FRACTION,
@@ -41,7 +40,7 @@ from mediapipe.bench.core import (
     tree_cpu_seconds,
 )
 from mediapipe.bench.progress import make_progress
-from mediapipe.bench.scenarios import SCENARIOS, Scenario, unit_of, why_not
+from mediapipe.bench.scenarios import GPU_ONLY, SCENARIOS, Scenario, unit_of, why_not
 from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 
 OURS = "mediapipe"
@@ -64,6 +63,8 @@ NOTES = {
                      "decoded_frames_per_s over the faster ceiling (pyav sequential or dav1d) with the same threads"),
     "padding": ("audio datasets: the share of mediapipe's duration-bucketed batches (time x batch) that is "
                 "padding, from its sampler's plan over the repeated epoch the run reads"),
+    "gpu_mb_by_rep": ("GPU memory torch's allocator holds for tensors in the backend's process (memory_allocated) "
+                      "after each repetition, on cuda rows; gpu_growth_pct as rss_growth_pct"),
     "cpu_util_pct": "CPU seconds of the backend's process tree over the timed windows / wall seconds / cores",
     "first_batch_s": "building the pipeline, starting workers and the first batch",
     "epochs": ("passes over the dataset during the run. Unless --real-epochs, the image backends see a small "
@@ -217,6 +218,8 @@ def run(settings: Settings) -> dict[str, Any]:
             rows = []
             for backend in settings.backends or scenario.backends:
                 for device in settings.devices:
+                    if not settings.backends and (scenario.kind, backend) in GPU_ONLY and device != "cuda":
+                        continue  # a GPU peer is a row of the cuda runs only, unless asked for by name
                     for ds in sets:
                         row = Result(scenario=name, backend=backend, device=device, workers=workers, data=ds.label,
                                      unit=unit_of(scenario, backend),
@@ -345,7 +348,9 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
                 bar.desc = f"bench {scenario.name} {row.backend}/{row.device} w{workers} {repeat + 1}/{settings.repeats}"
                 files = evict.get((scenario.name, row.data))
                 if files is not None:  # before the call: the drain of prefetched batches is not timed
-                    conversion.evict_from_page_cache(files)
+                    from mediapipe.convert import evict_from_page_cache  # not before: it needs tqdm
+
+                    evict_from_page_cache(files)
                 try:
                     reply = proc.call("rep", timeout=settings.timeout, sample_rss=True, batches=settings.batches,
                                       drain=drains[id(row)], step_ms=settings.step_ms)
@@ -373,5 +378,5 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
             if scenario.kind == "video":
                 dataset.pop("mean_bytes", None)  # a clip reads part of a file: no honest MB/s from file sizes
             summarise(row, reps[id(row)], dataset=dataset, cores=cores, frames_per_sample=scenario.frames_per_sample)
-            if per_epoch and scenario.kind == "image":
+            if per_epoch and scenario.kind in ("image", "detection"):
                 row.epochs = delivered.get(id(row), 0) / per_epoch

@@ -128,6 +128,10 @@ class RepeatedSource(Source):
         n = len(self.inner)
         self.inner.prefetch([i % n for i in indices])
 
+    def field_types(self) -> dict[str, Any]:
+        declared = getattr(self.inner, "field_types", None)  # boxes and labels of a detection source
+        return declared() if callable(declared) else {}
+
     @property
     def classes(self) -> list[str] | None:
         return self.inner.classes
@@ -343,7 +347,6 @@ class _ShardImages:
 def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                      options: dict[str, Any]) -> Stream:
     """ImageFolder (Pillow) + transforms v2 + DataLoader, same workers, batch 64, defaults otherwise."""
-    import torch
     from torchvision.datasets import ImageFolder
 
     layout = dataset_layout(data)
@@ -356,10 +359,20 @@ def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, ba
         dataset = _ManifestImages(manifest_rows(data), transform)
     else:
         dataset = _ShardImages(converted_images(data), transform)
+    return dataloader_stream(dataset, device=device, workers=workers, batch_size=batch_size,
+                             shuffle=scenario == TRAIN, options=options)
+
+
+def dataloader_stream(dataset: Any, *, device: str, workers: int, batch_size: int, shuffle: bool,
+                      options: dict[str, Any], collate_fn: Any = None) -> Stream:
+    """A torch DataLoader over ``dataset`` (repeated for a long epoch; batch ``[0]`` holds the
+    images) as a stream: the baselines' loader, defaults otherwise."""
+    import torch
+
     dataset = _Repeat(dataset, passes(options, batch_size, len(dataset)))
     cuda = device.startswith("cuda")
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
-                                         num_workers=workers, drop_last=True, pin_memory=cuda)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
+                                         drop_last=True, pin_memory=cuda, collate_fn=collate_fn)
     target = torch.device(device)
 
     def samples(batch: Any) -> int:
@@ -443,4 +456,9 @@ def open_stream(scenario: str, backend: str, data: Path, *, device: str, workers
 
         opener = hf.open_mediapipe_hf if backend == "mediapipe-hf" else hf.open_hf_datasets
         return opener(scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)
+    if backend == "torchvision-gpu":
+        from mediapipe.bench.torchvision_gpu import open_torchvision_gpu
+
+        return open_torchvision_gpu(scenario, data, device=device, workers=workers, batch_size=batch_size,
+                                    options=options)
     return OPENERS[backend](scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)

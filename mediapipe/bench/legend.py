@@ -38,7 +38,10 @@ BACKENDS: dict[str, str] = {
     "mediapipe-hf": "this library reading a Parquet copy of the images through mp.loaders.huggingface()",
     "mediapipe-ray": "this library with its sample stage on Ray actors: pipe.loader(backend='ray')",
     "mediapipe-http": "this library reading the converted shards over HTTP range requests (local server)",
-    "torchvision": "torch DataLoader + ImageFolder (Pillow) + torchvision transforms v2: the image baseline",
+    "torchvision": "torch DataLoader + ImageFolder (Pillow) + torchvision transforms v2: the image baseline "
+                   "(detection: CocoDetection wrapped for tv_tensors)",
+    "torchvision-gpu": "torchvision's GPU pipeline: DataLoader workers read bytes, decode_jpeg(device='cuda') per "
+                       "batch (nvJPEG), transforms v2 on the GPU",
     "hf-datasets": "datasets' Dataset.from_parquet + with_transform (transforms v2) in a DataLoader",
     "dali": "NVIDIA DALI's own pipeline for the scenario (CPU operators with device_id=None, or the GPU ones)",
     "pyav": "torch DataLoader decoding each sample with PyAV (torchaudio features for audio): the naive "

@@ -1,6 +1,6 @@
 """The scenarios, which backends apply to each, and why a backend cannot run where it cannot.
 
-Image backends live in `mediapipe.bench.images`. The video and audio scenarios call the
+Image backends live in `mediapipe.bench.images`, the detection ones in `mediapipe.bench.detection`. The video and audio scenarios call the
 runners of ``mediapipe.bench.video`` and ``mediapipe.bench.audio``, imported only when such
 a scenario runs; a missing module or runner is reported as the backend's reason, not hidden.
 """
@@ -22,7 +22,7 @@ class Scenario:
     """A training-input workload: what is decoded, what is done to it, and its unit."""
 
     name: str
-    kind: str  # "image", "video" or "audio": which dataset and backends apply
+    kind: str  # "image", "detection", "video" or "audio": which dataset and backends apply
     dataset: str  # the built-in dataset it runs on without --data
     unit: str  # what samples_per_s counts
     description: str
@@ -36,9 +36,13 @@ SCENARIOS = {
     for s in (
         Scenario("image-train", "image", "sample-images", "images",
                  "RandomResizedCrop 224, horizontal flip, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets"), 64),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets"),
+                 64),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "dali"), 64),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali"), 64),
+        Scenario("detection-train", "detection", "sample-detection", "images",
+                 "COCO boxes: IoU crop, flip, resize 320x320, sanitize, normalise",
+                 ("mediapipe", "torchvision", "dali"), 32),
         Scenario("video-clips", "video", "sample-video", "clips", "AV1 clips of 16 frames, stride 2, 112x112",
                  ("mediapipe", "pyav", "torchcodec", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16),
         Scenario("audio-asr", "audio", "sample-audio", "utterances",
@@ -46,8 +50,8 @@ SCENARIOS = {
     )
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
-BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "dali", "mediapipe-hf", "hf-datasets", "pyav", "torchcodec",
-            "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http")
+BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
+            "pyav", "torchcodec", "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http")
 ON_REQUEST = {"image": ("mediapipe-ray", "mediapipe-http")}  # run only when asked for (mediapipe.bench.remote_backends)
 DEVICES = ("cpu", "cuda")
 
@@ -61,9 +65,11 @@ RUNNERS: dict[str, dict[str, Any]] = {
 }
 UNITS = {("video", "ceiling"): "frames", ("video", "dav1d"): "frames"}  # decode ceilings count frames
 CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "torchcodec")}
+GPU_ONLY = {("image", "torchvision-gpu")}  # nvJPEG through torchvision.io.decode_jpeg(device="cuda")
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
-    "mediapipe-dali": "pipe.loader(backend='dali') is benchmarked on the image scenarios",
+    "torchvision-gpu": "torchvision's GPU pipeline is an image peer",
+    "mediapipe-dali": "pipe.loader(backend='dali') is benchmarked on the image scenarios (boxes have no DALI lowering)",
     "pyav": "the PyAV baseline is for video and audio; torchvision is the image baseline",
     "torchcodec": "torchcodec is a video peer",
     "dav1d": "the dav1d command line is the AV1 video decode ceiling",
@@ -116,12 +122,20 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
         return f"unknown device {device!r}; expected one of {DEVICES}"
     if (scenario.kind, backend) in CPU_ONLY and device != "cpu":
         return "not applicable: runs on the CPU only (see its cpu row)"
+    if (scenario.kind, backend) in GPU_ONLY and device != "cuda":
+        return "not applicable: decodes on a CUDA GPU only (the torchvision row is its CPU pipeline)"
     if device == "cuda" and not cuda_available():
         return "not available: no CUDA device on this machine (torch.cuda.is_available() is False)"
+    if scenario.kind == "detection":
+        if backend == "dali" and not _installed("nvidia.dali"):
+            return f"not installed: NVIDIA DALI ({DALI_HINT})"
+        if backend == "torchvision" and not (_installed("torchvision") and _installed("pycocotools")):
+            return "not installed: torchvision's CocoDetection needs torchvision and pycocotools (pip install pycocotools)"
+        return None
     if scenario.kind == "image":
         if backend in ("dali", "mediapipe-dali") and not _installed("nvidia.dali"):
             return f"not installed: NVIDIA DALI ({DALI_HINT})"
-        if backend in ("torchvision", "hf-datasets") and not _installed("torchvision"):
+        if backend in ("torchvision", "torchvision-gpu", "hf-datasets") and not _installed("torchvision"):
             return "not installed: torchvision (pip install torchvision)"
         if backend in ("mediapipe-hf", "hf-datasets") and not (_installed("datasets") and _installed("pyarrow")):
             return "not installed: datasets and pyarrow write and read the Parquet copy (pip install datasets)"
@@ -163,6 +177,11 @@ def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, wo
 
         return images.open_stream(scenario.name, backend, data, device=device, workers=workers,
                                   batch_size=batch_size or 64, options=options)
+    if scenario.kind == "detection":
+        from mediapipe.bench import detection
+
+        return detection.open_stream(backend, data, device=device, workers=workers,
+                                     batch_size=batch_size or scenario.batch_size or 32, options=options)
     function = runner_name(scenario, backend, device)
     module_name = f"mediapipe.bench.{scenario.kind}"
     try:

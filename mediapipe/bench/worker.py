@@ -26,6 +26,17 @@ from mediapipe.bench.core import Rep, rss_mb, tree_cpu_seconds, tree_pids, tree_
 RSS_SAMPLE_SECONDS = 0.1
 
 
+def gpu_mb() -> float | None:
+    """The GPU memory torch's allocator holds for tensors in this process, in MB; None where this
+    process never initialised CUDA (a CPU backend)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated() / 2**20
+
+
 # -- inside the backend's process ---------------------------------------------------------
 class _Backend:
     def __init__(self) -> None:
@@ -89,7 +100,7 @@ class _Backend:
         stages = {k: v - stages0.get(k, 0.0) for k, v in stages1.items()}
         rep = Rep(batches=batches, samples=samples, seconds=seconds, units=units if have_units else None,
                   wait=wait, step=step, cpu_seconds=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                  stages=stages, end_rss_mb=tree_rss_mb(me), end_uss_mb=tree_uss_mb(me))
+                  stages=stages, end_rss_mb=tree_rss_mb(me), end_uss_mb=tree_uss_mb(me), end_gpu_mb=gpu_mb())
         return {"rep": rep.__dict__, "delivered": self.delivered}
 
     def close(self) -> dict[str, Any]:
@@ -136,6 +147,7 @@ class BackendError(RuntimeError):
 BASE_PRELOAD = ("torch", "mediapipe", "mediapipe.bench.worker")
 PRELOAD_BY_BACKEND = {
     "torchvision": ("torchvision", "torchvision.transforms.v2"),
+    "torchvision-gpu": ("torchvision", "torchvision.transforms.v2", "mediapipe.bench.torchvision_gpu"),
     "dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch"),
     "mediapipe-dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch", "mediapipe.loaders.dali"),
 }

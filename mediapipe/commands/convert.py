@@ -12,7 +12,8 @@ from mediapipe.transcode import AUDIO_CODECS, TranscodeOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", help="a folder (class sub-folders become labels) or a JSON-lines manifest")
+    p.add_argument("src", help="a folder (class sub-folders become labels), a JSON-lines manifest, a COCO annotation "
+                               "file (.json) or, with --labels-dir, a folder of images with YOLO labels")
     p.add_argument("out", help="the output folder (new, or the one to --resume), or a URL (s3://bucket/out, gs://...; "
                                "credentials and endpoint from the environment, as the store's own tools read them)")
     g = p.add_argument_group("shards")
@@ -42,22 +43,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--preset", type=int, default=10, help="SVT-AV1 speed, 0-13, higher is faster (default 10)")
     v.add_argument("--audio", dest="keep_audio", action=argparse.BooleanOptionalAction, default=True,
                    help="keep video files' audio tracks (default: keep)")
+    d = p.add_argument_group("detection (boxes, labels and masks go into each sample's .json member)")
+    d.add_argument("--images-dir", default=None, help="COCO: the folder the file names are relative to "
+                                                      "(default: the annotation file's folder)")
+    d.add_argument("--masks", action="store_true", help="COCO: also store each object's mask (needs pycocotools)")
+    d.add_argument("--labels-dir", default=None, help="YOLO: SRC is the images folder, this one holds the labels")
+    d.add_argument("--classes", default=None, help="YOLO: class names (a text file, one per line, or a data.yaml)")
     a = p.add_argument_group("audio")
     a.add_argument("--audio-rate", type=int, default=None, help="sample rate in Hz (default: the input's)")
     a.add_argument("--audio-channels", type=int, choices=(1, 2), default=None, help="1 (mono) or 2 (stereo)")
     a.add_argument("--audio-codec", choices=AUDIO_CODECS, default="flac", help="default flac")
 
 
+def detection_source(args: argparse.Namespace) -> object:
+    """The COCO or YOLO source the detection options ask for, or SRC itself."""
+    from mediapipe import loaders
+
+    if args.labels_dir is not None:
+        return loaders.yolo(args.src, labels_dir=args.labels_dir, classes=args.classes)
+    if args.images_dir is not None or args.masks:
+        return loaders.coco(args.src, args.images_dir, masks=args.masks)
+    return args.src
+
+
 def run(args: argparse.Namespace) -> int:
     from mediapipe.convert import convert
 
     try:
+        src = detection_source(args)
         options = TranscodeOptions(
             image_max_side=args.image_max_side, jpeg_quality=args.jpeg_quality, reencode=args.reencode,
             video_codec=args.video_codec, video_max_height=args.video_max_height, fps=args.fps,
             keyframe_interval=args.keyframe_interval, crf=args.crf, preset=args.preset, keep_audio=args.keep_audio,
             audio_rate=args.audio_rate, audio_channels=args.audio_channels, audio_codec=args.audio_codec)
-        result = convert(args.src, args.out, shard_size=args.shard_size, shuffle=args.shuffle, seed=args.seed,
+        result = convert(src, args.out, shard_size=args.shard_size, shuffle=args.shuffle, seed=args.seed,
                          workers=args.workers, resume=args.resume, engine=args.engine, options=options,
                          ray_address=args.ray_address, progress=args.progress)
     except OSError as err:  # a full disk, a folder that cannot be written: the file and the reason
