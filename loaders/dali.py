@@ -350,11 +350,14 @@ class DaliLoader(SamplerDriven):
         self._live, self._checkpoint = live, None
         live.busy = True
         self._current = current = object()
-        return self._pass(live, current, epoch, start, len(planned))
+        run = self._pass(live, current, epoch, start, len(planned))
+        next(run)  # started: dropping or closing the pass now runs its `finally`, which frees the pipeline
+        return run
 
     def _pass(self, live: _Live, current: object, epoch: int, start: int, length: int) -> Iterator[dict[str, Any]]:
         sampler = self.sampler
         try:
+            yield {}  # (taken by __iter__)
             for _ in range(length - start):
                 t0 = time.perf_counter()
                 try:

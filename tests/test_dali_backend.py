@@ -840,3 +840,16 @@ def test_text_fields_and_token_ids_are_collated_as_the_torch_backend_does(mask_m
         assert set(a) == set(b) and {"caption", "ids", "ids_lengths", "weight"} <= set(a)
         assert a["caption"] == b["caption"] and isinstance(a["caption"], list)
         assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["ids_lengths"], b["ids_lengths"])
+
+
+def test_a_pass_dropped_before_its_first_batch_frees_its_pipeline(image_folder):
+    """A pass holds its DALI pipeline until it ends, is closed or is dropped, even unstarted;
+    the next pass then goes on with that pipeline instead of building another."""
+    loader = _pipe(image_folder, [A.Resize((32, 32))]).loader(backend="dali")
+    live = loader._live
+    it = iter(loader)
+    assert live.busy
+    del it
+    assert not live.busy
+    next(iter(loader))
+    assert loader._live is live
