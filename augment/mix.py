@@ -2,7 +2,8 @@
 
 Both run once per batch on the device (``batch_only``): lambda ~ Beta(alpha, alpha) is drawn
 once per batch from the batch's key; sample i is mixed with sample i - 1 (the batch rolled by
-one, as torchvision v2). They read the class indices in ``label`` (int64 (B,)), or soft labels
+one, as torchvision v2), or with the previous valid sample where a batch has empty slots
+(``valid`` False under ``on_error="replace"``). They read the class indices in ``label`` (int64 (B,)), or soft labels
 from an earlier mixing op, and write soft labels float32 (B, num_classes) rows that sum to 1.
 """
 
@@ -63,8 +64,9 @@ class MixUp(_Mix):
     def apply_fields(self, data: dict[str, Any], params: Params, only: Any = None, canvas_size: Any = None) -> None:
         lam = float(params["lam"])
         labels = F.soft_labels(data[self.label_key], self.num_classes)
+        partner = F.partners(data.get("valid"), labels.shape[0])
         for src, dst in zip(self.inputs, self.outputs):
-            data[dst], mixed = F.mixup(data[src], labels, lam)
+            data[dst], mixed = F.mixup(data[src], labels, lam, partner)
         data[self.label_key] = mixed
 
 
@@ -94,6 +96,7 @@ class CutMix(_Mix):
     def apply_fields(self, data: dict[str, Any], params: Params, only: Any = None, canvas_size: Any = None) -> None:
         labels = F.soft_labels(data[self.label_key], self.num_classes)
         box = self.box(params, tuple(data[self.inputs[0]].shape[-2:]))
+        partner = F.partners(data.get("valid"), labels.shape[0])
         for src, dst in zip(self.inputs, self.outputs):
-            data[dst], mixed = F.cutmix(data[src], labels, box)
+            data[dst], mixed = F.cutmix(data[src], labels, box, partner)
         data[self.label_key] = mixed

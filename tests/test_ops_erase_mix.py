@@ -229,3 +229,36 @@ def test_pipeline_rejects_mix_before_a_sample_stage_op(image_folder) -> None:
     with pytest.raises(PipelineError, match="MixUp"):
         mp.Pipeline(source=mp.loaders.folder(image_folder), decode={"image": mp.decoders.image()},
                     augment=[A.MixUp(num_classes=3), A.RandomCrop(32)], device="cpu")
+
+
+@pytest.mark.parametrize("op", [A.MixUp(num_classes=3, alpha=1.0), A.CutMix(num_classes=3, alpha=1.0)])
+def test_a_valid_sample_is_never_mixed_with_an_empty_slot(op) -> None:
+    """Under on_error="replace" a batch may hold empty slots (zeros, label -1, valid False): each
+    valid sample takes the previous *valid* sample as its partner, so its soft label still sums
+    to 1 and its pixels hold no zeros from the empty slot."""
+    x = torch.stack([torch.full((3, 8, 8), 10.0 * (i + 1)) for i in range(4)])
+    valid = torch.tensor([True, False, True, True])
+    x[1] = 0
+    data = {"image": x.clone(), "label": torch.tensor([0, -1, 1, 2]), "valid": valid}
+    params = {"lam": torch.tensor(0.5), "center_x": torch.tensor(0.5), "center_y": torch.tensor(0.5)}
+    op.apply_fields(data, params)
+    labels = data["label"]
+    assert torch.allclose(labels[valid].sum(1), torch.ones(3))
+    out = data["image"]
+    for i, partner in ((0, 3), (2, 0), (3, 2)):  # sample 2's partner skips the empty slot 1
+        values = set(out[i].unique().tolist())
+        own, other = x[i, 0, 0, 0].item(), x[partner, 0, 0, 0].item()
+        assert values <= {own, other, (own + other) / 2}, (i, values)
+        assert 0.0 not in values
+
+
+@pytest.mark.parametrize("op", [A.MixUp(num_classes=3), A.CutMix(num_classes=3)])
+def test_an_all_valid_batch_is_mixed_as_the_roll(op) -> None:
+    x = torch.rand(4, 3, 8, 8)
+    params = {"lam": torch.tensor(0.3), "center_x": torch.tensor(0.4), "center_y": torch.tensor(0.6)}
+    bound = op
+    with_valid = {"image": x.clone(), "label": torch.tensor([0, 1, 2, 0]), "valid": torch.ones(4, dtype=torch.bool)}
+    without = {"image": x.clone(), "label": torch.tensor([0, 1, 2, 0])}
+    bound.apply_fields(with_valid, params)
+    bound.apply_fields(without, params)
+    assert torch.equal(with_valid["image"], without["image"]) and torch.equal(with_valid["label"], without["label"])

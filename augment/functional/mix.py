@@ -1,7 +1,9 @@
 """Batch-mixing kernels (MixUp, CutMix): each sample mixed with its neighbour in the batch.
 
 The partner of sample i is sample i - 1 (the batch rolled by one, sample 0 takes the last),
-as in torchvision v2. Labels become soft (B, num_classes) float rows that sum to 1.
+as in torchvision v2; in a batch with invalid slots (``on_error="replace"``), the previous valid
+sample, so a valid sample is never mixed with an empty slot. Labels become soft (B, num_classes)
+float rows that sum to 1.
 """
 
 from __future__ import annotations
@@ -26,6 +28,23 @@ def soft_labels(label: torch.Tensor, num_classes: int, dtype: torch.dtype = torc
     return torch.nn.functional.one_hot(label.clamp(min=0), num_classes).to(dtype).mul_(valid)
 
 
+def partners(valid: torch.Tensor | None, batch_size: int) -> torch.Tensor | None:
+    """The partner of each sample: None (the batch rolled by one) without ``valid`` (bool (B,));
+    else for each sample the previous valid one, cyclically (the roll when every slot is valid).
+    Tensor arithmetic only, so no host sync on a device."""
+    if valid is None:
+        return None
+    index = torch.arange(batch_size, device=valid.device)
+    last_valid = torch.cummax(torch.where(valid.to(torch.bool), index, -1), 0).values  # up to and at i
+    before = torch.cat([last_valid[-1:], last_valid[:-1]])  # strictly before i; i = 0 wraps to the last
+    before = torch.where(before < 0, last_valid[-1], before)  # none before i: wrap to the last valid
+    return torch.where(before < 0, index, before)  # no valid sample at all: itself
+
+
+def _partner_of(x: torch.Tensor, partner: torch.Tensor | None) -> torch.Tensor:
+    return x.roll(1, 0) if partner is None else x.index_select(0, partner.to(x.device))
+
+
 def _lerp(a: torch.Tensor, partner: torch.Tensor, lam: float) -> torch.Tensor:
     """lam * a + (1 - lam) * partner; integer images are mixed in float32 and rounded back."""
     if a.is_floating_point():
@@ -34,9 +53,11 @@ def _lerp(a: torch.Tensor, partner: torch.Tensor, lam: float) -> torch.Tensor:
     return mixed.round_().clamp_(0, 255).to(a.dtype)
 
 
-def mixup(x: torch.Tensor, label: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """lam * sample i + (1 - lam) * sample i - 1, for the images ``x`` (B, ...) and soft labels."""
-    return _lerp(x, x.roll(1, 0), lam), _lerp(label, label.roll(1, 0), lam)
+def mixup(x: torch.Tensor, label: torch.Tensor, lam: float,
+          partner: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """lam * sample i + (1 - lam) * its partner (sample i - 1, or `partners`), for the images
+    ``x`` (B, ...) and soft labels."""
+    return _lerp(x, _partner_of(x, partner), lam), _lerp(label, _partner_of(label, partner), lam)
 
 
 def cutmix_box(lam: float, center_x: float, center_y: float, size: tuple[int, int]) -> tuple[int, int, int, int]:
@@ -52,13 +73,13 @@ def cutmix_box(lam: float, center_x: float, center_y: float, size: tuple[int, in
 
 
 def cutmix(
-    x: torch.Tensor, label: torch.Tensor, box: tuple[int, int, int, int]
+    x: torch.Tensor, label: torch.Tensor, box: tuple[int, int, int, int], partner: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Paste the region ``box`` = (x1, y1, x2, y2) of sample i - 1 into sample i; labels mixed by
-    the pasted area: lam = 1 - box area / image area."""
+    """Paste the region ``box`` = (x1, y1, x2, y2) of sample i's partner (sample i - 1, or
+    `partners`) into sample i; labels mixed by the pasted area: lam = 1 - box area / image area."""
     x1, y1, x2, y2 = box
     h, w = x.shape[-2:]
     out = x.clone()
-    out[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]
+    out[..., y1:y2, x1:x2] = _partner_of(x, partner)[..., y1:y2, x1:x2]
     lam = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
-    return out, _lerp(label, label.roll(1, 0), lam)
+    return out, _lerp(label, _partner_of(label, partner), lam)
