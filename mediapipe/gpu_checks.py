@@ -1,5 +1,5 @@
-"""The GPU path's checks: ``pytest -m gpu`` runs them on a CUDA device, ``mediapipe selfcheck``
-runs them without pytest on the device it is given, and the test suite runs the self-check on
+"""The GPU path's checks: ``mediapipe selfcheck --device cuda`` runs them on a CUDA device
+(without pytest, on the device it is given), and the test suite runs the self-check on
 the CPU, so every line here runs in CI (on the CPU, nvImageCodec's CPU-only backend stands in
 for nvJPEG).
 

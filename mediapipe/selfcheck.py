@@ -1,6 +1,6 @@
 """``mediapipe selfcheck``: the GPU path checked on one machine in one command, written as JSON.
 
-In order: the GPU checks (`mediapipe.gpu_checks`, what ``pytest -m gpu`` runs), then the
+In order: the GPU checks (`mediapipe.gpu_checks`), then the
 benchmark in the same run: image-train and image-eval on the device against torchvision's
 GPU pipeline (``decode_jpeg(device="cuda")`` + transforms v2 on the GPU) and DALI's GPU
 pipeline where DALI is installed, video-clips on the device, and image-train on the CPU at
