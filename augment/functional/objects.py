@@ -60,26 +60,28 @@ def _in_xyxy(boxes: torch.Tensor, format: str, fn, canvas_size: tuple[int, int] 
 
 
 # -- flips ---------------------------------------------------------------------------------------------
-def hflip_boxes(boxes: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int], format: str,
-                **_: object) -> torch.Tensor:
-    """Mirror left-right the rows whose ``flip`` is true: x1, x2 -> W - x2, W - x1."""
+def _flip_boxes(boxes: torch.Tensor, flip: Number | bool, extent: int, low: int, high: int,
+                format: str) -> torch.Tensor:
+    """Mirror the rows whose ``flip`` is true along one axis of ``extent`` pixels, whose xyxy
+    columns are ``low`` and ``high``: low, high -> extent - high, extent - low."""
     def mirror(xyxy: torch.Tensor) -> torch.Tensor:
         flipped = xyxy.clone()
-        flipped[..., 0], flipped[..., 2] = canvas_size[1] - xyxy[..., 2], canvas_size[1] - xyxy[..., 0]
+        flipped[..., low], flipped[..., high] = extent - xyxy[..., high], extent - xyxy[..., low]
         return torch.where(_as_mask(flip, xyxy), flipped, xyxy)
 
     return _in_xyxy(boxes, format, mirror)
+
+
+def hflip_boxes(boxes: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int], format: str,
+                **_: object) -> torch.Tensor:
+    """Mirror left-right the rows whose ``flip`` is true: x1, x2 -> W - x2, W - x1."""
+    return _flip_boxes(boxes, flip, canvas_size[1], 0, 2, format)
 
 
 def vflip_boxes(boxes: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int], format: str,
                 **_: object) -> torch.Tensor:
     """Mirror top-bottom the rows whose ``flip`` is true: y1, y2 -> H - y2, H - y1."""
-    def mirror(xyxy: torch.Tensor) -> torch.Tensor:
-        flipped = xyxy.clone()
-        flipped[..., 1], flipped[..., 3] = canvas_size[0] - xyxy[..., 3], canvas_size[0] - xyxy[..., 1]
-        return torch.where(_as_mask(flip, xyxy), flipped, xyxy)
-
-    return _in_xyxy(boxes, format, mirror)
+    return _flip_boxes(boxes, flip, canvas_size[0], 1, 3, format)
 
 
 def hflip_keypoints(points: torch.Tensor, flip: Number | bool, *, canvas_size: tuple[int, int],
