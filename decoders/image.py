@@ -10,6 +10,7 @@ import torch
 
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.exif import jpeg_orientation
 from mediapipe.errors import DecodeError, LimitError
 
 MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale
@@ -24,7 +25,8 @@ def image(
     images are converted) or 1 for ``mode="L"``. 16-bit PNG and TIFF (Pillow modes
     ``I;16``, ``I;16B``, ``I``) keep each value's high byte (v >> 8, as torchvision's
     ``to_dtype(..., scale=True)``), so a 0-65535 ramp spans 0-255. ``exif_transpose=True`` applies the
-    EXIF orientation. ``backend``: "auto" (the fastest installed for the device),
+    EXIF orientation (JPEGs whose header says upright stay on the fast backends; Pillow
+    decodes the ones it turns). ``backend``: "auto" (the fastest installed for the device),
     "turbo" (libjpeg-turbo through simplejpeg), "pillow", or "nvimgcodec" (nvJPEG on an
     NVIDIA GPU; libjpeg-turbo with region-of-interest decoding on the CPU).
     ``device_decode``: for backends that can decode a whole batch on the pipeline's device
@@ -78,6 +80,11 @@ class ImageDecoder(Decoder):
     @property
     def channels(self) -> int:
         return 1 if self.mode == "L" else 3
+
+    def turns(self, data: bytes) -> bool:
+        """Whether ``exif_transpose`` may turn or mirror this JPEG (then Pillow decodes it): False
+        for a header that says upright, True where only Pillow can tell (see `jpeg_orientation`)."""
+        return self.exif_transpose and jpeg_orientation(data) not in (0, 1)
 
     def check_jpeg(self, data: bytes, path: str) -> None:
         """DecodeError for a JPEG whose header declares more than its bytes can hold (`jpeg_claim_error`)."""

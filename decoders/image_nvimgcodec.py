@@ -115,7 +115,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
         at full scale and the fused op resizes the batch."""
         if not data.startswith(_JPEG_MAGIC):
             return "not a JPEG"
-        if self.exif_transpose:
+        if self.turns(data):
             return "EXIF orientation applied"
         header = meta.get("jpeg_header") or self._fallback._header(data, name)  # the probe's, if it ran
         if header is None:

@@ -2,7 +2,7 @@
 
 Faster than Pillow on JPEG (no 4-byte intermediate, no copy out), with DCT-domain
 downscaling (1/2, 1/4, 1/8) when the hinted region is large against the output size (see
-`plan_decode`). Every other format, CMYK JPEGs and EXIF-rotated JPEGs go to the Pillow
+`plan_decode`). Every other format, CMYK JPEGs and JPEGs that EXIF orientation turns (with ``exif_transpose``) go to the Pillow
 backend.
 """
 
@@ -64,7 +64,7 @@ class TurboImageDecoder(ImageDecoder):
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         data = blob.read() if data is None else data
         header = self._header(data, blob.name)
-        if header is None or self.exif_transpose:
+        if header is None or self.turns(data):
             return self._fallback.probe(blob, data)
         self.check_pixels(header[1], header[0], blob.name)
         return {"height": header[0], "width": header[1], "jpeg_header": header}  # decode reuses it
@@ -73,7 +73,7 @@ class TurboImageDecoder(ImageDecoder):
         check_hint(hint)
         data = blob.read()
         header = meta.get("jpeg_header") or self._header(data, blob.name)
-        if header is None or self.exif_transpose:
+        if header is None or self.turns(data):
             return self._fallback.decode(blob, hint, rng, meta)
         height, width, _ = header
         self.check_pixels(width, height, blob.name)

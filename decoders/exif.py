@@ -1,0 +1,75 @@
+"""A JPEG's EXIF orientation read from its header bytes, without decoding the image.
+
+`exif_transpose=True` needs Pillow only for files that are turned or mirrored; an upright file
+(the common case) can stay on the fast backends. The reading is conservative: where Pillow
+could see an orientation this parser does not follow (two EXIF blocks, an XMP packet, an
+unusual tag type, malformed offsets), it answers None and the caller asks Pillow.
+"""
+
+from __future__ import annotations
+
+ORIENTATION_TAG = 0x0112
+_EXIF_ID = b"Exif\x00\x00"
+_XMP_ID = b"http://ns.adobe.com/xap/1.0/\x00"
+_SHORT = 3  # TIFF field type of the orientation value
+_STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
+
+
+def jpeg_orientation(data: bytes) -> int | None:
+    """The EXIF orientation (1 = upright) of a JPEG: 1 when it carries neither EXIF nor XMP,
+    the tag's value when one EXIF block holds it, None when only Pillow can tell."""
+    exif: list[bytes] = []
+    i, end = 2, len(data)
+    while i + 4 <= end:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _STANDALONE:
+            i += 2
+            continue
+        if marker == 0xDA:  # start of scan: every header segment has been seen
+            break
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if length < 2 or i + 2 + length > end:
+            return None
+        if marker == 0xE1:
+            payload = data[i + 4 : i + 2 + length]
+            if payload.startswith(_XMP_ID):
+                return None  # Pillow reads tiff:Orientation from XMP where EXIF has none
+            if payload.startswith(_EXIF_ID):
+                exif.append(payload[len(_EXIF_ID) :])
+        i += 2 + length
+    else:
+        return None  # no start of scan: not a JPEG this parser vouches for
+    if not exif:
+        return 1
+    if len(exif) > 1:
+        return None  # Pillow concatenates the blocks
+    return _tiff_orientation(exif[0])
+
+
+def _tiff_orientation(tiff: bytes) -> int | None:
+    """The orientation in a TIFF structure's first directory: 1 if absent, None if unreadable."""
+    if len(tiff) < 8 or tiff[:4] not in (b"II*\x00", b"MM\x00*"):
+        return None
+    order = "little" if tiff[:2] == b"II" else "big"
+    offset = int.from_bytes(tiff[4:8], order)
+    if offset < 8 or offset + 2 > len(tiff):
+        return None
+    count = int.from_bytes(tiff[offset : offset + 2], order)
+    if offset + 2 + 12 * count > len(tiff):
+        return None
+    values = []
+    for k in range(count):
+        entry = tiff[offset + 2 + 12 * k : offset + 14 + 12 * k]
+        if int.from_bytes(entry[0:2], order) != ORIENTATION_TAG:
+            continue
+        if int.from_bytes(entry[2:4], order) != _SHORT or int.from_bytes(entry[4:8], order) != 1:
+            return None
+        values.append(int.from_bytes(entry[8:10], order))
+    if len(values) > 1:
+        return None  # which one Pillow keeps is its own business
+    return values[0] if values else 1
