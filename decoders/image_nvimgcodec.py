@@ -4,9 +4,11 @@ nvImageCodec (installed with the ``dali`` extra) decodes only the rows and colum
 the hinted region: rows below it are never entropy-decoded, and the IDCT and colour
 conversion run for the region alone (DALI's ROI decode). On the CPU ("auto" picks it
 wherever it is installed) it runs per sample in our workers, for the crops of
-baseline JPEGs at full scale; progressive JPEGs (whose every scan is entropy-decoded
-whole, region or not), whole images and crops that `plan_decode` lets decode at a
-reduced DCT scale go to the turbo backend. On an NVIDIA
+baseline JPEGs at full scale, and for progressive JPEGs' crops that cover at most
+`PROGRESSIVE_REGION_SHARE` of the image (every scan is entropy-decoded whole, region or not:
+only the inverse DCT and colour conversion of the rest are saved, which pays for a small
+region only). Larger progressive crops, whole images and crops that `plan_decode` lets decode
+at a reduced DCT scale go to the turbo backend. On an NVIDIA
 device it runs as a device decoder: the workers read the bytes and draw the crop, and the
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
 hardware JPEG decoder where the GPU has one), every JPEG's region at full scale, which the
@@ -43,6 +45,10 @@ from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
+# a progressive JPEG's region goes to the region decode when it covers at most this share of
+# the image's area; above it the turbo backend's whole decode costs less (its libjpeg-turbo build is
+# the faster of the two on a whole image, and the region saves too little of the inverse DCT)
+PROGRESSIVE_REGION_SHARE = 0.5
 
 
 def _nvimgcodec():
@@ -128,7 +134,11 @@ class NvImageCodecImageDecoder(ImageDecoder):
             return None
         if plan_decode(hint, (height, width)).denominator != 1:
             return "reduced DCT scale"
-        return None if hint.roi is not None and not jpeg_is_progressive(data) else "not a region of a baseline JPEG"
+        if hint.roi is None:
+            return "whole image"
+        if jpeg_is_progressive(data) and hint.roi[2] * hint.roi[3] > PROGRESSIVE_REGION_SHARE * height * width:
+            return "large region of a progressive JPEG"
+        return None
 
     def _stream(self, data: bytes, hint: DecodeHint):
         nc = _nvimgcodec()

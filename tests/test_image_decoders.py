@@ -53,9 +53,10 @@ def test_progressive_frames_are_recognised(photo):
     assert not jpeg_is_progressive(b"\xff\xd8\xff\xe0\x00")  # truncated: read as not progressive
 
 
-def test_nvimgcodec_region_decodes_baseline_crops_only(photo, monkeypatch):
-    """On the CPU nvImageCodec takes full-scale crops of baseline JPEGs; progressive JPEGs,
-    whole images and crops that decode at a reduced DCT scale go to the turbo path."""
+def test_nvimgcodec_region_decodes_baseline_and_small_progressive_crops(photo, monkeypatch):
+    """On the CPU nvImageCodec takes full-scale crops of baseline JPEGs and progressive crops of
+    at most PROGRESSIVE_REGION_SHARE of the image; larger progressive crops, whole images and
+    crops that decode at a reduced DCT scale go to the turbo path."""
     pytest.importorskip("nvidia.nvimgcodec")
     decoder = create("image", "nvimgcodec")
     taken = []
@@ -65,7 +66,10 @@ def test_nvimgcodec_region_decodes_baseline_crops_only(photo, monkeypatch):
     crop = DecodeHint(roi=(10, 20, 100, 120), size=(96, 96))
     for data, hint, path in [
         (jpeg_bytes(large), crop, "nvimgcodec"),
-        (jpeg_bytes(large, progressive=True), crop, "turbo"),
+        (jpeg_bytes(large, progressive=True), crop, "nvimgcodec"),  # 4% of the image
+        (jpeg_bytes(large, progressive=True), DecodeHint(roi=(40, 30, 400, 400), size=(224, 224)), "turbo"),  # 52%
+        (jpeg_bytes(large, progressive=True, restart_marker_rows=1), DecodeHint(roi=(200, 300, 250, 300),
+                                                                               size=(224, 224)), "nvimgcodec"),
         (jpeg_bytes(large), DecodeHint(size=(96, 96)), "turbo"),  # no region: reduced whole image
         (jpeg_bytes(large), DecodeHint(roi=(0, 0, 400, 600), size=(64, 64)), "turbo"),  # reduced crop
     ]:
