@@ -11,13 +11,15 @@ import torch
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.decoders.exif import jpeg_orientation
+from mediapipe.decoders.jpeg_scans import without_final_refinement
 from mediapipe.errors import DecodeError, LimitError
 
 MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale
 
 
 def image(
-    backend: str = "auto", *, mode: str = "RGB", exif_transpose: bool = False, device_decode: bool | None = None
+    backend: str = "auto", *, mode: str = "RGB", exif_transpose: bool = False, device_decode: bool | None = None,
+    exact: bool = False,
 ) -> DecoderSpec:
     """An image decoder: JPEG fast path, and PNG, WebP, BMP, GIF, TIFF through Pillow.
 
@@ -29,6 +31,10 @@ def image(
     decodes the ones it turns). ``backend``: "auto" (the fastest installed for the device),
     "turbo" (libjpeg-turbo through simplejpeg), "pillow", or "nvimgcodec" (nvJPEG on an
     NVIDIA GPU; libjpeg-turbo with region-of-interest decoding on the CPU).
+    ``exact``: a region hinted with a shrinking antialiased resize (a fused crop) is by default
+    decoded the cheaper way the quality bound allows, a reduced DCT scale or, for a progressive
+    JPEG, without the scans that refine the last bit of its AC coefficients (see `plan_decode`,
+    `coarse_scans`); ``exact=True`` decodes every JPEG whole at full scale, as Pillow does.
     ``device_decode``: for backends that can decode a whole batch on the pipeline's device
     (nvimgcodec): None decodes there when the device is CUDA, True always (on the CPU too,
     in the training process), False never (per sample in the workers).
@@ -42,6 +48,8 @@ def image(
     if mode not in MODES:
         raise ValueError(f"image(mode={mode!r}): expected one of {MODES}")
     options = {"mode": mode, "exif_transpose": exif_transpose}
+    if exact:
+        options["exact"] = True
     if device_decode is not None:
         options["device_decode"] = device_decode
     return DecoderSpec("image", backend, options)
@@ -73,9 +81,25 @@ class ImageDecoder(Decoder):
         mode: str = "RGB",
         exif_transpose: bool = False,
         device_decode: bool | None = None,
+        exact: bool = False,
     ) -> None:
         super().__init__(device=device, limits=limits)
         self.mode, self.exif_transpose, self.device_decode = mode, exif_transpose, device_decode
+        self.exact = exact
+
+    def plan(self, hint: DecodeHint, full: tuple[int, int]) -> ScaledDecode:
+        """The DCT scale to decode at (`plan_decode`; full scale when ``exact``)."""
+        return FULL_SCALE if self.exact else plan_decode(hint, full)
+
+    def scans(self, data: bytes, hint: DecodeHint) -> bytes:
+        """The JPEG to decode for this hint: ``data``, or a progressive JPEG without its final
+        refinement scans where `coarse_scans` allows it (never when ``exact``)."""
+        if self.exact or hint.size is None:
+            return data
+        frame = jpeg_frame(data)
+        if frame is None or not frame.progressive or not coarse_scans(hint, (frame.height, frame.width)):
+            return data
+        return without_final_refinement(data) or data
 
     @property
     def channels(self) -> int:
@@ -144,6 +168,21 @@ def plan_decode(hint: DecodeHint, full: tuple[int, int]) -> ScaledDecode:
         if max(rows.error, cols.error) <= BOX_TOLERANCE:
             return ScaledDecode(d, rows, cols)
     return FULL_SCALE
+
+
+# a progressive JPEG's final refinement scans are skipped only for a region at least this many
+# times the output size in both dimensions: the resize then averages away most of the error
+COARSE_MARGIN = 1.5
+
+
+def coarse_scans(hint: DecodeHint, full: tuple[int, int]) -> bool:
+    """Whether a progressive JPEG may be decoded without its final AC refinement scans for this
+    hint (`without_final_refinement`): an antialiased bilinear or bicubic resize shrinks the
+    region by at least `COARSE_MARGIN` in both dimensions."""
+    if hint.size is None or not hint.antialias or hint.interpolation not in ("bilinear", "bicubic"):
+        return False
+    height, width = (hint.roi[2], hint.roi[3]) if hint.roi is not None else full
+    return height >= COARSE_MARGIN * hint.size[0] and width >= COARSE_MARGIN * hint.size[1]
 
 
 def finish_decode(array: np.ndarray, hint: DecodeHint, plan: ScaledDecode) -> torch.Tensor:

@@ -36,7 +36,6 @@ from mediapipe.decoders.image import (
     hwc_to_chw,
     jpeg_is_complete,
     jpeg_is_progressive,
-    plan_decode,
 )
 from mediapipe.decoders.image_turbo import TurboImageDecoder
 from mediapipe.decoders.registry import register
@@ -132,7 +131,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
             return "cut-short JPEG"
         if batched:
             return None
-        if plan_decode(hint, (height, width)).denominator != 1:
+        if self.plan(hint, (height, width)).denominator != 1:
             return "reduced DCT scale"
         if hint.roi is None:
             return "whole image"
@@ -155,7 +154,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
             return self._fallback.decode(blob, hint, rng, meta)
         decoder = self._lazy_decoder()
         try:
-            image = decoder.decode(self._stream(data, hint), params=self._params)
+            image = decoder.decode(self._stream(self.scans(data, hint), hint), params=self._params)
         except RuntimeError as err:
             raise DecodeError(blob.name, self.name, str(err)) from err
         if image is None:

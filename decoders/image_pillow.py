@@ -22,7 +22,6 @@ from mediapipe.decoders.image import (
     ScaledDecode,
     check_hint,
     finish_decode,
-    plan_decode,
 )
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError, LimitError
@@ -82,7 +81,7 @@ class PillowImageDecoder(ImageDecoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         check_hint(hint)
         data = blob.read()
-        im = self._open(data, blob.name)
+        im = self._open(data if self.turns(data) else self.scans(data, hint), blob.name)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Truncated File Read" and friends become errors below
@@ -101,7 +100,7 @@ class PillowImageDecoder(ImageDecoder):
             im = ImageOps.exif_transpose(im)
             full = (im.size[1], im.size[0])
         elif im.format == "JPEG":
-            plan = self._draft(im, plan_decode(hint, full), full)
+            plan = self._draft(im, self.plan(hint, full), full)
         im.load()
         if im.mode in SIXTEEN_BIT_MODES:
             im = to_8_bits(im)

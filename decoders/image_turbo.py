@@ -18,7 +18,6 @@ from mediapipe.decoders.image import (
     ScaledDecode,
     check_hint,
     finish_decode,
-    plan_decode,
 )
 from mediapipe.decoders.image_pillow import PillowImageDecoder
 from mediapipe.decoders.registry import register
@@ -77,7 +76,8 @@ class TurboImageDecoder(ImageDecoder):
             return self._fallback.decode(blob, hint, rng, meta)
         height, width, _ = header
         self.check_pixels(width, height, blob.name)
-        plan = plan_decode(hint, (height, width))
+        plan = self.plan(hint, (height, width))
+        data = self.scans(data, hint)
         array = self.decode_array(data, blob.name, plan, (height, width))
         if array.shape[:2] != plan.reduced_size((height, width)):  # a tiny image: libjpeg chose another scale
             plan = FULL_SCALE

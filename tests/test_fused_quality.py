@@ -15,7 +15,7 @@ from PIL import Image
 from mediapipe import augment as A
 from mediapipe import fields as mp_fields
 from mediapipe.decoders import backends, create
-from mediapipe.decoders.image import plan_decode
+from mediapipe.decoders.image import coarse_scans, jpeg_is_progressive, plan_decode
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
 from mediapipe.synthetic import photo_like
@@ -119,7 +119,7 @@ def _bound(scores: list[float], what: str) -> None:
 def test_random_resized_crop_meets_the_quality_bound(backend, size, photos, references):
     decoder = create("image", backend)
     op = A.RandomResizedCrop(size)
-    scores, reduced = [], []
+    scores, reduced, coarse = [], [], []
     for i, (data, full) in enumerate(zip(photos, references)):
         meta = decoder.probe(Blob("photo.jpg", data=data))
         meta["size"] = (meta["height"], meta["width"])
@@ -132,10 +132,30 @@ def test_random_resized_crop_meets_the_quality_bound(backend, size, photos, refe
             scores.append(_psnr(got, expected))
             if plan_decode(op.decode_hint(params, meta), meta["size"]).denominator > 1:
                 reduced.append(scores[-1])
+            if jpeg_is_progressive(data) and coarse_scans(op.decode_hint(params, meta), meta["size"]):
+                coarse.append(scores[-1])
     _bound(scores, f"{backend} {size}px, every crop")
-    # the crops decoded at a reduced DCT scale keep the bound on their own
+    # the crops decoded at a reduced DCT scale, and the progressive ones decoded without their
+    # final refinement scans, keep the bound on their own
     assert len(reduced) >= {224: 1, 112: 4, 64: len(scores) // 2}[size]
     _bound(reduced, f"{backend} {size}px, crops decoded reduced")
+    assert len(coarse) >= {224: 2, 112: 6, 64: 8}[size]
+    _bound(coarse, f"{backend} {size}px, progressive crops without the final refinement scans")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exact_decodes_every_crop_as_the_reference(backend, photos, references):
+    """exact=True: no DCT scaling, every scan decoded; the resize alone differs from the reference."""
+    decoder = create("image", backend, exact=True)
+    op = A.RandomResizedCrop(64)
+    for i, (data, full) in enumerate(zip(photos, references)):
+        meta = decoder.probe(Blob("photo.jpg", data=data))
+        meta["size"] = (meta["height"], meta["width"])
+        params = op.sample_params(SampleRNG(7, 64, i, 0), meta)
+        expected = TF.resized_crop(full, params["top"], params["left"], params["height"], params["width"],
+                                   [64, 64], antialias=True)
+        got = _fused(decoder, op, data, params, meta)
+        assert (got.int() - expected.int()).abs().max() <= 1  # the decoders' chroma upsampling may differ by 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -26,7 +26,8 @@ COLUMNS: dict[str, str] = {
     "input-bound": f"with --step-ms: 'yes' when the training step waited for input more than "
                    f"{INPUT_BOUND_FRACTION:.0%} of the simulated step time; (N% wait) is that wait as a share of "
                    "the step time",
-    "PSNR med/min": "the fused decode (crop chosen before decoding, reduced DCT scale) against a full decode then "
+    "PSNR med/min": "the fused decode (crop chosen before decoding, reduced DCT scale, a progressive JPEG's final "
+                    "refinement scans skipped) against a full decode then "
                     "the same crop: median/minimum dB over the dataset; 'exact' when bit-identical",
     "mediapipe/peer": "this library's samples/s over the row's, same scenario, device, workers and data",
 }
