@@ -66,6 +66,7 @@ class Decoded:
     frames: int = 0  # video: frames the decoder produced for this sample (lead-in included), for StageStats
     span: TimeSpans | None = None  # video: when its clips play, for a field decoded from_field this one
     fallback: str | None = None  # why a backend meant for a GPU decoded this sample on the CPU (StageStats.fallbacks)
+    stages: dict[str, float] | None = None  # seconds by part of the decode (video: open, index...), StageStats "decode_<part>"
 _NO_RNG = SampleRNG(0, 0, 0, 0)  # device backends draw nothing: randomness is drawn in the workers
 
 

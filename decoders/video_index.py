@@ -10,6 +10,7 @@ to recognise each decoded frame by its timestamp.
 from __future__ import annotations
 
 import os
+import time
 from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -134,7 +135,9 @@ class VideoIndex:
 _CACHE: OrderedDict[tuple, VideoIndex] = OrderedDict()
 
 
-def _cache_key(blob: Blob) -> tuple:
+def file_key(blob: Blob) -> tuple:
+    """What identifies a file's content for the caches: name, path, offset, size, modification
+    time (a file changed on disk gets a new key) and, for bytes in memory, their length."""
     mtime = None
     if blob.data is None and blob.path is not None:
         try:
@@ -145,14 +148,14 @@ def _cache_key(blob: Blob) -> tuple:
 
 
 def cached_index(blob: Blob) -> VideoIndex | None:
-    index = _CACHE.get(_cache_key(blob))
+    index = _CACHE.get(file_key(blob))
     if index is not None:
-        _CACHE.move_to_end(_cache_key(blob))
+        _CACHE.move_to_end(file_key(blob))
     return index
 
 
 def remember(blob: Blob, index: VideoIndex) -> None:
-    _CACHE[_cache_key(blob)] = index
+    _CACHE[file_key(blob)] = index
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
 
@@ -343,6 +346,7 @@ class FirstFrame:
         self.ctx: Any = None
         self.failed = False
         self.fed = 0
+        self.seconds = 0.0  # spent decoding: the clip decode that follows reuses the frame
         try:  # the stream's own context: it carries the container's side data (the display matrix)
             self.ctx = stream.codec_context
             self.ctx.thread_count = 1
@@ -353,11 +357,14 @@ class FirstFrame:
         """Decode ``packet`` while no frame came out; True once one has."""
         if self.frame is not None or self.failed:
             return True
+        t0 = time.perf_counter()
         try:
             frames = self.ctx.decode(packet)
         except Exception:  # noqa: BLE001 - a damaged first packet: no facts from a frame
             self.failed = True
             return True
+        finally:
+            self.seconds += time.perf_counter() - t0
         self.fed += 1
         if frames:
             self.frame, self.pts = frames[0], packet.pts

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, deque
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +36,7 @@ import torch
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.decoders.video import PackedPlanes, VideoDecoder, chroma_region, clip_box, display_to_stored
+from mediapipe.decoders.video_cache import SourceCache
 from mediapipe.decoders.video_index import (
     Demuxed,
     VideoIndex,
@@ -42,6 +45,7 @@ from mediapipe.decoders.video_index import (
     cached_index,
     check_limits,
     colour_of,
+    file_key,
     remember,
     video_stream,
 )
@@ -99,55 +103,57 @@ class PyAVVideoDecoder(VideoDecoder):
     # -- index --------------------------------------------------------------------------
     def index(self, blob: Blob, meta: SampleMeta | None = None) -> VideoIndex:
         """The file's frame index: cached per process; built from ``meta`` or by demuxing. A fresh
-        index pass leaves its open file, packets and first frame for this thread's next clip
-        decode of the same file (`PacketSource`): one open, one demux and no second decode of
-        the first frame, where the probe and the decode of a sample meet."""
+        index pass keeps the file's packets and its decoder, first frame decoded, in this
+        thread's `SourceCache` (`PacketSource`): the clip decodes of the file that follow, in this
+        epoch and later ones, do no open, no demux, and the first does not decode the first
+        frame again."""
         index = cached_index(blob)
         if index is None:
-            self._release()
+            seconds = self._state().seconds
+            t0 = time.perf_counter()
             container = open_container(blob, blob.name, self.name)
             keep = Demuxed() if self.thread_count() == 1 else None  # the first frame's decoder has one thread
             try:
                 stream = video_stream(container, blob.name, self.name)
+                t1 = time.perf_counter()
                 index = build_index(container, stream, blob.name, self.name, meta, keep)
             except BaseException:
                 container.close()
                 raise
+            first = keep.first.seconds if keep is not None and keep.first is not None else 0.0
+            seconds["open"] += t1 - t0
+            seconds["index"] += time.perf_counter() - t1 - first
+            seconds["lead_in"] += first  # the first frame, decoded by the index pass for the clip
             if keep is not None and keep.packets and keep.first is not None and not keep.first.failed:
-                self._primed_state.primed = (blob, PacketSource(container, stream, keep))
+                self._state().sources.put(file_key(blob), PacketSource(container, stream, keep))
             else:
                 container.close()
             remember(blob, index)
         check_limits(index, self.limits, blob.name, self.name, blob)
         return index
 
-    @property
-    def _primed_state(self) -> threading.local:
-        local = self.__dict__.get("_primed_local")
+    def _state(self) -> threading.local:
+        """This thread's demuxed files (``sources``) and the seconds spent per part of the decode
+        since the last sample (``seconds``, handed out with it as `Decoded.stages`)."""
+        local = self.__dict__.get("_source_local")
         if local is None:
-            local = self.__dict__.setdefault("_primed_local", threading.local())
+            local = self.__dict__.setdefault("_source_local", threading.local())
+        if not hasattr(local, "sources"):
+            local.sources, local.seconds = SourceCache(), Counter()
         return local
-
-    def _release(self) -> None:
-        """Close what an index pass left and no decode took."""
-        primed = getattr(self._primed_state, "primed", None)
-        self._primed_state.primed = None
-        if primed is not None:
-            primed[1].close()
 
     def reuses_index_pass(self) -> bool:
         """Whether a clip decode may go on with the index pass's software decoder (`PacketSource`)."""
         return True
 
-    def _take_primed(self, blob: Blob) -> PacketSource | None:
-        primed = getattr(self._primed_state, "primed", None)
-        if primed is None:
+    def _take_source(self, blob: Blob) -> PacketSource | None:
+        """This thread's demuxed copy of ``blob`` (rewound, its decoder flushed), if it has one."""
+        if not self.reuses_index_pass():
             return None
-        self._primed_state.primed = None
-        if primed[0] == blob and self.reuses_index_pass():
-            return primed[1]
-        primed[1].close()
-        return None
+        source = self._state().sources.take(file_key(blob))
+        if source is not None:
+            source.rewind()
+        return source
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         return self.index(blob).as_meta(rotate=self.apply_rotation)
@@ -162,8 +168,13 @@ class PyAVVideoDecoder(VideoDecoder):
         turns = self.turns(index)
         roi = self.region(hint, index, blob.name, turns)
         planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
+        t0 = time.perf_counter()
         out = self.finish(planes, wanted, plan, hint, colour, turns)
-        return self.result(out, colour, decoded, self.span(plan, index))
+        seconds = self._state().seconds
+        seconds["convert"] += time.perf_counter() - t0
+        stages = dict(seconds)
+        seconds.clear()
+        return replace(self.result(out, colour, decoded, self.span(plan, index)), stages=stages)
 
     def region(self, hint: DecodeHint, index: VideoIndex, path: str, turns: int = 0) -> tuple[int, int, int, int]:
         """The hint's region (displayed pixels) in stored pixels, clipped to the frame."""
@@ -193,46 +204,48 @@ class PyAVVideoDecoder(VideoDecoder):
         and skips the non-reference frames of the lead-in and between picks (the frames it
         does decode are bit-identical); should a wanted frame still be missing, the clip is
         decoded again without skipping."""
-        tally = [0]  # frames out of the decoder, counted per packet in _decoded
+        tally = Tally({index.pts_of(f) for f in wanted}, self._state().seconds)
         needed = index.needed(wanted)
         if needed is not None:
             try:
                 planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=False,
                                                      only=frozenset(needed))
                 self.paths["closure"] += 1
-                return planes, colour, tally[0]
+                return planes, colour, tally.frames
             except DecodeError:
                 self.paths["closure_retry"] += 1  # the header parse was wrong, or the file is bad
         elif index.all_references(wanted):
             try:
                 planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=True)
                 self.paths["nonref"] += 1
-                return planes, colour, tally[0]
+                return planes, colour, tally.frames
             except DecodeError:
                 self.paths["nonref_retry"] += 1  # the header parse was wrong, or the file is bad
         planes, colour = self._decode_frames(blob, index, wanted, roi, tally, skip_nonref=False)
         self.paths["all"] += 1
-        return planes, colour, tally[0]
+        return planes, colour, tally.frames
 
     def _decode_frames(self, blob: Blob, index: VideoIndex, wanted: list[int], roi: tuple[int, int, int, int],
-                       tally: list[int], *, skip_nonref: bool,
+                       tally: Tally, *, skip_nonref: bool,
                        only: frozenset[int] | None = None) -> tuple[PackedPlanes, tuple[str, str]]:
         path = blob.name
         top, left, height, width = roi
         slot = {f: i for i, f in enumerate(wanted)}
         planes: PackedPlanes | None = None
         done = bytearray(len(wanted))
-        container: Any = self._take_primed(blob)
-        if container is not None and skip_nonref:  # skip_frame is read when the decoder opens: too late
-            container.close()
-            container = None
+        seconds = tally.seconds
+        # skip_frame is read when a decoder opens: a clip that skips opens its own
+        container: Any = None if skip_nonref else self._take_source(blob)
+        clean = False
         try:
             if container is not None:
-                stream, ctx = container.stream, container.stream.codec_context  # opened by the index pass
+                stream, ctx = None, container.ctx  # the index pass's decoder, on its packets
             else:
+                t0 = time.perf_counter()
                 container = open_container(blob, path, self.name)
                 stream = video_stream(container, path, self.name)
                 ctx = self.codec(stream)
+                seconds["open"] += time.perf_counter() - t0
             if skip_nonref and ctx.codec.name == "libdav1d":
                 ctx.skip_frame = "NONREF"  # libdav1d reads it when it opens, at the first packet
             colour: tuple[str, str] | None = None
@@ -244,6 +257,7 @@ class PyAVVideoDecoder(VideoDecoder):
                     if frame.width < left + width or frame.height < top + height:
                         raise DecodeError(path, self.name, f"frame {number} is {frame.width}x{frame.height}, "
                                                            f"smaller than the {index.width}x{index.height} indexed")
+                    t0 = time.perf_counter()
                     y, u, v, depth = self._crop(frame, top, left, height, width)
                     if planes is None or layout != (y.dtype, depth):
                         if planes is not None:  # the pixel format changed mid-stream
@@ -252,12 +266,17 @@ class PyAVVideoDecoder(VideoDecoder):
                         planes, layout = PackedPlanes(len(wanted), (height, width), y.dtype, depth), (y.dtype, depth)
                     planes.put(slot[number], y, u, v)
                     done[slot[number]] = 1
+                    seconds["convert"] += time.perf_counter() - t0
             except MediapipeError:
                 raise
             except Exception as err:  # av.error.FFmpegError: corrupt or truncated data
                 raise DecodeError(path, self.name, f"decoding failed: {reason(err)}") from err
+            clean = True
         finally:
-            container.close()
+            if clean and isinstance(container, PacketSource):
+                self._state().sources.put(file_key(blob), container)  # for this file's next clip
+            else:
+                container.close()
         missing = [f for f, ok in zip(wanted, done) if not ok]
         if missing or planes is None:
             raise DecodeError(path, self.name, f"frames {(missing or wanted)[:5]} of {index.frames} were not "
@@ -286,11 +305,11 @@ class PyAVVideoDecoder(VideoDecoder):
         return y, u, v, bits
 
     def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str,
-                tally: list[int], only: frozenset[int] | None = None):
+                tally: Tally, only: frozenset[int] | None = None):
         """Yield (frame number, frame) for each wanted frame (ascending). Seek to the key frame at
         or before the next wanted frame only when that key frame lies ahead of the decoder's
         position; otherwise keep decoding forward. With ``only``, packets of other frames never
-        reach the decoder (`VideoIndex.needed`). ``tally[0]`` grows by every frame the decoder outputs."""
+        reach the decoder (`VideoIndex.needed`). ``tally`` counts every frame the decoder outputs."""
         todo = deque(wanted)
         position = -1  # the last frame number decoded; a fresh container starts at frame 0
         linear = False  # after a seek that overshot: decode from the start, never seek again
@@ -333,16 +352,20 @@ class PyAVVideoDecoder(VideoDecoder):
 
 
 class PacketSource:
-    """The packets an index pass kept, standing in for the open container they came from:
-    ``demux`` goes on from the current packet, ``seek`` goes to a key frame (and flushes the
-    decoder). Until the first seek, the first packet's frame is ``ready``: the stream's decoder
-    already decoded it (`FirstFrame`), so it is handed out instead of decoded again."""
+    """The packets an index pass kept and the stream's decoder (``ctx``), standing in for the
+    container they came from, which is closed: ``demux`` goes on from the current packet,
+    ``seek`` goes to a key frame and ``rewind`` to the start (both flush the decoder). Until
+    then, the first packet's frame is ``ready``: the decoder already decoded it (`FirstFrame`),
+    so it is handed out instead of decoded again."""
 
     def __init__(self, container: Any, stream: Any, keep: Demuxed) -> None:
-        self.container, self.stream, self.packets = container, stream, keep.packets
+        self.ctx, self.packets = stream.codec_context, keep.packets
+        self.nbytes = sum(p.size for p in self.packets)
         first = keep.first
         self.ready = {first.pts: first.frame} if first is not None and first.reusable else {}
         self.position = 0
+        self.fresh = True  # the decoder's state is the index pass's: no rewind needed
+        container.close()  # the packets and the decoder outlive it
 
     def demux(self, stream: Any):
         while self.position < len(self.packets):
@@ -356,24 +379,39 @@ class PacketSource:
             if packet.is_keyframe and packet.pts is not None and packet.pts <= pts:
                 at = i
         self.position, self.ready = at, {}
-        self.stream.codec_context.flush_buffers()
+        self.ctx.flush_buffers()
+
+    def rewind(self) -> None:
+        """Back to the first packet, with the decoder flushed (nothing to do while fresh)."""
+        if not self.fresh:
+            self.position, self.ready = 0, {}
+            self.ctx.flush_buffers()
+        self.fresh = False
 
     def close(self) -> None:
-        self.packets, self.ready = [], {}
-        self.container.close()
+        self.packets, self.ready, self.nbytes = [], {}, 0
 
 
 def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:
     """Seek to the key frame at or before ``pts`` and drop what the decoder holds."""
     container.seek(pts, stream=stream, backward=True, any_frame=False)
-    if ctx is not stream.codec_context:
-        ctx.flush_buffers()  # the container flushes its streams' own decoders only
+    if stream is not None and ctx is not stream.codec_context:
+        ctx.flush_buffers()  # the container flushes its streams' own decoders only (a PacketSource its own)
 
 
-def _decoded(container: Any, stream: Any, ctx: Any, tally: list[int],
+class Tally:
+    """What a clip decode counts: the frames out of the decoder (``frames``; frames libdav1d
+    skipped never come out), and into ``seconds`` the time in the decoder for packets that gave
+    a wanted frame (``useful``, by timestamp: ``wanted``) and for the others (``lead_in``)."""
+
+    def __init__(self, wanted: set[int], seconds: Counter) -> None:
+        self.frames, self.wanted, self.seconds = 0, wanted, seconds
+
+
+def _decoded(container: Any, stream: Any, ctx: Any, tally: Tally,
              only: tuple[VideoIndex, frozenset[int]] | None = None, ready: dict[int, Any] | None = None):
     """Every frame the decoder produces from here on; the final empty packet flushes it.
-    ``tally[0]`` counts them, once per packet (frames libdav1d skipped never come out).
+    ``tally`` counts them, once per packet, and the decoder's seconds (`Tally`).
     ``only`` (index, frame numbers): the packets of other frames are dropped before the decoder.
     ``ready``: packet pts -> its frame, already decoded by this decoder (`PacketSource.ready`)."""
     for packet in container.demux(stream):
@@ -382,9 +420,13 @@ def _decoded(container: Any, stream: Any, ctx: Any, tally: list[int],
             if pts is not None and only[0].frame_at(pts) not in only[1]:
                 continue
         if ready and packet.size and packet.pts in ready:
-            tally[0] += 1
+            tally.frames += 1
             yield ready.pop(packet.pts)
             continue
+        t0 = time.perf_counter()
         frames = ctx.decode(packet if packet.size else None)
-        tally[0] += len(frames)
+        spent = time.perf_counter() - t0
+        tally.frames += len(frames)
+        useful = any(f.pts in tally.wanted for f in frames)
+        tally.seconds["useful" if useful else "lead_in"] += spent
         yield from frames

@@ -199,6 +199,8 @@ class SampleStage:
             if x.span is not None:
                 spans[name] = x.span
             stats.frames += x.frames
+            if x.stages:
+                stats.seconds.update({f"decode_{part}": value for part, value in x.stages.items()})
             if x.fallback is not None:
                 stats.count_fallback(decoder.name, x.fallback)
             x = x.value

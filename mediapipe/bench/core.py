@@ -24,7 +24,8 @@ STAGE_SLACK_SECONDS = 0.05
 WORKER_STAGES = ("read", "decode", "sample_ops", "collate", "worker_batch_ops")  # seconds summed over workers
 CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # wall seconds, add up to total
 LOADER_STAGE_NAMES = {"transfer": "host_to_device"}  # Loader.stats -> report
-PART_STAGES = ("device_decode",)  # reported, but already inside device_ops
+DECODE_PARTS = ("decode_open", "decode_index", "decode_lead_in", "decode_useful", "decode_convert")  # video, inside decode
+PART_STAGES = ("device_decode", *DECODE_PARTS)  # reported, but already inside device_ops (decode for DECODE_PARTS)
 
 _PROC = Path("/proc")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mediapipe.bench.core import DECODE_PARTS
 from mediapipe.bench.legend import BACKENDS, legend_lines
 
 STAGE_COLUMNS = ("read", "decode", "sample_ops", "collate", "worker_batch_ops", "wait", "host_to_device",
@@ -205,19 +206,28 @@ def _scenarios(report: dict[str, Any]) -> list[str]:
     return seen
 
 
+def _stage_columns(report: dict[str, Any], scenario: str) -> list[str]:
+    """STAGE_COLUMNS, with the parts of decode some row of ``scenario`` has (video) after decode."""
+    rows = [r.get("stages") or {} for r in report["results"] if r["scenario"] == scenario]
+    parts = [p for p in DECODE_PARTS if any(p in st for st in rows)]
+    at = STAGE_COLUMNS.index("decode") + 1
+    return [*STAGE_COLUMNS[:at], *parts, *STAGE_COLUMNS[at:]]
+
+
 def _stage_headers(report: dict[str, Any], scenario: str) -> list[str]:
     several = len(_labels(report, scenario)) > 1
-    return ["backend", *(["data"] if several else []), "device", "workers", *STAGE_COLUMNS, "total"]
+    return ["backend", *(["data"] if several else []), "device", "workers", *_stage_columns(report, scenario), "total"]
 
 
 def _stage_rows(report: dict[str, Any], scenario: str) -> list[list[str]]:
     rows = []
     several = len(_labels(report, scenario)) > 1
+    columns = _stage_columns(report, scenario)
     for r in report["results"]:
         if r["scenario"] == scenario and r.get("error") is None and r.get("stages"):
             st = r["stages"]
             rows.append([r["backend"], *([r.get("data") or "-"] if several else []), r["device"], str(r["workers"]),
-                         *(_num(st.get(s), "{:.2f}") if s in st else "-" for s in STAGE_COLUMNS),
+                         *(_num(st.get(s), "{:.2f}") if s in st else "-" for s in columns),
                          _num(st.get("total"), "{:.2f}")])
     return rows
 
@@ -257,7 +267,8 @@ def render_table(report: dict[str, Any]) -> str:
             out.append("no backend ran:")
         stage_rows = _stage_rows(report, scenario)
         if stage_rows:
-            out.append("stage seconds (worker stages summed over workers; consumer stages add up to total):")
+            out.append("stage seconds (worker stages summed over workers, decode_* the parts of decode; consumer "
+                       "stages add up to total):")
             out.extend("  " + line for line in _grid(_stage_headers(report, scenario), stage_rows))
         for r in rows:
             if r.get("error") is not None:

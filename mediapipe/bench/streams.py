@@ -82,11 +82,21 @@ class EpochStream(Stream):
 
 class RunnerStream(Stream):
     """A runner function of ``mediapipe.bench.video`` / ``audio``: a generator of a fixed
-    number of batches that yields an int (samples) or a (samples, units) pair per batch."""
+    number of batches that yields an int (samples) or a (samples, units) pair per batch. A runner
+    marked ``reports_stages`` gets ``stages=``, a callback it hands its loader's stage seconds."""
 
     def __init__(self, runner: Callable[..., Iterator[Any]], buffered: int, **kwargs: Any) -> None:
         self._runner, self._kwargs, self.buffered = runner, kwargs, buffered
         self._gen: Iterator[Any] | None = None
+        self._stats: Callable[[], dict[str, float]] | None = None
+        if getattr(runner, "reports_stages", False):
+            self._kwargs["stages"] = self._watch
+
+    def _watch(self, stats: Callable[[], dict[str, float]]) -> None:
+        self._stats = stats
+
+    def stages(self) -> dict[str, float] | None:
+        return dict(self._stats()) if self._stats is not None else None
 
     def __iter__(self) -> Iterator[BatchInfo]:
         self._gen = iter(self._runner(**self._kwargs))

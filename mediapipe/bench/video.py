@@ -260,10 +260,12 @@ def video_files(data: Path) -> list[Path]:
 
 # -- runners ------------------------------------------------------------------------------------
 def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                  size: int = 112, batch_size: int = 8) -> Iterator[tuple[int, int]]:
+                  size: int = 112, batch_size: int = 8,
+                  stages: Callable[[Callable[[], dict[str, float]]], Any] | None = None) -> Iterator[tuple[int, int]]:
     """This library: random clips, RandomResizedCrop fused into the decoder (YUV planes cropped
     and resized, then RGB), flip and normalise on the device; workers are processes. Yields
-    (clips, frames decoded for them) per batch, the frames from ``loader.stats.frames``."""
+    (clips, frames decoded for them) per batch, the frames from ``loader.stats.frames``;
+    ``stages`` gets a function returning the loader's stage seconds (decode and its parts...)."""
     import json
     import tempfile
 
@@ -289,6 +291,8 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
         )
         produced = 0
         loader = pipe.loader(num_workers=workers, shuffle=True, drop_last=True)
+        if stages is not None:
+            stages(lambda: loader.stats.seconds)
         frames = loader.stats.frames
         for epoch in range(batches):  # a later epoch only if a sharded epoch held fewer batches
             loader.set_epoch(epoch)
@@ -302,6 +306,9 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
                     return
             if produced == before:
                 raise RuntimeError(f"run_mediapipe: an epoch of {len(rows)} clips gave no batch of {batch_size}")
+
+
+run_mediapipe.reports_stages = True  # the bench's RunnerStream passes stages=
 
 
 class _ClipDataset:

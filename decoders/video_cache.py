@@ -1,0 +1,63 @@
+"""A worker's cache of demuxed video files: each file's packets with the decoder that read them,
+so the next clip of a file already seen (in this epoch or a later one) does no open, probe,
+demux or decoder set-up: it rewinds the packets and flushes the decoder.
+
+Bounded in bytes (the packets held) and in files; least recently used out first. Keyed by the
+file's identity on disk (`video_index.file_key`: path, offset, size and modification time), so
+a file changed on disk is read again, never served from the cache.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Protocol
+
+MAX_BYTES = 64 << 20  # packets held per thread
+MAX_FILES = 256
+
+
+class Source(Protocol):
+    nbytes: int
+
+    def close(self) -> None: ...
+
+
+class SourceCache:
+    """Least-recently-used ``key -> source`` within ``max_bytes`` of packets and ``max_files``
+    entries. A source is taken out while a clip decodes it and put back after a clean decode,
+    so one source never serves two clips at once and a failed decode never returns one."""
+
+    def __init__(self, max_bytes: int | None = None, max_files: int | None = None) -> None:
+        self.max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+        self.max_files = MAX_FILES if max_files is None else max_files
+        self.entries: OrderedDict[tuple, Source] = OrderedDict()
+        self.nbytes = 0
+
+    def take(self, key: tuple) -> Source | None:
+        """The cached source of ``key``, removed from the cache (None when absent)."""
+        source = self.entries.pop(key, None)
+        if source is not None:
+            self.nbytes -= source.nbytes
+        return source
+
+    def put(self, key: tuple, source: Source) -> None:
+        """Keep ``source`` for ``key`` (closing a source it replaces and the least recently used
+        ones beyond the bounds); one larger than the whole budget is closed at once."""
+        old = self.take(key)
+        if old is not None and old is not source:
+            old.close()
+        if source.nbytes > self.max_bytes:
+            source.close()
+            return
+        self.entries[key] = source
+        self.nbytes += source.nbytes
+        while self.nbytes > self.max_bytes or len(self.entries) > self.max_files:
+            _, evicted = self.entries.popitem(last=False)
+            self.nbytes -= evicted.nbytes
+            evicted.close()
+
+    def clear(self) -> None:
+        while self.entries:
+            self.entries.popitem()[1].close()
+        self.nbytes = 0
+
