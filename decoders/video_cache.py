@@ -1,6 +1,7 @@
-"""A worker's cache of demuxed video files: each file's packets with the decoder that read them,
-so the next clip of a file already seen (in this epoch or a later one) does no open, probe,
-demux or decoder set-up: it rewinds the packets and flushes the decoder.
+"""A worker's cache of demuxed video files: each file's packets (bytes and timestamps) and
+its decoder's parameters, so the next clip of a file already seen (in this epoch or a later
+one) does no open, probe or demux: it replays the packets into a new decoder. Decoders are
+not kept: their frame pools would cost far more memory than the packets.
 
 Bounded in bytes (the packets held) and in files; least recently used out first. Keyed by the
 file's identity on disk (`video_index.file_key`: path, offset, size and modification time), so

@@ -125,7 +125,11 @@ class PyAVVideoDecoder(VideoDecoder):
             seconds["index"] += time.perf_counter() - t1 - first
             seconds["lead_in"] += first  # the first frame, decoded by the index pass for the clip
             if keep is not None and keep.packets and keep.first is not None and not keep.first.failed:
-                self._state().sources.put(file_key(blob), PacketSource(container, stream, keep))
+                state = self._state()
+                if state.fresh is not None:  # indexed, never decoded: one live index-pass decoder at a time
+                    state.fresh.release()
+                state.fresh = PacketSource(container, stream, keep)
+                state.sources.put(file_key(blob), state.fresh)
             else:
                 container.close()
             remember(blob, index)
@@ -139,7 +143,7 @@ class PyAVVideoDecoder(VideoDecoder):
         if local is None:
             local = self.__dict__.setdefault("_source_local", threading.local())
         if not hasattr(local, "sources"):
-            local.sources, local.seconds = SourceCache(), Counter()
+            local.sources, local.seconds, local.fresh = SourceCache(), Counter(), None
         return local
 
     def reuses_index_pass(self) -> bool:
@@ -152,7 +156,7 @@ class PyAVVideoDecoder(VideoDecoder):
             return None
         source = self._state().sources.take(file_key(blob))
         if source is not None:
-            source.rewind()
+            source.rewind(self.thread_count())
         return source
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
@@ -273,7 +277,10 @@ class PyAVVideoDecoder(VideoDecoder):
                 raise DecodeError(path, self.name, f"decoding failed: {reason(err)}") from err
             clean = True
         finally:
+            if isinstance(container, PacketSource) and container is self._state().fresh:
+                self._state().fresh = None
             if clean and isinstance(container, PacketSource):
+                container.release()
                 self._state().sources.put(file_key(blob), container)  # for this file's next clip
             else:
                 container.close()
@@ -351,45 +358,67 @@ class PyAVVideoDecoder(VideoDecoder):
                 position, linear = -1, True
 
 
+_DECODER_FIELDS = ("colorspace", "color_range", "color_primaries", "color_trc")  # the container's word, for
+# frames whose bitstream leaves them unspecified
+
+
 class PacketSource:
-    """The packets an index pass kept and the stream's decoder (``ctx``), standing in for the
-    container they came from, which is closed: ``demux`` goes on from the current packet,
-    ``seek`` goes to a key frame and ``rewind`` to the start (both flush the decoder). Until
-    then, the first packet's frame is ``ready``: the decoder already decoded it (`FirstFrame`),
-    so it is handed out instead of decoded again."""
+    """The packets an index pass kept, standing in for the container they came from, which is
+    closed: ``demux`` goes on from the current packet, ``seek`` goes to a key frame (flushing
+    the decoder ``ctx``). The first clip goes on with the index pass's decoder, whose first
+    frame is ``ready`` (`FirstFrame`: handed out, not decoded again); ``release`` then drops the
+    decoder (its frame pool is most of its memory) and ``rewind`` makes a new one with the
+    stream's parameters for the next clip."""
 
     def __init__(self, container: Any, stream: Any, keep: Demuxed) -> None:
-        self.ctx, self.packets = stream.codec_context, keep.packets
-        self.nbytes = sum(p.size for p in self.packets)
+        # the packets' bytes and timestamps only: an av.Packet keeps its stream, and with it the
+        # container and the index pass's decoder, alive
+        self.packets = [(bytes(p), p.pts, p.dts, p.is_keyframe) for p in keep.packets]
+        self.ctx = stream.codec_context
+        self.nbytes = sum(len(p[0]) for p in self.packets)
+        self.codec, self.extradata = self.ctx.codec.name, self.ctx.extradata
+        self.fields = {name: getattr(self.ctx, name, None) for name in _DECODER_FIELDS}
         first = keep.first
         self.ready = {first.pts: first.frame} if first is not None and first.reusable else {}
         self.position = 0
-        self.fresh = True  # the decoder's state is the index pass's: no rewind needed
         container.close()  # the packets and the decoder outlive it
 
     def demux(self, stream: Any):
         while self.position < len(self.packets):
+            data, pts, dts, key = self.packets[self.position]
             self.position += 1
-            yield self.packets[self.position - 1]
+            packet = av.Packet(data)
+            packet.pts, packet.dts, packet.is_keyframe = pts, dts, key
+            yield packet
         yield av.Packet()  # empty: flushes the decoder, as a container's demux ends
 
     def seek(self, pts: int, stream: Any = None, backward: bool = True, any_frame: bool = False) -> None:
         at = 0
-        for i, packet in enumerate(self.packets):
-            if packet.is_keyframe and packet.pts is not None and packet.pts <= pts:
+        for i, (_, packet_pts, _, key) in enumerate(self.packets):
+            if key and packet_pts is not None and packet_pts <= pts:
                 at = i
         self.position, self.ready = at, {}
         self.ctx.flush_buffers()
 
-    def rewind(self) -> None:
-        """Back to the first packet, with the decoder flushed (nothing to do while fresh)."""
-        if not self.fresh:
-            self.position, self.ready = 0, {}
-            self.ctx.flush_buffers()
-        self.fresh = False
+    def rewind(self, threads: int) -> None:
+        """Back to the first packet with a new decoder of ``threads`` threads (nothing to do
+        while the index pass's decoder is still here)."""
+        if self.ctx is None:
+            ctx = av.CodecContext.create(self.codec, "r")
+            if self.extradata:
+                ctx.extradata = self.extradata
+            for name, value in self.fields.items():
+                if value is not None:
+                    setattr(ctx, name, value)
+            ctx.thread_type, ctx.thread_count = "AUTO", threads
+            self.ctx, self.position, self.ready = ctx, 0, {}
+
+    def release(self) -> None:
+        """Drop the decoder and what it holds (it is made again by ``rewind``)."""
+        self.ctx, self.ready = None, {}
 
     def close(self) -> None:
-        self.packets, self.ready, self.nbytes = [], {}, 0
+        self.packets, self.ready, self.nbytes, self.ctx = [], {}, 0, None
 
 
 def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:

@@ -76,6 +76,22 @@ def test_clips_of_a_seen_file_reuse_its_packets_and_decoder_bit_exactly(files, s
     clear_cache()
 
 
+def test_a_kept_file_holds_its_packets_bytes_not_a_decoder(files):
+    """Between clips a kept file is its packets' bytes: no decoder (whose frame pool is most of
+    its memory) and no av.Packet (which keeps its stream, container and decoder alive)."""
+    path = files["mp4"]
+    clear_cache()
+    dec = create("video", "pyav", output="yuv", clip_len=4, stride=2, threads=1)
+    blob = Blob(str(path), path=str(path))
+    for sample in range(2):
+        dec.decode(blob, DecodeHint(), SampleRNG(0, 0, sample, 0), {})
+        (source,) = dec._state().sources.entries.values()
+        assert source.ctx is None and not source.ready
+        assert all(type(p[0]) is bytes for p in source.packets)
+        assert 0 < source.nbytes == sum(len(p[0]) for p in source.packets) < path.stat().st_size
+    clear_cache()
+
+
 def test_a_file_changed_on_disk_is_read_again(tmp_path, monkeypatch):
     """The cache is keyed by the file on disk (size and modification time): a file rewritten in
     place gives its new frames, not the kept packets of the old one."""
