@@ -177,3 +177,23 @@ def test_loader_stats_split_the_decode_into_its_parts(files, tmp_path):
     assert all(seconds[p] > 0 for p in parts), dict(seconds)
     assert sum(seconds[p] for p in parts) <= seconds["decode"]
     clear_cache()
+
+
+@pytest.mark.parametrize(("suffix", "matrix", "colour_range"), [("mp4", "bt709", "full"), ("mkv", "bt2020", "limited")])
+def test_a_new_decoder_for_a_kept_file_reads_the_colour_as_the_first(tmp_path, suffix, matrix, colour_range):
+    """The second clip of a file decodes with a new decoder made from the kept parameters: the
+    same RGB and colour code as the first clip (the index pass's decoder) for the same draw."""
+    path = write_video(tmp_path / f"c.{suffix}", render_frames(H, W, 20, seed=4), gop=10, matrix=matrix,
+                       range=colour_range)
+    clear_cache()
+    dec = create("video", "pyav", clip_len=4, stride=2, threads=1)
+    blob = Blob(str(path), path=str(path))
+    first = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 1, 0), {})
+    assert dec._state().sources.entries  # kept: the second decode uses a new decoder
+    second = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 1, 0), {})
+    assert torch.equal(first.value, second.value)
+    assert int(first.fields["colour"]) == int(second.fields["colour"])
+    from mediapipe.augment.functional.video import colour_code
+
+    assert int(second.fields["colour"]) == int(colour_code(matrix, colour_range))
+    clear_cache()
