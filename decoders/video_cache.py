@@ -4,8 +4,10 @@ one) does no open, probe or demux: it replays the packets into a new decoder. De
 not kept: their frame pools would cost far more memory than the packets.
 
 Bounded in bytes (the packets held) and in files; least recently used out first. Keyed by the
-file's identity on disk (`video_index.file_key`: path, offset, size and modification time), so
-a file changed on disk is read again, never served from the cache.
+file's identity on disk (`video_index.file_key`: path, offset, device, inode, size, modification
+and status-change times), so a file changed or replaced on disk is read again, never served from
+the cache. A packet counts its payload and `PACKET_OVERHEAD`: a file of many tiny packets is
+bounded by what it really holds.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Protocol
 
 MAX_BYTES = 64 << 20  # packets held per thread
 MAX_FILES = 256
+PACKET_OVERHEAD = 192  # bytes a kept packet costs beyond its payload: its tuple, bytes and int objects
 
 
 class Source(Protocol):

@@ -33,6 +33,7 @@ _FULL_RANGE = 2  # AVCOL_RANGE_JPEG
 MATRICES = ("bt601", "bt709", "bt2020")
 RANGES = ("limited", "full")
 CACHE_SIZE = 4096
+AV_PACKET_OVERHEAD = 640  # bytes an av.Packet costs beyond its payload (the object, AVPacket, buffer refs)
 MAX_FRAME_INTERVAL = 3600.0  # seconds between frames past which a file's timestamps are corrupt, not slow
 
 
@@ -136,28 +137,41 @@ _CACHE: OrderedDict[tuple, VideoIndex] = OrderedDict()
 
 
 def file_key(blob: Blob) -> tuple:
-    """What identifies a file's content for the caches: name, path, offset, size, modification
-    time (a file changed on disk gets a new key) and, for bytes in memory, their length."""
-    mtime = None
+    """What identifies a file's content for the caches: name, path, offset, size and, for a file
+    on disk, its device, inode, size, modification and status-change times (a file replaced or
+    rewritten gets a new key even when its mtime is set back: the kernel sets ctime on every
+    write and ``utime``, and no call sets it back); for bytes in memory, their length."""
+    stamp = None
     if blob.data is None and blob.path is not None:
         try:
-            mtime = os.stat(blob.path).st_mtime_ns
+            st = os.stat(blob.path)
+            stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except OSError:
-            mtime = None
-    return (blob.name, blob.path, blob.offset, blob.size, mtime, None if blob.data is None else len(blob.data))
+            stamp = None
+    return (blob.name, blob.path, blob.offset, blob.size, stamp, None if blob.data is None else len(blob.data))
 
 
-def cached_index(blob: Blob) -> VideoIndex | None:
-    index = _CACHE.get(file_key(blob))
+def cached_index(blob: Blob, key: tuple | None = None) -> VideoIndex | None:
+    """The index kept for ``blob`` (``key``: its `file_key`, taken before the file is read)."""
+    key = file_key(blob) if key is None else key
+    index = _CACHE.get(key)
     if index is not None:
-        _CACHE.move_to_end(file_key(blob))
+        try:
+            _CACHE.move_to_end(key)
+        except KeyError:  # evicted by another thread meanwhile: the index is still right
+            pass
     return index
 
 
-def remember(blob: Blob, index: VideoIndex) -> None:
-    _CACHE[file_key(blob)] = index
+def remember(blob: Blob, index: VideoIndex, key: tuple | None = None) -> None:
+    """Keep ``index`` under ``key``: the file's `file_key` from before it was read, so a file
+    changed while it was indexed is indexed again."""
+    _CACHE[file_key(blob) if key is None else key] = index
     while len(_CACHE) > CACHE_SIZE:
-        _CACHE.popitem(last=False)
+        try:
+            _CACHE.popitem(last=False)
+        except KeyError:  # emptied by another thread
+            break
 
 
 def clear_cache() -> None:
@@ -308,7 +322,8 @@ def build_index(container: Any, stream: Any, path: str, decoder: str, meta: Samp
 
 class Demuxed:
     """What an index pass leaves for the clip decode that follows it: the stream's packets in
-    order (up to ``max_bytes``; more and it keeps none) and the first frame, already decoded by
+    order (up to ``max_bytes``, each packet's payload and `AV_PACKET_OVERHEAD`; more and it keeps
+    none) and the first frame, already decoded by
     the stream's own decoder with one thread (`FirstFrame`)."""
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
@@ -319,7 +334,7 @@ class Demuxed:
     def add(self, packet: Any) -> None:
         if self.packets is None:
             return
-        self.left -= packet.size
+        self.left -= packet.size + AV_PACKET_OVERHEAD
         if self.left < 0:
             self.packets = None  # too large to hold: the clip decode demuxes the file again
         else:

@@ -36,7 +36,7 @@ import torch
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.decoders.video import PackedPlanes, VideoDecoder, chroma_region, clip_box, display_to_stored
-from mediapipe.decoders.video_cache import SourceCache
+from mediapipe.decoders.video_cache import PACKET_OVERHEAD, SourceCache
 from mediapipe.decoders.video_index import (
     Demuxed,
     VideoIndex,
@@ -107,7 +107,8 @@ class PyAVVideoDecoder(VideoDecoder):
         thread's `SourceCache` (`PacketSource`): the clip decodes of the file that follow, in this
         epoch and later ones, do no open, no demux, and the first does not decode the first
         frame again."""
-        index = cached_index(blob)
+        key = file_key(blob)  # before reading: a file changed meanwhile is read again next time
+        index = cached_index(blob, key)
         if index is None:
             seconds = self._state().seconds
             t0 = time.perf_counter()
@@ -124,17 +125,29 @@ class PyAVVideoDecoder(VideoDecoder):
             seconds["open"] += t1 - t0
             seconds["index"] += time.perf_counter() - t1 - first
             seconds["lead_in"] += first  # the first frame, decoded by the index pass for the clip
+            remember(blob, index, key)
+            try:
+                check_limits(index, self.limits, blob.name, self.name, blob)
+            except BaseException:
+                container.close()  # an over-limit file's packets are never kept
+                raise
             if keep is not None and keep.packets and keep.first is not None and not keep.first.failed:
                 state = self._state()
                 if state.fresh is not None:  # indexed, never decoded: one live index-pass decoder at a time
                     state.fresh.release()
-                state.fresh = PacketSource(container, stream, keep)
-                state.sources.put(file_key(blob), state.fresh)
+                state.fresh = PacketSource(container, stream, keep, key)
+                state.sources.put(key, state.fresh)
             else:
                 container.close()
-            remember(blob, index)
-        check_limits(index, self.limits, blob.name, self.name, blob)
+        else:
+            check_limits(index, self.limits, blob.name, self.name, blob)
         return index
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without this process's demuxed files (a copy starts with none of its own)."""
+        state = dict(self.__dict__)
+        state.pop("_source_local", None)
+        return state
 
     def _state(self) -> threading.local:
         """This thread's demuxed files (``sources``) and the seconds spent per part of the decode
@@ -166,16 +179,20 @@ class PyAVVideoDecoder(VideoDecoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:
         """The clips (``Decoded.value``), the stream's colour code (side field ``colour``) and
         when the clips play (``Decoded.span``)."""
-        index = self.index(blob, meta)
-        plan = self.plan(index, rng, blob.name)
-        wanted = plan.wanted
-        turns = self.turns(index)
-        roi = self.region(hint, index, blob.name, turns)
-        planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
-        t0 = time.perf_counter()
-        out = self.finish(planes, wanted, plan, hint, colour, turns)
         seconds = self._state().seconds
-        seconds["convert"] += time.perf_counter() - t0
+        try:
+            index = self.index(blob, meta)
+            plan = self.plan(index, rng, blob.name)
+            wanted = plan.wanted
+            turns = self.turns(index)
+            roi = self.region(hint, index, blob.name, turns)
+            planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
+            t0 = time.perf_counter()
+            out = self.finish(planes, wanted, plan, hint, colour, turns)
+            seconds["convert"] += time.perf_counter() - t0
+        except BaseException:
+            seconds.clear()  # a failed sample's parts are not the next sample's
+            raise
         stages = dict(seconds)
         seconds.clear()
         return replace(self.result(out, colour, decoded, self.span(plan, index)), stages=stages)
@@ -281,7 +298,7 @@ class PyAVVideoDecoder(VideoDecoder):
                 self._state().fresh = None
             if clean and isinstance(container, PacketSource):
                 container.release()
-                self._state().sources.put(file_key(blob), container)  # for this file's next clip
+                self._state().sources.put(container.key, container)  # for this file's next clip
             else:
                 container.close()
         missing = [f for f, ok in zip(wanted, done) if not ok]
@@ -370,12 +387,13 @@ class PacketSource:
     decoder (its frame pool is most of its memory) and ``rewind`` makes a new one with the
     stream's parameters for the next clip."""
 
-    def __init__(self, container: Any, stream: Any, keep: Demuxed) -> None:
+    def __init__(self, container: Any, stream: Any, keep: Demuxed, key: tuple) -> None:
+        self.key = key  # the file's identity when it was read (`file_key`)
         # the packets' bytes and timestamps only: an av.Packet keeps its stream, and with it the
         # container and the index pass's decoder, alive
         self.packets = [(bytes(p), p.pts, p.dts, p.is_keyframe) for p in keep.packets]
         self.ctx = stream.codec_context
-        self.nbytes = sum(len(p[0]) for p in self.packets)
+        self.nbytes = sum(len(p[0]) for p in self.packets) + PACKET_OVERHEAD * len(self.packets)
         self.codec, self.extradata = self.ctx.codec.name, self.ctx.extradata
         self.fields = {name: getattr(self.ctx, name, None) for name in _DECODER_FIELDS}
         first = keep.first
