@@ -104,7 +104,7 @@ class PyAVVideoDecoder(VideoDecoder):
     def index(self, blob: Blob, meta: SampleMeta | None = None) -> VideoIndex:
         """The file's frame index: cached per process; built from ``meta`` or by demuxing. A fresh
         index pass keeps the file's packets and its decoder, first frame decoded, in this
-        thread's `SourceCache` (`PacketSource`): the clip decodes of the file that follow, in this
+        decoder's `SourceCache` (`PacketSource`): the clip decodes of the file that follow, in this
         epoch and later ones, do no open, no demux, and the first does not decode the first
         frame again."""
         key = file_key(blob)  # before reading: a file changed meanwhile is read again next time
@@ -132,11 +132,7 @@ class PyAVVideoDecoder(VideoDecoder):
                 container.close()  # an over-limit file's packets are never kept
                 raise
             if keep is not None and keep.packets and keep.first is not None and not keep.first.failed:
-                state = self._state()
-                if state.fresh is not None:  # indexed, never decoded: one live index-pass decoder at a time
-                    state.fresh.release()
-                state.fresh = PacketSource(container, stream, keep, key)
-                state.sources.put(key, state.fresh)
+                self._sources().put(key, PacketSource(container, stream, keep, key), live=True)
             else:
                 container.close()
         else:
@@ -147,16 +143,25 @@ class PyAVVideoDecoder(VideoDecoder):
         """Pickled without this process's demuxed files (a copy starts with none of its own)."""
         state = dict(self.__dict__)
         state.pop("_source_local", None)
+        state.pop("_source_cache", None)
         return state
 
+    def _sources(self) -> SourceCache:
+        """This decoder's demuxed files, shared by the threads that decode with it (thread workers:
+        a file indexed by one thread serves the clips another decodes, and outlives both)."""
+        cache = self.__dict__.get("_source_cache")
+        if cache is None:
+            cache = self.__dict__.setdefault("_source_cache", SourceCache())  # atomic: one cache wins
+        return cache
+
     def _state(self) -> threading.local:
-        """This thread's demuxed files (``sources``) and the seconds spent per part of the decode
-        since the last sample (``seconds``, handed out with it as `Decoded.stages`)."""
+        """The seconds this thread spent per part of the decode since its last sample (``seconds``,
+        handed out with it as `Decoded.stages`)."""
         local = self.__dict__.get("_source_local")
         if local is None:
             local = self.__dict__.setdefault("_source_local", threading.local())
-        if not hasattr(local, "sources"):
-            local.sources, local.seconds, local.fresh = SourceCache(), Counter(), None
+        if not hasattr(local, "seconds"):
+            local.seconds = Counter()
         return local
 
     def reuses_index_pass(self) -> bool:
@@ -164,10 +169,11 @@ class PyAVVideoDecoder(VideoDecoder):
         return True
 
     def _take_source(self, blob: Blob) -> PacketSource | None:
-        """This thread's demuxed copy of ``blob`` (rewound, its decoder flushed), if it has one."""
+        """The demuxed copy of ``blob`` (rewound, its decoder flushed), taken out of the cache while
+        this thread decodes it, if there is one."""
         if not self.reuses_index_pass():
             return None
-        source = self._state().sources.take(file_key(blob))
+        source = self._sources().take(file_key(blob))
         if source is not None:
             source.rewind(self.thread_count())
         return source
@@ -294,11 +300,9 @@ class PyAVVideoDecoder(VideoDecoder):
                 raise DecodeError(path, self.name, f"decoding failed: {reason(err)}") from err
             clean = True
         finally:
-            if isinstance(container, PacketSource) and container is self._state().fresh:
-                self._state().fresh = None
             if clean and isinstance(container, PacketSource):
                 container.release()
-                self._state().sources.put(container.key, container)  # for this file's next clip
+                self._sources().put(container.key, container)  # for this file's next clip, in any thread
             else:
                 container.close()
         missing = [f for f, ok in zip(wanted, done) if not ok]

@@ -72,7 +72,7 @@ def test_clips_of_a_seen_file_reuse_its_packets_and_decoder_bit_exactly(files, s
                 assert torch.equal(x[t, 0], torch.from_numpy(ref[frame])), (epoch, sample, frame)
             assert [read_counter(f[0].numpy()) for f in x] == list(plan.clips[0])
     assert opened == [str(path)]  # the index pass only
-    assert dec._state().sources.nbytes > 0
+    assert dec._sources().nbytes > 0
     clear_cache()
 
 
@@ -85,7 +85,7 @@ def test_a_kept_file_holds_its_packets_bytes_not_a_decoder(files):
     blob = Blob(str(path), path=str(path))
     for sample in range(2):
         dec.decode(blob, DecodeHint(), SampleRNG(0, 0, sample, 0), {})
-        (source,) = dec._state().sources.entries.values()
+        (source,) = dec._sources().entries.values()
         assert source.ctx is None and not source.ready
         assert all(type(p[0]) is bytes for p in source.packets)
         payload = sum(len(p[0]) for p in source.packets)
@@ -151,7 +151,7 @@ def test_a_failed_decode_does_not_return_its_source(files, monkeypatch):
     dec = create("video", "pyav", output="yuv", clip_len=4, stride=1, threads=1)
     blob = Blob(str(path), path=str(path))
     dec.index(blob)
-    assert dec._state().sources.nbytes > 0
+    assert dec._sources().nbytes > 0
 
     def broken(self, frame, top, left, height, width):
         raise RuntimeError("boom")
@@ -159,7 +159,7 @@ def test_a_failed_decode_does_not_return_its_source(files, monkeypatch):
     monkeypatch.setattr(vp.PyAVVideoDecoder, "_crop", broken)
     with pytest.raises(Exception, match="boom"):
         dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 0, 0), {})
-    assert dec._state().sources.nbytes == 0 and not dec._state().sources.entries
+    assert dec._sources().nbytes == 0 and not dec._sources().entries
     clear_cache()
 
 
@@ -191,7 +191,7 @@ def test_a_new_decoder_for_a_kept_file_reads_the_colour_as_the_first(tmp_path, s
     dec = create("video", "pyav", clip_len=4, stride=2, threads=1)
     blob = Blob(str(path), path=str(path))
     first = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 1, 0), {})
-    assert dec._state().sources.entries  # kept: the second decode uses a new decoder
+    assert dec._sources().entries  # kept: the second decode uses a new decoder
     second = dec.decode(blob, DecodeHint(), SampleRNG(0, 0, 1, 0), {})
     assert torch.equal(first.value, second.value)
     assert int(first.fields["colour"]) == int(second.fields["colour"])

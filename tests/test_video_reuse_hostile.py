@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import threading
 from pathlib import Path
 
 import av
@@ -129,8 +130,8 @@ def test_an_over_limit_file_keeps_no_packets(videos, tmp_path):
     dec = yuv_decoder(limits=Limits(max_frames=20))
     with pytest.raises(LimitError, match="max_frames=20"):
         dec.index(Blob(str(path), path=str(path)))
-    assert not dec._state().sources.entries and dec._state().sources.nbytes == 0
-    assert dec._state().fresh is None
+    assert not dec._sources().entries and dec._sources().nbytes == 0
+    assert dec._sources().live is None
     clear_cache()
 
 
@@ -142,7 +143,7 @@ def test_kept_packets_count_what_they_hold(videos, tmp_path):
     clear_cache()
     dec = yuv_decoder()
     middle_clip(dec, Blob(str(path), path=str(path)))
-    (source,) = dec._state().sources.entries.values()
+    (source,) = dec._sources().entries.values()
     held = sys.getsizeof(source.packets) + sum(sys.getsizeof(p) + sum(sys.getsizeof(x) for x in p[:3])
                                                for p in source.packets)  # p[3]: a bool, a singleton
     assert source.nbytes >= held
@@ -191,8 +192,60 @@ def test_a_used_decoder_pickles_and_its_copy_decodes_the_same(videos, tmp_path):
     dec = yuv_decoder()
     blob = Blob(str(path), path=str(path))
     first = middle_clip(dec, blob)
-    assert dec._state().sources.entries
+    assert dec._sources().entries
     copy = pickle.loads(pickle.dumps(dec))
-    assert not copy._state().sources.entries
+    assert not copy._sources().entries
     assert torch.equal(middle_clip(copy, blob), first)
+    clear_cache()
+
+
+def test_a_file_indexed_by_a_thread_that_ended_serves_another_threads_clips(videos, tmp_path, monkeypatch):
+    """Thread workers share the decoder's kept files: a file indexed by one thread (thread workers
+    start new threads each epoch) is decoded by another without opening it again."""
+    import mediapipe.decoders.video_pyav as vp
+
+    path = tmp_path / "clip.mkv"
+    path.write_bytes(videos["a"])
+    clear_cache()
+    dec = yuv_decoder()
+    blob = Blob(str(path), path=str(path))
+    worker = threading.Thread(target=dec.index, args=(blob,))
+    worker.start()
+    worker.join()
+    opened: list[str] = []
+    real = vp.open_container
+    monkeypatch.setattr(vp, "open_container", lambda b, p, d: opened.append(p) or real(b, p, d))
+    assert_frames_of(middle_clip(dec, blob), luma(videos["a"], tmp_path))
+    assert opened == []
+    clear_cache()
+
+
+def test_threads_decoding_the_same_kept_file_at_once_get_exact_clips(videos, tmp_path):
+    """Two threads decode clips of one file at once from the shared cache (a kept source is taken
+    out while one decodes it; the other opens the file): every clip equals a full decode's frames."""
+    path = tmp_path / "clip.mkv"
+    path.write_bytes(videos["b"])
+    clear_cache()
+    ref = luma(videos["b"], tmp_path)
+    dec = create("video", "pyav", output="yuv", clip_len=4, stride=2, threads=1)
+    blob = Blob(str(path), path=str(path))
+    wrong: list = []
+
+    def clips(seed: int) -> None:
+        try:
+            for sample in range(8):
+                rng = SampleRNG(seed, 0, sample, 0)
+                plan = dec.plan(dec.index(blob), SampleRNG(seed, 0, sample, 0), str(path))
+                x = dec.decode(blob, DecodeHint(), rng, {}).value
+                wrong.extend((seed, sample) for t, f in enumerate(plan.clips[0]) if not torch.equal(x[t, 0], torch.from_numpy(ref[f])))
+        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+            wrong.append(repr(err))
+
+    threads = [threading.Thread(target=clips, args=(seed,)) for seed in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    assert len(dec._sources().entries) == 1
     clear_cache()
