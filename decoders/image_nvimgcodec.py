@@ -7,8 +7,11 @@ wherever it is installed) it runs per sample in our workers, for the crops of
 baseline JPEGs at full scale, and for progressive JPEGs' crops that cover at most
 `PROGRESSIVE_REGION_SHARE` of the image (every scan is entropy-decoded whole, region or not:
 only the inverse DCT and colour conversion of the rest are saved, which pays for a small
-region only). Larger progressive crops, whole images and crops that `plan_decode` lets decode
-at a reduced DCT scale go to the turbo backend. On an NVIDIA
+region only) and whose every coefficient is decoded to its last bit (libjpeg smooths the
+blocks of a progressive JPEG whose scans stop short, which its region decode does not
+reproduce: see `every_coefficient_refined`). Larger progressive crops, progressive crops decoded
+without their final refinement scans (`coarse_scans`), whole images and crops that `plan_decode`
+lets decode at a reduced DCT scale go to the turbo backend. On an NVIDIA
 device it runs as a device decoder: the workers read the bytes and draw the crop, and the
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
 hardware JPEG decoder where the GPU has one), every JPEG's region at full scale, which the
@@ -33,11 +36,13 @@ from mediapipe.decoders.base import _NO_RNG, Decoded, DecodeHint
 from mediapipe.decoders.image import (
     ImageDecoder,
     check_hint,
+    coarse_scans,
     hwc_to_chw,
     jpeg_is_complete,
     jpeg_is_progressive,
 )
 from mediapipe.decoders.image_turbo import TurboImageDecoder
+from mediapipe.decoders.jpeg_scans import every_coefficient_refined
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
@@ -135,8 +140,13 @@ class NvImageCodecImageDecoder(ImageDecoder):
             return "reduced DCT scale"
         if hint.roi is None:
             return "whole image"
-        if jpeg_is_progressive(data) and hint.roi[2] * hint.roi[3] > PROGRESSIVE_REGION_SHARE * height * width:
-            return "large region of a progressive JPEG"
+        if jpeg_is_progressive(data):
+            if hint.roi[2] * hint.roi[3] > PROGRESSIVE_REGION_SHARE * height * width:
+                return "large region of a progressive JPEG"
+            if not self.exact and coarse_scans(hint, (height, width)):
+                return "progressive JPEG decoded without its final refinement scans"
+            if not every_coefficient_refined(data):
+                return "progressive JPEG whose scans stop short (block smoothing)"
         return None
 
     def _stream(self, data: bytes, hint: DecodeHint):
@@ -154,7 +164,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
             return self._fallback.decode(blob, hint, rng, meta)
         decoder = self._lazy_decoder()
         try:
-            image = decoder.decode(self._stream(self.scans(data, hint), hint), params=self._params)
+            image = decoder.decode(self._stream(data, hint), params=self._params)
         except RuntimeError as err:
             raise DecodeError(blob.name, self.name, str(err)) from err
         if image is None:

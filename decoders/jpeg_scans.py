@@ -11,17 +11,50 @@ bound it). The result is itself a valid JPEG, decoded by every backend alike.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
+_FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
-def without_final_refinement(data: bytes) -> bytes | None:
-    """``data`` without its final AC refinement scans, or None where it has none or its
-    segments are not laid out as this parser vouches for (the caller decodes ``data``)."""
-    kept: list[bytes] = [data[:2]]
-    dropped = False
+@dataclass(frozen=True)
+class Scan:
+    """A scan's header fields and where it lies: from its SOS marker to the end of its data."""
+
+    start: int
+    end: int
+    components: bytes  # the component selectors
+    ss: int
+    se: int
+    ah: int
+    al: int
+
+    @property
+    def final_refinement(self) -> bool:
+        """Whether it adds the last bit of AC coefficients (``Ss > 0, Ah > 0, Al = 0``)."""
+        return self.ss > 0 and self.ah > 0 and self.al == 0
+
+    @property
+    def well_formed_refinement(self) -> bool:
+        """A final AC refinement as the standard allows it: one component, Ah = Al + 1, Ss <= Se <= 63."""
+        return len(self.components) == 1 and self.ah == 1 and self.ss <= self.se <= 63
+
+
+@dataclass(frozen=True)
+class ScanLayout:
+    """A whole JPEG's frame components, its scans, and where its end-of-image marker ends."""
+
+    components: bytes  # the frame's component ids
+    scans: list[Scan]
+    end: int
+
+
+def scan_layout(data: bytes) -> ScanLayout | None:
+    """The scans of a JPEG that ends with an end-of-image marker, or None where its segments
+    are not laid out as this parser vouches for (a file cut short, a bad length, junk)."""
+    components, scans = b"", []
     i, end = 2, len(data)
     while i + 2 <= end:
         if data[i] != 0xFF:
@@ -31,10 +64,8 @@ def without_final_refinement(data: bytes) -> bytes | None:
             i += 1
             continue
         if marker == 0xD9:  # end of image
-            kept.append(data[i : i + 2])
-            return b"".join(kept) if dropped else None
+            return ScanLayout(components, scans, i + 2) if components and scans else None
         if marker in _STANDALONE:
-            kept.append(data[i : i + 2])
             i += 2
             continue
         if i + 4 > end:
@@ -43,21 +74,58 @@ def without_final_refinement(data: bytes) -> bytes | None:
         header_end = i + 2 + length
         if length < 2 or header_end > end:
             return None
+        if marker in _FRAME_SOF:
+            if components or length < 8 or length != 8 + 3 * data[i + 9]:
+                return None  # a second frame, or a frame header that does not add up
+            components = data[i + 10 : header_end : 3]
         if marker != 0xDA:
-            kept.append(data[i:header_end])
             i = header_end
             continue
-        components = data[i + 4] if length >= 3 else 0
-        fields = i + 5 + 2 * components
-        if length != 6 + 2 * components or fields + 3 > header_end:
+        count = data[i + 4] if length >= 3 else 0
+        fields = i + 5 + 2 * count
+        if not components or not 1 <= count <= 4 or length != 6 + 2 * count:
             return None
-        start, approximation = data[fields], data[fields + 2]
         scan_end = _SCAN_END.search(data, header_end)
         if scan_end is None:
             return None  # no marker after the scan: a file cut short, for the decoder to report
-        if start > 0 and approximation >> 4 > 0 and approximation & 15 == 0:
-            dropped = True
-        else:
-            kept.append(data[i : scan_end.start()])
+        approximation = data[fields + 2]
+        scans.append(Scan(i, scan_end.start(), data[i + 5 : fields : 2], data[fields], data[fields + 1],
+                          approximation >> 4, approximation & 15))
         i = scan_end.start()
     return None
+
+
+def without_final_refinement(data: bytes) -> bytes | None:
+    """``data`` without its final AC refinement scans, or None where it has none, where they
+    would be all its scans, or where its segments are not laid out as this parser vouches for
+    (malformed refinement headers included: the caller decodes ``data``, and reports them)."""
+    layout = scan_layout(data)
+    if layout is None:
+        return None
+    dropped = [scan for scan in layout.scans if scan.final_refinement]
+    if not dropped or len(dropped) == len(layout.scans) or not all(s.well_formed_refinement for s in dropped):
+        return None
+    kept, i = [], 0
+    for scan in dropped:
+        kept.append(data[i : scan.start])
+        i = scan.end
+    kept.append(data[i : layout.end])
+    return b"".join(kept)
+
+
+def every_coefficient_refined(data: bytes) -> bool:
+    """Whether a JPEG's scans bring every coefficient of every frame component to its last bit
+    (``Al = 0``), as a baseline JPEG's do. A progressive one that stops short (its final scans
+    left out, by us or by its encoder) is decoded with libjpeg's block smoothing, which a region
+    decode does not reproduce; False too where `scan_layout` cannot tell."""
+    layout = scan_layout(data)
+    if layout is None:
+        return False
+    refined = {c: bytearray(64) for c in layout.components}  # 1 where Al = 0 has been reached
+    for scan in layout.scans:
+        if scan.al != 0 or scan.se > 63 or scan.ss > scan.se:
+            continue
+        for c in scan.components:
+            if c in refined:
+                refined[c][scan.ss : scan.se + 1] = b"\x01" * (scan.se + 1 - scan.ss)
+    return all(all(bits) for bits in refined.values())

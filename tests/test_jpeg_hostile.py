@@ -1,0 +1,224 @@
+"""Crafted JPEGs against the fast paths (EXIF orientation from the header, progressive files
+without their final refinement scans, nvImageCodec's region decode): every backend gives what
+Pillow gives for the same hint, or a DecodeError naming the file."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+
+from mediapipe.decoders import DecodeHint, Limits, create
+from mediapipe.decoders.exif import jpeg_orientation
+from mediapipe.decoders.jpeg_scans import every_coefficient_refined, without_final_refinement
+from mediapipe.errors import DecodeError
+from mediapipe.rng import SampleRNG
+from mediapipe.sample import Blob
+from mediapipe.synthetic import photo_like
+
+RNG = SampleRNG(0, 0, 0, 0)
+BACKENDS = ["turbo", "pillow", "nvimgcodec"]
+SHRINK = dict(size=(40, 48), antialias=True, interpolation="bilinear")  # >= 1.5x smaller than the crops below
+SMALL_CROP = (24, 40, 100, 140)  # under half the image: nvImageCodec's region decode
+LARGE_CROP = (8, 16, 200, 280)
+
+
+def jpeg(array: np.ndarray, **save) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="JPEG", **save)
+    return buf.getvalue()
+
+
+def scan_spans(data: bytes) -> list[tuple[int, int, int]]:
+    """(SOS offset, end of its header, end of its data) of every scan, by a walk written out here."""
+    out, i = [], 2
+    while data[i + 1] != 0xD9:
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if data[i + 1] != 0xDA:
+            i += 2 + length
+            continue
+        j = i + 2 + length
+        while not (data[j] == 0xFF and data[j + 1] not in (0x00, *range(0xD0, 0xD8))):
+            j += 1
+        out.append((i, i + 2 + length, j))
+        i = j
+    return out
+
+
+def final_refinements(data: bytes) -> list[tuple[int, int, int]]:
+    spans = []
+    for start, header_end, end in scan_spans(data):
+        ss, ah_al = data[header_end - 3], data[header_end - 1]
+        if ss > 0 and ah_al >> 4 and not ah_al & 15:
+            spans.append((start, header_end, end))
+    return spans
+
+
+def outcome(backend: str, data: bytes, roi, exact: bool = False, **options):
+    """The decoded tensor, or the DecodeError's reason (other exceptions fail the test)."""
+    decoder = create("image", backend, limits=Limits(), exact=exact, **options)
+    try:
+        return decoder.decode(Blob("hostile.jpg", data=data), DecodeHint(roi=roi, **SHRINK), RNG, {})
+    except DecodeError as err:
+        assert "hostile.jpg" in str(err)
+        return "DecodeError"
+
+
+def available(backend: str) -> str:
+    if backend == "nvimgcodec":
+        pytest.importorskip("nvidia.nvimgcodec")
+    return backend
+
+
+@pytest.fixture(scope="module")
+def photo() -> np.ndarray:
+    return photo_like(240, 320, seed=7)
+
+
+@pytest.fixture(scope="module")
+def progressive(photo) -> bytes:
+    return jpeg(photo, quality=90, progressive=True)
+
+
+@pytest.mark.parametrize("save", [dict(subsampling=2), dict(subsampling=1, restart_marker_blocks=3), dict(grey=True)])
+def test_a_coarse_progressive_crop_is_the_same_on_every_backend(photo, save):
+    """nvImageCodec's region decode of a progressive JPEG without its final scans differed from
+    turbo's and Pillow's whole decode (libjpeg's block smoothing, for coefficients left short)."""
+    save = dict(save)
+    array = np.asarray(Image.fromarray(photo).convert("L")) if save.pop("grey", False) else photo
+    data = jpeg(array, quality=85, progressive=True, **save)
+    for roi in (SMALL_CROP, (101, 99, 110, 130), LARGE_CROP):
+        reference = outcome("pillow", data, roi)
+        for backend in BACKENDS:
+            assert torch.equal(outcome(available(backend), data, roi), reference), (backend, roi)
+
+
+def test_a_progressive_file_that_stops_short_is_decoded_whole(progressive):
+    """A progressive JPEG whose own scans leave coefficients short (here: without its final
+    scans, as an encoder may write it) decodes on nvImageCodec as on Pillow, ``exact`` or not."""
+    short = without_final_refinement(progressive)
+    assert not every_coefficient_refined(short)
+    for exact in (False, True):
+        reference = outcome("pillow", short, SMALL_CROP, exact)
+        assert torch.equal(outcome(available("nvimgcodec"), short, SMALL_CROP, exact), reference)
+        assert torch.equal(outcome("turbo", short, SMALL_CROP, exact), reference)
+
+
+def test_every_coefficient_refined(photo, progressive):
+    assert every_coefficient_refined(jpeg(photo, quality=90))  # baseline
+    assert every_coefficient_refined(progressive)
+    assert every_coefficient_refined(jpeg(np.asarray(Image.fromarray(photo).convert("L")), progressive=True))
+    assert not every_coefficient_refined(progressive[: len(progressive) // 2])  # cut short: cannot tell
+    start, _, end = final_refinements(progressive)[-1]
+    assert not every_coefficient_refined(progressive[:start] + progressive[end:])
+
+
+def malformed_refinements(data: bytes) -> dict[str, bytes]:
+    """The first final refinement scan's header made invalid three ways."""
+    start, header_end, _ = final_refinements(data)[0]
+    selector, tail = data[start + 5 : start + 7], data[header_end - 3 : header_end]
+    return {
+        "no components": data[:start] + b"\xff\xda\x00\x06\x00" + tail + data[header_end:],
+        "two components in an AC scan": data[:start] + b"\xff\xda\x00\x0a\x02" + selector + b"\x02\x00" + tail
+        + data[header_end:],
+        "Ah=2 with Al=0": data[: header_end - 1] + b"\x20" + data[header_end:],
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_malformed_refinement_scan_is_an_error_whatever_the_hint(progressive, backend):
+    """Such a scan was spliced out for a shrinking crop, so the broken file decoded silently
+    there and failed with exact=True; now both are the decoder's DecodeError."""
+    available(backend)
+    for name, data in malformed_refinements(progressive).items():
+        assert without_final_refinement(data) is None, name
+        for roi in (SMALL_CROP, LARGE_CROP):
+            assert outcome(backend, data, roi) == "DecodeError" == outcome(backend, data, roi, exact=True), name
+
+
+def test_a_file_of_refinement_scans_only_is_not_emptied(progressive):
+    tables = progressive[: scan_spans(progressive)[0][0]]
+    only = tables + b"".join(progressive[s:e] for s, _, e in final_refinements(progressive)) + b"\xff\xd9"
+    assert without_final_refinement(only) is None  # the decoder reports the original
+    for backend in BACKENDS:
+        assert outcome(available(backend), only, LARGE_CROP) == "DecodeError"
+
+
+def test_segments_between_scans_and_cut_files(progressive):
+    """Fill bytes, DRI, COM and DHT between scans are kept; a file cut inside or right after
+    a refinement scan is left whole for the decoder to report; many tiny scans are one pass."""
+    start, _, end = final_refinements(progressive)[0]
+    thin = without_final_refinement(progressive)
+    for extra in (b"\xff" * 9, b"\xff\xfe\x00\x05abc"):
+        padded = progressive[:start] + extra + progressive[start:]
+        assert without_final_refinement(padded) is not None
+        reference = outcome("pillow", padded, LARGE_CROP)
+        assert torch.equal(reference, outcome("pillow", thin, LARGE_CROP))
+        for backend in BACKENDS:
+            assert torch.equal(outcome(available(backend), padded, LARGE_CROP), reference)
+    for cut in (progressive[: (start + end) // 2], progressive[:end], progressive[: end + 1]):
+        assert without_final_refinement(cut) is None
+        for backend in BACKENDS:
+            assert outcome(available(backend), cut, LARGE_CROP) == "DecodeError"
+    many = progressive[:end] + progressive[start:end] * 3000 + progressive[end:]
+    assert without_final_refinement(many) == thin
+
+
+def tiff_ifd(entries: list[tuple[int, int, int, bytes]], order: str = "<", count: int | None = None) -> bytes:
+    """A TIFF header and one directory of (tag, type, count, 4-byte value) entries."""
+    head = b"II*\x00" if order == "<" else b"MM\x00*"
+    n = len(entries) if count is None else count
+    body = b"".join(struct.pack(order + "HHI", t, kind, c) + v for t, kind, c, v in entries)
+    return head + struct.pack(order + "I", 8) + struct.pack(order + "H", n) + body + b"\x00" * 4
+
+
+def short(value: int, order: str = "<") -> bytes:
+    return struct.pack(order + "H", value) + b"\x00\x00"
+
+
+def segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def exif_cases(base: bytes, thumbnail: bytes) -> dict[str, bytes]:
+    exif6 = b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(6))])
+    head, rest = base[:2], base[2:]
+    return {
+        "orientation 0": head + segment(0xE1, b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(0))])) + rest,
+        "orientation 9": head + segment(0xE1, b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(9, ">"))], ">"))
+        + rest,
+        "orientation 65535": head + segment(0xE1, b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(65535))])) + rest,
+        "huge entry count": head + segment(0xE1, b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(6))], count=65535))
+        + rest,
+        "IFD offset outside": head + segment(0xE1, b"Exif\x00\x00II*\x00\xff\xff\xff\x7f") + rest,
+        "IFD at itself": head + segment(0xE1, b"Exif\x00\x00II*\x00\x00\x00\x00\x00") + rest,
+        "orientation as LONG": head + segment(0xE1, b"Exif\x00\x00" + tiff_ifd([(0x0112, 4, 1, b"\x06\0\0\0")]))
+        + rest,
+        "EXIF in a later APP1": head + segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+        + segment(0xED, b"Photoshop 3.0\x00" + b"\x00" * 20) + segment(0xE1, exif6) + rest,
+        "XMP after EXIF": head + segment(0xE1, exif6) + segment(0xE1, b"http://ns.adobe.com/xap/1.0/\x00<x/>") + rest,
+        "EXIF after the first scan": base[: base.index(b"\xff\xda") + 20]
+        + base[base.index(b"\xff\xda") + 20 :].replace(b"\xff\xc4", segment(0xE1, exif6) + b"\xff\xc4", 1),
+        "thumbnail with its own EXIF": head + segment(0xE1, b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(1))])
+                                                      + thumbnail) + rest,
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_crafted_exif_is_turned_as_pillow_turns_it(photo, progressive, backend):
+    """EXIF that Pillow reads oddly or not at all: every backend gives Pillow's exif_transpose."""
+    available(backend)
+    decoder = create("image", backend, limits=Limits(), exif_transpose=True)
+    thumbnail = jpeg(photo[:32, :32], quality=50, exif=b"Exif\x00\x00" + tiff_ifd([(0x0112, 3, 1, short(8))]))
+    for name, data in exif_cases(progressive, thumbnail).items():
+        image = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
+        expected = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
+        assert jpeg_orientation(data) in (None, Image.open(io.BytesIO(data)).getexif().get(0x0112, 1)), name
+        for hint in (DecodeHint(), DecodeHint(roi=SMALL_CROP)):
+            got = decoder.decode(Blob("t.jpg", data=data), hint, RNG, {})
+            top, left, h, w = hint.roi or (0, 0, *expected.shape[1:])
+            assert torch.equal(got, expected[:, top : top + h, left : left + w]), (name, hint)
