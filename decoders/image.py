@@ -251,13 +251,26 @@ def jpeg_is_progressive(data: bytes) -> bool:
     return frame is not None and frame.progressive
 
 
+# a progressive JPEG with more scans than this is refused: each scan walks every block of the
+# image, so a small file of tiny scans costs its size times the image's area (libjpeg-turbo
+# recommends a limit of this order, its djpeg -maxscans; nvImageCodec refuses over 256)
+MAX_PROGRESSIVE_SCANS = 500
+
+
 def jpeg_claim_error(data: bytes) -> str | None:
     """Why a JPEG's declared size cannot be what its bytes hold, or None: a Huffman-coded frame
     spends at least one bit on each MCU (its first scan codes every block's DC value), so a
     header declaring more MCUs than the file has bits is truncated or corrupt. Checked before
-    the decoder allocates the declared image (a few bytes can declare 65500 x 65500)."""
+    the decoder allocates the declared image (a few bytes can declare 65500 x 65500). A
+    progressive frame with more than `MAX_PROGRESSIVE_SCANS` scans is refused too."""
     frame = jpeg_frame(data)
-    if frame is None or frame.marker not in _HUFFMAN_SOF or 8 * len(data) >= frame.mcus:
+    if frame is None:
+        return None
+    if frame.progressive:
+        scans = data.count(b"\xff\xda", frame.offset)  # 0xFFDA never occurs inside entropy-coded data
+        if scans > MAX_PROGRESSIVE_SCANS:
+            return f"a progressive JPEG of {scans} scans, above the limit of {MAX_PROGRESSIVE_SCANS}"
+    if frame.marker not in _HUFFMAN_SOF or 8 * len(data) >= frame.mcus:
         return None
     return (f"truncated or corrupt: the header declares {frame.width}x{frame.height} pixels ({frame.mcus} "
             f"coded units of at least a bit each) in a file of {len(data)} bytes")

@@ -52,9 +52,11 @@ class PillowImageDecoder(ImageDecoder):
 
     priority = 100
 
-    def _open(self, data: bytes, path: str) -> Image.Image:
+    def _open(self, data: bytes, path: str, decoded: bytes | None = None) -> Image.Image:
+        """``data`` (or ``decoded``, a thinner copy of it: see `scans`) opened, its claims checked
+        on ``data`` itself, as the other backends check them."""
         try:
-            im = Image.open(io.BytesIO(data))
+            im = Image.open(io.BytesIO(data if decoded is None else decoded))
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise DecodeError(path, self.name, f"not a readable image ({err})") from err
         if im.format == "JPEG":
@@ -81,7 +83,7 @@ class PillowImageDecoder(ImageDecoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> torch.Tensor:
         check_hint(hint)
         data = blob.read()
-        im = self._open(data if self.turns(data) else self.scans(data, hint), blob.name)
+        im = self._open(data, blob.name, decoded=None if self.turns(data) else self.scans(data, hint))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Truncated File Read" and friends become errors below

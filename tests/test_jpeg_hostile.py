@@ -222,3 +222,18 @@ def test_crafted_exif_is_turned_as_pillow_turns_it(photo, progressive, backend):
             got = decoder.decode(Blob("t.jpg", data=data), hint, RNG, {})
             top, left, h, w = hint.roi or (0, 0, *expected.shape[1:])
             assert torch.equal(got, expected[:, top : top + h, left : left + w]), (name, hint)
+
+
+def test_a_progressive_file_of_too_many_scans_is_refused(progressive):
+    """Each scan walks every block of the image: thousands of tiny scans in a small file cost its
+    size times the image's area. Refused on every backend and hint, before any decode (Pillow
+    decoded it, and for a shrinking crop checked only the copy without its refinement scans)."""
+    start, _, end = final_refinements(progressive)[0]
+    many = progressive[:end] + progressive[start:end] * 600 + progressive[end:]
+    assert without_final_refinement(many) is not None
+    for backend in BACKENDS:
+        for roi, exact in ((LARGE_CROP, False), (LARGE_CROP, True), (SMALL_CROP, False)):
+            assert outcome(available(backend), many, roi, exact) == "DecodeError", (backend, roi, exact)
+        with pytest.raises(DecodeError, match="scans"):
+            create("image", backend, limits=Limits()).probe(Blob("hostile.jpg", data=many))
+    assert outcome("pillow", progressive[:end] + progressive[start:end] * 20 + progressive[end:], LARGE_CROP) != "DecodeError"
