@@ -15,9 +15,10 @@ lets decode at a reduced DCT scale go to the turbo backend. On an NVIDIA
 device it runs as a device decoder: the workers read the bytes and draw the crop, and the
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
 hardware JPEG decoder where the GPU has one), every JPEG's region at full scale, which the
-fused op then resizes as one batch on the GPU. Non-JPEG formats (and EXIF-rotated images)
-go to the turbo/Pillow path on the CPU, counted in ``loader.stats.fallbacks``; so does a file
-cut short, which a region decode could stop above, for the turbo path to report.
+fused op then resizes as one batch on the GPU. Non-JPEG formats, EXIF-rotated images and
+progressive JPEGs whose scans stop short go to the turbo/Pillow path on the CPU, counted in
+``loader.stats.fallbacks``; so does a file cut short, which a region decode could stop above,
+for the turbo path to report.
 
 Its CPU-only backend runs the same batched path without a GPU (``device_decode=True`` on a
 CPU device): the tests run the device stage with it.
@@ -134,19 +135,20 @@ class NvImageCodecImageDecoder(ImageDecoder):
         self.check_pixels(width, height, name)
         if not jpeg_is_complete(data):  # a region decode stops above the cut: the turbo path reports it
             return "cut-short JPEG"
+        progressive = jpeg_is_progressive(data)
+        if progressive and not every_coefficient_refined(data):
+            return "progressive JPEG whose scans stop short (block smoothing)"
         if batched:
             return None
         if self.plan(hint, (height, width)).denominator != 1:
             return "reduced DCT scale"
         if hint.roi is None:
             return "whole image"
-        if jpeg_is_progressive(data):
+        if progressive:
             if hint.roi[2] * hint.roi[3] > PROGRESSIVE_REGION_SHARE * height * width:
                 return "large region of a progressive JPEG"
             if not self.exact and coarse_scans(hint, (height, width)):
                 return "progressive JPEG decoded without its final refinement scans"
-            if not every_coefficient_refined(data):
-                return "progressive JPEG whose scans stop short (block smoothing)"
         return None
 
     def _stream(self, data: bytes, hint: DecodeHint):
