@@ -5,7 +5,8 @@ A progressive JPEG codes each coefficient in successive-approximation scans; the
 the entropy-coded bytes, which every decoder reads whole whatever the crop. Without them each
 AC coefficient is off by less than one quantisation step: invisible once a crop is shrunk by
 an antialiased resize (the decoders do this only then, see `plan_decode`; the PSNR tests
-bound it). The result is itself a valid JPEG, decoded by every backend alike.
+bound it), as long as the steps are small: a file quantised coarsely (low JPEG quality) keeps
+every scan. The result is itself a valid JPEG, decoded by every backend alike.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ _STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 _FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+# the coarsest quantisation (mean AC step of any table) whose last bit may be dropped: libjpeg's
+# tables at quality 80; below it the error of a 1.5x shrink falls under the PSNR tests' bound
+MAX_MEAN_AC_STEP = 36.0
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,13 @@ class ScanLayout:
     components: bytes  # the frame's component ids
     scans: list[Scan]
     end: int
+    mean_ac_step: float  # the largest mean AC quantisation step of its tables
 
 
 def scan_layout(data: bytes) -> ScanLayout | None:
     """The scans of a JPEG that ends with an end-of-image marker, or None where its segments
     are not laid out as this parser vouches for (a file cut short, a bad length, junk)."""
-    components, scans = b"", []
+    components, scans, steps = b"", [], [0.0]
     i, end = 2, len(data)
     while i + 2 <= end:
         if data[i] != 0xFF:
@@ -64,7 +69,7 @@ def scan_layout(data: bytes) -> ScanLayout | None:
             i += 1
             continue
         if marker == 0xD9:  # end of image
-            return ScanLayout(components, scans, i + 2) if components and scans else None
+            return ScanLayout(components, scans, i + 2, max(steps)) if components and scans else None
         if marker in _STANDALONE:
             i += 2
             continue
@@ -78,6 +83,11 @@ def scan_layout(data: bytes) -> ScanLayout | None:
             if components or length < 8 or length != 8 + 3 * data[i + 9]:
                 return None  # a second frame, or a frame header that does not add up
             components = data[i + 10 : header_end : 3]
+        if marker == 0xDB:
+            tables = _mean_ac_steps(data[i + 4 : header_end])
+            if tables is None:
+                return None
+            steps += tables
         if marker != 0xDA:
             i = header_end
             continue
@@ -95,12 +105,28 @@ def scan_layout(data: bytes) -> ScanLayout | None:
     return None
 
 
+def _mean_ac_steps(payload: bytes) -> list[float] | None:
+    """The mean AC step of each quantisation table of a DQT segment (8- or 16-bit entries), or
+    None where the segment does not hold whole tables."""
+    means, j = [], 0
+    while j < len(payload):
+        wide = payload[j] >> 4
+        table = payload[j + 1 : j + 1 + 64 * (wide + 1)]
+        if wide > 1 or len(table) < 64 * (wide + 1):
+            return None
+        values = [int.from_bytes(table[k : k + 2], "big") for k in range(0, 128, 2)] if wide else list(table)
+        means.append(sum(values[1:]) / 63)
+        j += 1 + len(table)
+    return means
+
+
 def without_final_refinement(data: bytes) -> bytes | None:
     """``data`` without its final AC refinement scans, or None where it has none, where they
-    would be all its scans, or where its segments are not laid out as this parser vouches for
-    (malformed refinement headers included: the caller decodes ``data``, and reports them)."""
+    would be all its scans, where its quantisation is coarser than `MAX_MEAN_AC_STEP`, or where
+    its segments are not laid out as this parser vouches for (malformed refinement headers
+    included: the caller decodes ``data``, and reports them)."""
     layout = scan_layout(data)
-    if layout is None:
+    if layout is None or layout.mean_ac_step > MAX_MEAN_AC_STEP:
         return None
     dropped = [scan for scan in layout.scans if scan.final_refinement]
     if not dropped or len(dropped) == len(layout.scans) or not all(s.well_formed_refinement for s in dropped):
