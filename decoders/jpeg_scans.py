@@ -18,8 +18,9 @@ _STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 _FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
-# the coarsest quantisation (mean AC step of any table) whose last bit may be dropped: libjpeg's
-# tables at quality 80; below it the error of a 1.5x shrink falls under the PSNR tests' bound
+# the coarsest quantisation (mean AC step of any table) whose last bit may be dropped, that of
+# libjpeg's standard tables at quality 80: coarser steps leave too much error for the resize to
+# average away (the PSNR tests' bound)
 MAX_MEAN_AC_STEP = 36.0
 
 
