@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -278,3 +279,45 @@ def test_a_coarsely_quantised_progressive_set_meets_the_quality_bound():
             scores.append(100.0 if mse == 0 else 10 * np.log10(255**2 / mse))
     assert np.median(scores) >= 38.0 and np.percentile(scores, 10) >= 32.0 and min(scores) >= 28.0, sorted(scores)
     assert all(without_final_refinement(data) is None for data in datas)
+
+
+@pytest.fixture(scope="module")
+def progressive_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("progressive")
+    for c in range(2):
+        (root / f"class{c}").mkdir()
+        for i in range(3):
+            array = photo_like(200 + 20 * i, 260, seed=10 * c + i)
+            (root / f"class{c}" / f"{i}.jpg").write_bytes(jpeg(array, quality=90, progressive=True, subsampling=i % 3))
+    return root
+
+
+def _folder_pipeline(root, exact: bool, augment: list):
+    import mediapipe as mp
+
+    return mp.Pipeline(source=mp.loaders.folder(root), decode={"image": mp.decoders.image(exact=exact)},
+                       augment=augment, batch_size=3, seed=3, device="cpu")
+
+
+def test_coarse_progressive_batches_are_the_same_for_any_worker_count(progressive_folder):
+    from mediapipe import augment as A
+
+    pipe = _folder_pipeline(progressive_folder, False, [A.RandomResizedCrop(64), A.HorizontalFlip()])
+    inline, forked = list(pipe.loader(num_workers=0)), list(pipe.loader(num_workers=2))
+    assert len(inline) == len(forked) == 2
+    for a, b in zip(inline, forked):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+
+
+def test_exact_through_the_dali_backend(progressive_folder):
+    """DALI decodes every scan anyway: with exact=True the torch backend decodes as it does
+    (within the DALI tests' rounding bound: two grey levels, a quarter on average)."""
+    pytest.importorskip("nvidia.dali")
+    from mediapipe import augment as A
+
+    pipe = _folder_pipeline(progressive_folder, True, [A.Resize(128), A.CenterCrop(112), A.Normalize()])
+    dali, reference = list(pipe.loader(backend="dali", shuffle=False)), list(pipe.loader(backend="torch", shuffle=False))
+    assert len(dali) == len(reference) == 2
+    for a, b in zip(dali, reference):
+        diff = (a["image"] - b["image"]).abs()
+        assert diff.max().item() <= 2 / 255 / 0.224 and diff.mean().item() <= 0.25 / 255 / 0.224
