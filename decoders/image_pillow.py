@@ -31,6 +31,9 @@ from mediapipe.sample import Blob, SampleMeta
 Image.MAX_IMAGE_PIXELS = None  # our own limit (Limits.max_pixels) is checked on the header instead
 
 _EXIF_ORIENTATION = 0x0112
+# the formats Pillow names a JPEG file by: "MPO" for a multi-picture file (a camera's stereo pair or
+# previews after the main picture), whose first picture, a JPEG, is the one decoded
+JPEG_FORMATS = frozenset({"JPEG", "MPO"})
 SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})  # "I" is read as 16-bit data
 
 
@@ -59,7 +62,7 @@ class PillowImageDecoder(ImageDecoder):
             im = Image.open(io.BytesIO(data if decoded is None else decoded))
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise DecodeError(path, self.name, f"not a readable image ({err})") from err
-        if im.format == "JPEG":
+        if im.format in JPEG_FORMATS:
             self.check_jpeg(data, path)
         self.check_pixels(*im.size, path)
         return im
@@ -97,11 +100,11 @@ class PillowImageDecoder(ImageDecoder):
         full = (im.size[1], im.size[0])
         plan = FULL_SCALE
         if self._oriented(im):
-            if im.format == "JPEG" and self.mode == "L":
+            if im.format in JPEG_FORMATS and self.mode == "L":
                 im.draft("L", None)  # the luma plane, as for an upright JPEG (see the module docstring)
             im = ImageOps.exif_transpose(im)
             full = (im.size[1], im.size[0])
-        elif im.format == "JPEG":
+        elif im.format in JPEG_FORMATS:
             plan = self._draft(im, self.plan(hint, full), full)
         im.load()
         if im.mode in SIXTEEN_BIT_MODES:

@@ -321,3 +321,21 @@ def test_exact_through_the_dali_backend(progressive_folder):
     for a, b in zip(dali, reference):
         diff = (a["image"] - b["image"]).abs()
         assert diff.max().item() <= 2 / 255 / 0.224 and diff.mean().item() <= 0.25 / 255 / 0.224
+
+
+def test_a_multi_picture_file_is_a_jpeg_on_every_backend(photo):
+    """Pillow names a camera's multi-picture JPEG "MPO": its backend skipped the JPEG checks (the
+    scan limit, the header's claims) and the reduced DCT scale for it, unlike turbo's."""
+    buf = io.BytesIO()
+    Image.fromarray(photo).save(buf, "MPO", save_all=True, append_images=[Image.fromarray(photo[::-1].copy())],
+                                progressive=True, quality=90)
+    mpo = buf.getvalue()
+    assert Image.open(io.BytesIO(mpo)).format == "MPO"
+    hint = DecodeHint(roi=LARGE_CROP, size=(40, 48), antialias=True, interpolation="bilinear")  # a 1/2 DCT scale
+    reference = create("image", "turbo", limits=Limits()).decode(Blob("m.jpg", data=mpo), hint, RNG, {})
+    assert torch.equal(create("image", "pillow", limits=Limits()).decode(Blob("m.jpg", data=mpo), hint, RNG, {}),
+                       reference)
+    start, _, end = final_refinements(mpo)[0]
+    many = mpo[:end] + mpo[start:end] * 600 + mpo[end:]
+    for backend in BACKENDS:
+        assert outcome(available(backend), many, LARGE_CROP, exact=True) == "DecodeError"
