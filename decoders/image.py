@@ -11,7 +11,7 @@ import torch
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.decoders.exif import jpeg_orientation
-from mediapipe.decoders.jpeg_scans import without_final_refinement
+from mediapipe.decoders.jpeg_scans import COARSE_MARGIN, without_final_refinement
 from mediapipe.errors import DecodeError, LimitError
 
 MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale
@@ -97,9 +97,10 @@ class ImageDecoder(Decoder):
         if self.exact or hint.size is None:
             return data
         frame = jpeg_frame(data)
-        if frame is None or not frame.progressive or not coarse_scans(hint, (frame.height, frame.width)):
+        shrink = 0.0 if frame is None or not frame.progressive else region_shrink(hint, (frame.height, frame.width))
+        if shrink < COARSE_MARGIN:
             return data
-        return without_final_refinement(data) or data
+        return without_final_refinement(data, shrink) or data
 
     @property
     def channels(self) -> int:
@@ -170,19 +171,20 @@ def plan_decode(hint: DecodeHint, full: tuple[int, int]) -> ScaledDecode:
     return FULL_SCALE
 
 
-# a progressive JPEG's final refinement scans are skipped only for a region at least this many
-# times the output size in both dimensions: the resize then averages away most of the error
-COARSE_MARGIN = 1.5
+def region_shrink(hint: DecodeHint, full: tuple[int, int]) -> float:
+    """How many times an antialiased bilinear or bicubic resize shrinks the hinted region (the
+    smaller of the two axes' factors); 0 where no such resize follows."""
+    if hint.size is None or not hint.antialias or hint.interpolation not in ("bilinear", "bicubic"):
+        return 0.0
+    height, width = (hint.roi[2], hint.roi[3]) if hint.roi is not None else full
+    return min(height / hint.size[0], width / hint.size[1])
 
 
 def coarse_scans(hint: DecodeHint, full: tuple[int, int]) -> bool:
-    """Whether a progressive JPEG may be decoded without its final AC refinement scans for this
-    hint (`without_final_refinement`): an antialiased bilinear or bicubic resize shrinks the
-    region by at least `COARSE_MARGIN` in both dimensions."""
-    if hint.size is None or not hint.antialias or hint.interpolation not in ("bilinear", "bicubic"):
-        return False
-    height, width = (hint.roi[2], hint.roi[3]) if hint.roi is not None else full
-    return height >= COARSE_MARGIN * hint.size[0] and width >= COARSE_MARGIN * hint.size[1]
+    """Whether this hint lets a progressive JPEG be decoded without its final AC refinement
+    scans: the resize shrinks the region at least `COARSE_MARGIN` times (a coarsely quantised
+    file needs more, see `without_final_refinement`)."""
+    return region_shrink(hint, full) >= COARSE_MARGIN
 
 
 def finish_decode(array: np.ndarray, hint: DecodeHint, plan: ScaledDecode) -> torch.Tensor:
@@ -203,13 +205,16 @@ _STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 @dataclass(frozen=True)
 class JpegFrame:
     """A JPEG's start-of-frame segment: its marker, the size it declares, the number of MCUs
-    (minimum coded units) that size takes, and where the segment starts in the data."""
+    (minimum coded units) that size takes, where the segment starts in the data, and the
+    largest horizontal and vertical sampling factors of its components."""
 
     marker: int
     height: int
     width: int
     mcus: int
     offset: int
+    h_max: int = 1
+    v_max: int = 1
 
     @property
     def progressive(self) -> bool:
@@ -235,7 +240,7 @@ def jpeg_frame(data: bytes) -> JpegFrame | None:
             h_max = max((c >> 4 for c in components[1::3]), default=1) or 1
             v_max = max((c & 15 for c in components[1::3]), default=1) or 1
             mcus = -(-width // (8 * h_max)) * -(-height // (8 * v_max))
-            return JpegFrame(marker, height, width, mcus, i)
+            return JpegFrame(marker, height, width, mcus, i, h_max, v_max)
         if marker == 0xDA:  # start of scan before any frame: malformed
             return None
         if marker in _STANDALONE:

@@ -7,11 +7,11 @@ wherever it is installed) it runs per sample in our workers, for the crops of
 baseline JPEGs at full scale, and for progressive JPEGs' crops that cover at most
 `PROGRESSIVE_REGION_SHARE` of the image (every scan is entropy-decoded whole, region or not:
 only the inverse DCT and colour conversion of the rest are saved, which pays for a small
-region only) and whose every coefficient is decoded to its last bit (libjpeg smooths the
-blocks of a progressive JPEG whose scans stop short, which its region decode does not
-reproduce: see `every_coefficient_refined`). Larger progressive crops, progressive crops decoded
-without their final refinement scans (`coarse_scans`), whole images and crops that `plan_decode`
-lets decode at a reduced DCT scale go to the turbo backend. On an NVIDIA
+region only). A progressive JPEG whose scans stop short (its own, or without its final
+refinement scans, `coarse_scans`) is decoded with libjpeg's block smoothing, which reads two
+blocks around each block: its region is decoded with `smoothing_margin` more on every side
+and cut, so that it equals the whole decode's. Larger progressive crops, whole images and crops
+that `plan_decode` lets decode at a reduced DCT scale go to the turbo backend. On an NVIDIA
 device it runs as a device decoder: the workers read the bytes and draw the crop, and the
 training process decodes the whole batch with one call into GPU memory (nvJPEG, the
 hardware JPEG decoder where the GPU has one), every JPEG's region at full scale, which the
@@ -36,9 +36,10 @@ from mediapipe.cuda_access import nvidia_gpu
 from mediapipe.decoders.base import _NO_RNG, Decoded, DecodeHint
 from mediapipe.decoders.image import (
     ImageDecoder,
+    JpegFrame,
     check_hint,
-    coarse_scans,
     hwc_to_chw,
+    jpeg_frame,
     jpeg_is_complete,
     jpeg_is_progressive,
 )
@@ -54,6 +55,18 @@ _JPEG_MAGIC = b"\xff\xd8\xff"
 # the image's area; above it the turbo backend's whole decode costs less (its libjpeg-turbo build is
 # the faster of the two on a whole image, and the region saves too little of the inverse DCT)
 PROGRESSIVE_REGION_SHARE = 0.5
+
+
+def smoothing_margin(roi: tuple[int, int, int, int], frame: JpegFrame) -> tuple[tuple[int, int, int, int],
+                                                                              tuple[int, int, int, int]]:
+    """The region to decode for ``roi`` where libjpeg smooths blocks (it reads two blocks of each
+    component on every side, 16 pixels times the largest sampling factor), clipped to the image,
+    and where ``roi`` lies in it."""
+    top, left, h, w = roi
+    dy, dx = 16 * frame.v_max, 16 * frame.h_max
+    y0, x0 = max(0, top - dy), max(0, left - dx)
+    y1, x1 = min(frame.height, top + h + dy), min(frame.width, left + w + dx)
+    return (y0, x0, y1 - y0, x1 - x0), (top - y0, left - x0, h, w)
 
 
 def _nvimgcodec():
@@ -136,26 +149,23 @@ class NvImageCodecImageDecoder(ImageDecoder):
         if not jpeg_is_complete(data):  # a region decode stops above the cut: the turbo path reports it
             return "cut-short JPEG"
         progressive = jpeg_is_progressive(data)
-        if progressive and not every_coefficient_refined(data):
-            return "progressive JPEG whose scans stop short (block smoothing)"
         if batched:
+            if progressive and not every_coefficient_refined(data):
+                return "progressive JPEG whose scans stop short (block smoothing)"
             return None
         if self.plan(hint, (height, width)).denominator != 1:
             return "reduced DCT scale"
         if hint.roi is None:
             return "whole image"
-        if progressive:
-            if hint.roi[2] * hint.roi[3] > PROGRESSIVE_REGION_SHARE * height * width:
-                return "large region of a progressive JPEG"
-            if not self.exact and coarse_scans(hint, (height, width)):
-                return "progressive JPEG decoded without its final refinement scans"
+        if progressive and hint.roi[2] * hint.roi[3] > PROGRESSIVE_REGION_SHARE * height * width:
+            return "large region of a progressive JPEG"
         return None
 
-    def _stream(self, data: bytes, hint: DecodeHint):
+    def _stream(self, data: bytes, roi: tuple[int, int, int, int] | None):
         nc = _nvimgcodec()
         stream = nc.CodeStream(data)
-        if hint.roi is not None:
-            top, left, h, w = hint.roi
+        if roi is not None:
+            top, left, h, w = roi
             stream = stream.get_sub_code_stream(region=nc.Region(top, left, top + h, left + w))
         return stream
 
@@ -165,12 +175,21 @@ class NvImageCodecImageDecoder(ImageDecoder):
         if hint.roi is None or self._why_not(data, hint, blob.name, meta, batched=False) is not None:
             return self._fallback.decode(blob, hint, rng, meta)
         decoder = self._lazy_decoder()
+        thin = self.scans(data, hint)
+        frame = jpeg_frame(thin)
+        roi = hint.roi
+        smoothed = frame is not None and frame.progressive and (thin is not data or not every_coefficient_refined(data))
+        if smoothed:  # the region and the blocks block smoothing reads around it, cut after decoding
+            roi, cut = smoothing_margin(hint.roi, frame)
         try:
-            image = decoder.decode(self._stream(data, hint), params=self._params)
+            image = decoder.decode(self._stream(thin, roi), params=self._params)
         except RuntimeError as err:
             raise DecodeError(blob.name, self.name, str(err)) from err
         if image is None:
             raise DecodeError(blob.name, self.name, "corrupt or truncated JPEG data")
+        if smoothed:
+            top, left, h, w = cut
+            return self._to_tensor(np.asarray(image)[top : top + h, left : left + w])
         return self._to_tensor(image)
 
     def _to_tensor(self, image) -> torch.Tensor:
@@ -192,7 +211,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
                 data = blob.read()
                 why = self._why_not(data, hint, blob.name, metas[i], batched=True)
                 if why is None:
-                    batch.append(self._stream(data, hint))
+                    batch.append(self._stream(data, hint.roi))
                     where.append(i)
                 else:
                     x = self._fallback.decode(blob, hint, _NO_RNG, metas[i])

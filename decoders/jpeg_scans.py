@@ -5,12 +5,14 @@ A progressive JPEG codes each coefficient in successive-approximation scans; the
 the entropy-coded bytes, which every decoder reads whole whatever the crop. Without them each
 AC coefficient is off by less than one quantisation step: invisible once a crop is shrunk by
 an antialiased resize (the decoders do this only then, see `plan_decode`; the PSNR tests
-bound it), as long as the steps are small: a file quantised coarsely (low JPEG quality) keeps
-every scan. The result is itself a valid JPEG, decoded by every backend alike.
+bound it). The error grows with the quantisation step and the resize divides it by the shrink,
+so a file quantised coarsely (low JPEG quality) needs a shrink larger in proportion
+(`shrink_needed`). The result is itself a valid JPEG, decoded by every backend alike.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -18,10 +20,17 @@ _STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 _FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
-# the coarsest quantisation (mean AC step of any table) whose last bit may be dropped, that of
-# libjpeg's standard tables at quality 80: coarser steps leave too much error for the resize to
-# average away (the PSNR tests' bound)
-MAX_MEAN_AC_STEP = 36.0
+# the final refinement scans are dropped only for a region the resize shrinks at least this many
+# times in both dimensions, for quantisation steps up to REFERENCE_MEAN_AC_STEP (the mean AC step
+# of libjpeg's standard tables at quality 80); coarser steps need a shrink larger in proportion
+COARSE_MARGIN = 1.5
+REFERENCE_MEAN_AC_STEP = 36.0
+
+
+def shrink_needed(mean_ac_step: float) -> float:
+    """The least shrink at which a file whose coarsest table has this mean AC step may lose the
+    last bit of its AC coefficients."""
+    return COARSE_MARGIN * max(1.0, mean_ac_step / REFERENCE_MEAN_AC_STEP)
 
 
 @dataclass(frozen=True)
@@ -121,13 +130,14 @@ def _mean_ac_steps(payload: bytes) -> list[float] | None:
     return means
 
 
-def without_final_refinement(data: bytes) -> bytes | None:
+def without_final_refinement(data: bytes, shrink: float = math.inf) -> bytes | None:
     """``data`` without its final AC refinement scans, or None where it has none, where they
-    would be all its scans, where its quantisation is coarser than `MAX_MEAN_AC_STEP`, or where
-    its segments are not laid out as this parser vouches for (malformed refinement headers
-    included: the caller decodes ``data``, and reports them)."""
+    would be all its scans, where ``shrink`` (how many times the resize shrinks the region) is
+    below what its quantisation needs (`shrink_needed`), or where its segments are not laid out
+    as this parser vouches for (malformed refinement headers included: the caller decodes
+    ``data``, and reports them)."""
     layout = scan_layout(data)
-    if layout is None or layout.mean_ac_step > MAX_MEAN_AC_STEP:
+    if layout is None or shrink < shrink_needed(layout.mean_ac_step):
         return None
     dropped = [scan for scan in layout.scans if scan.final_refinement]
     if not dropped or len(dropped) == len(layout.scans) or not all(s.well_formed_refinement for s in dropped):

@@ -15,7 +15,13 @@ from PIL import Image, ImageOps
 
 from mediapipe.decoders import DecodeHint, Limits, create
 from mediapipe.decoders.exif import jpeg_orientation
-from mediapipe.decoders.jpeg_scans import every_coefficient_refined, without_final_refinement
+from mediapipe.decoders.jpeg_scans import (
+    COARSE_MARGIN,
+    every_coefficient_refined,
+    scan_layout,
+    shrink_needed,
+    without_final_refinement,
+)
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
@@ -258,27 +264,39 @@ def test_a_coarsely_quantised_progressive_set_meets_the_quality_bound():
     """Dropping the last bit costs up to a quantisation step per AC coefficient: on progressive
     JPEGs of quality 50 the fused 224 px crops fell to a median of about 36 dB against the
     reference (full Pillow decode + torchvision's resized_crop), under tests/test_fused_quality.py's
-    bound (median 38, p10 32, min 28). Such files keep every scan."""
+    bound (median 38, p10 32, min 28). Such files keep every scan unless the resize shrinks the
+    crop more, in proportion to their quantisation step: the crops that do lose the last bit
+    keep the bound on their own."""
     tf = pytest.importorskip("torchvision.transforms.v2.functional")
     from mediapipe import augment as A
+    from mediapipe.decoders.image import region_shrink
 
-    op, decoder, scores, datas = A.RandomResizedCrop(224), create("image", "turbo"), [], []
-    for i, (height, width, subsampling) in enumerate([(600, 480, 0), (520, 780, 2)]):
-        data = jpeg(photo_like(height, width, seed=40 + i), quality=50, progressive=True, subsampling=subsampling)
-        datas.append(data)
-        full = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
-        meta = decoder.probe(Blob("q50.jpg", data=data))
-        meta["size"] = (meta["height"], meta["width"])
-        for k in range(6):
-            params = op.sample_params(SampleRNG(7, 224, i, k), meta)
-            hint = op.decode_hint(params, meta)
-            got = op.apply_decoded(decoder.decode(Blob("q50.jpg", data=data), hint, RNG, meta), params)
-            box = (params["top"], params["left"], params["height"], params["width"])
-            expected = tf.resized_crop(full, *box, [224, 224], antialias=True)
-            mse = float(((got.double() - expected.double()) ** 2).mean())
-            scores.append(100.0 if mse == 0 else 10 * np.log10(255**2 / mse))
-    assert np.median(scores) >= 38.0 and np.percentile(scores, 10) >= 32.0 and min(scores) >= 28.0, sorted(scores)
-    assert all(without_final_refinement(data) is None for data in datas)
+    decoder, scores, thinned = create("image", "turbo"), [], []
+    for quality in (50, 75):
+        for i, (height, width, subsampling) in enumerate([(900, 720, 0), (780, 1100, 2)]):
+            data = jpeg(photo_like(height, width, seed=40 + i), quality=quality, progressive=True,
+                        subsampling=subsampling)
+            needed = shrink_needed(scan_layout(data).mean_ac_step)
+            assert needed > COARSE_MARGIN  # coarser than quality 80's tables
+            assert without_final_refinement(data, needed * 0.99) is None
+            full = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
+            meta = decoder.probe(Blob("coarse.jpg", data=data))
+            meta["size"] = (meta["height"], meta["width"])
+            for size in (224, 96):
+                op = A.RandomResizedCrop(size)
+                for k in range(5):
+                    params = op.sample_params(SampleRNG(7, size, i, k), meta)
+                    hint = op.decode_hint(params, meta)
+                    got = op.apply_decoded(decoder.decode(Blob("coarse.jpg", data=data), hint, RNG, meta), params)
+                    box = (params["top"], params["left"], params["height"], params["width"])
+                    expected = tf.resized_crop(full, *box, [size, size], antialias=True)
+                    mse = float(((got.double() - expected.double()) ** 2).mean())
+                    scores.append(100.0 if mse == 0 else 10 * np.log10(255**2 / mse))
+                    if region_shrink(hint, meta["size"]) >= needed:
+                        thinned.append(scores[-1])
+    for what in (scores, thinned):
+        assert np.median(what) >= 38.0 and np.percentile(what, 10) >= 32.0 and min(what) >= 28.0, sorted(what)
+    assert len(thinned) >= 8, len(thinned)
 
 
 @pytest.fixture(scope="module")
@@ -339,3 +357,34 @@ def test_a_multi_picture_file_is_a_jpeg_on_every_backend(photo):
     many = mpo[:end] + mpo[start:end] * 600 + mpo[end:]
     for backend in BACKENDS:
         assert outcome(available(backend), many, LARGE_CROP, exact=True) == "DecodeError"
+
+
+@pytest.mark.parametrize("save", [dict(subsampling=2), dict(subsampling=1), dict(subsampling=0, restart_marker_rows=1),
+                                  dict(grey=True)])
+def test_smoothed_regions_are_decoded_with_a_margin_as_the_whole_image(save, monkeypatch):
+    """A progressive JPEG without its final scans (ours, or as its encoder wrote it) is block-smoothed:
+    nvImageCodec decodes its region with two blocks more on every side, then cuts, and gives the
+    whole decode's pixels (before, these went to the slower whole-image path)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    import mediapipe.decoders.image_turbo as turbo
+
+    save = dict(save)
+    array = photo_like(480, 640, seed=9)
+    array = np.asarray(Image.fromarray(array).convert("L")) if save.pop("grey", False) else array
+    data = jpeg(array, quality=85, progressive=True, **save)
+    short = without_final_refinement(data)
+    crops = [(0, 0, 200, 230), (37, 51, 190, 250), (250, 390, 230, 250), (123, 77, 301, 233)]
+    hint = dict(size=(112, 112), antialias=True, interpolation="bilinear")  # shrinks >= 1.5x, full DCT scale
+
+    def decode(backend: str, d: bytes, roi) -> torch.Tensor:
+        decoder = create("image", backend, limits=Limits(), exact=d is short)
+        return decoder.decode(Blob("s.jpg", data=d), DecodeHint(roi=roi, **hint), RNG, {})
+
+    expected = {(d, roi): decode("turbo", d, roi) for d in (data, short) for roi in crops}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the whole-image path decoded a region")
+
+    monkeypatch.setattr(turbo.TurboImageDecoder, "decode", refuse)
+    for (d, roi), reference in expected.items():
+        assert torch.equal(decode("nvimgcodec", d, roi), reference), roi
