@@ -36,7 +36,8 @@ class DurationBucketSampler:
     Ranks: the batches of the epoch are dealt round robin; the last round, when it cannot
     give every rank a batch, is re-split sample by sample so that every rank yields the same
     number of batches and each sample goes to exactly one rank ("drop_last" drops that round
-    instead). A rank left without a sample gets one repeated sample with ``valid=0``.
+    instead). A rank left without a sample gets one repeated sample with ``valid=0``, as with
+    fewer samples than ranks (``drop_last`` then gives every rank no batch).
     """
 
     STATE_VERSION = 1
@@ -69,8 +70,6 @@ class DurationBucketSampler:
             raise ValueError(f"num_buckets={num_buckets}, buffer_size={buffer_size}: expected >= 1")
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size}: expected >= 1 or None")
-        if len(durations) < world_size:
-            raise ValueError(f"{len(durations)} samples cannot be shared by world_size={world_size} ranks")
         self.durations, self.max_duration = durations, float(max_duration)
         self.num_buckets, self.buffer_size, self.max_batch_size = num_buckets, buffer_size, max_batch_size
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size

@@ -177,3 +177,33 @@ def test_pad_collate_writes_zeros_past_each_length_even_on_a_reused_buffer(monke
         n = wave.shape[-1]
         assert torch.equal(row[:, :n], wave) and not row[:, n:].any()
     assert not out["audio"][1].any()  # the failed sample is all zeros
+
+
+@pytest.mark.parametrize("n, world_size", [(1, 2), (2, 4), (3, 8)])
+def test_fewer_samples_than_ranks_pad_every_rank_to_one_batch(n, world_size):
+    """As DistributedSampler pads: every rank yields one batch, each sample is valid on exactly one
+    rank, and a rank without a sample gets a repeated one flagged invalid (it was a ValueError)."""
+    d = np.linspace(3.0, 9.0, n)
+    per_rank = [DurationBucketSampler(d, 45.0, seed=5, rank=r, world_size=world_size).batches()
+                for r in range(world_size)]
+    assert [len(b) for b in per_rank] == [1] * world_size
+    valid = [int(i) for batches in per_rank for b in batches for i in b.indices[: b.valid]]
+    assert sorted(valid) == list(range(n))
+    assert sum(b.valid == 0 and len(b.indices) == 1 for batches in per_rank for b in batches) == world_size - n
+    dropped = [DurationBucketSampler(d, 45.0, seed=5, rank=r, world_size=world_size, drop_last=True).batches()
+               for r in range(world_size)]
+    assert [len(b) for b in dropped] == [0] * world_size
+
+
+def test_a_rank_without_a_sample_gets_a_flagged_batch_from_the_loader(speech_folder):
+    source = mp.loaders.folder(speech_folder)
+    durations = source_durations(source)[:1]
+    pipe = mp.Pipeline(source=mp.loaders.folder(speech_folder), decode={"audio": mp.decoders.audio(sample_rate=16000)},
+                       seed=1, device="cpu")
+    seen = []
+    for rank in range(2):
+        sampler = DurationBucketSampler(durations, 30.0, seed=1, rank=rank, world_size=2)
+        batches = list(pipe.loader(sampler=sampler, num_workers=0))
+        assert len(batches) == 1
+        seen.append(batches[0]["valid"].tolist())
+    assert sorted(seen) == [[False], [True]]
