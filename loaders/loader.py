@@ -80,7 +80,9 @@ class Loader(SamplerDriven):
     torch's spawn, a script then needs an ``if __name__ == "__main__":`` guard, and its ops
     must be importable); they exit when this process dies. ``persistent_workers=True`` keeps
     them from one epoch to the next (lent to one iterator at a time; a pass left early stops
-    them).
+    them). ``timeout`` (seconds, 0 for none): a pass that waits longer for a batch ends with
+    a `WorkerError`, with process or thread workers (a stuck thread cannot be stopped: it is
+    left to finish on its own).
 
     ``stats`` counts the batches delivered: worker seconds summed over workers (read, decode,
     sample_ops, collate, and batch_ops when the batch stage runs in the workers, as it does
@@ -191,7 +193,7 @@ class Loader(SamplerDriven):
         if self.num_workers == 0:
             return run_inline(self.builder, tasks), None, False
         if self.worker_type == "thread":
-            return run_threads(self.builder, tasks, self.num_workers, self.prefetch), None, False
+            return run_threads(self.builder, tasks, self.num_workers, self.prefetch, self.timeout), None, False
         persistent = self.persistent_workers and not self._pool_lent
         pool = self._pool if persistent else None
         if pool is not None and not pool.healthy:

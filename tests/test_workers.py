@@ -622,3 +622,25 @@ def test_a_stopped_worker_ends_the_pass_at_the_timeout_and_is_killed(image_folde
             pass
     assert time.monotonic() - t0 < 30
     assert not any(process_alive(p) for p in pids)
+
+
+@pytest.mark.timeout(60)
+def test_a_stuck_thread_worker_ends_the_pass_at_the_timeout(image_folder):
+    """A read or decode that never returns in a thread worker (a hung network mount): with
+    ``timeout`` the pass ends with a WorkerError instead of waiting forever (it did, as torch's
+    DataLoader does with threads); the stuck thread is left to finish on its own."""
+    loader = make_pipeline(image_folder, batch_size=2).loader(num_workers=2, worker_type="thread", timeout=3)
+    build, release = loader.builder, threading.Event()
+
+    def stuck_after_the_first(task):
+        if task.number >= 1:
+            release.wait(30)
+        return build(task)
+
+    loader.builder = stuck_after_the_first
+    t0, delivered = time.monotonic(), 0
+    with pytest.raises(mp.WorkerError, match="thread workers in 3 s"):
+        for _ in loader:
+            delivered += 1
+    assert time.monotonic() - t0 < 15 and delivered <= 1
+    release.set()
