@@ -38,6 +38,7 @@ from mediapipe.decoders.image import (
     ImageDecoder,
     JpegFrame,
     check_hint,
+    crop_chw,
     hwc_to_chw,
     jpeg_frame,
     jpeg_is_complete,
@@ -67,6 +68,21 @@ def smoothing_margin(roi: tuple[int, int, int, int], frame: JpegFrame) -> tuple[
     y0, x0 = max(0, top - dy), max(0, left - dx)
     y1, x1 = min(frame.height, top + h + dy), min(frame.width, left + w + dx)
     return (y0, x0, y1 - y0, x1 - x0), (top - y0, left - x0, h, w)
+
+
+def decode_window(roi: tuple[int, int, int, int], frame: JpegFrame, smoothed: bool) -> tuple[
+        tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The region to decode for ``roi`` and where ``roi`` lies in it: with `smoothing_margin`
+    where libjpeg smooths blocks, and at least two pixels wide (libjpeg-turbo's region decode
+    upsamples the chroma of a one-pixel-wide 4:2:0 region at the left edge unlike its whole
+    decode; a two-pixel one agrees), clipped to the image."""
+    if smoothed:
+        return smoothing_margin(roi, frame)
+    top, left, h, w = roi
+    if w > 1 or frame.width < 2:
+        return roi, (0, 0, h, w)
+    x0 = left if left + 2 <= frame.width else left - 1
+    return (top, x0, h, 2), (0, left - x0, h, w)
 
 
 def _nvimgcodec():
@@ -177,20 +193,17 @@ class NvImageCodecImageDecoder(ImageDecoder):
         decoder = self._lazy_decoder()
         thin = self.scans(data, hint)
         frame = jpeg_frame(thin)
-        roi = hint.roi
-        smoothed = frame is not None and frame.progressive and (thin is not data or not every_coefficient_refined(data))
-        if smoothed:  # the region and the blocks block smoothing reads around it, cut after decoding
-            roi, cut = smoothing_margin(hint.roi, frame)
+        roi, cut = hint.roi, None
+        if frame is not None:  # block smoothing reads around the region: decode more, then cut
+            smoothed = frame.progressive and (thin is not data or not every_coefficient_refined(data))
+            roi, cut = decode_window(hint.roi, frame, smoothed)
         try:
             image = decoder.decode(self._stream(thin, roi), params=self._params)
         except RuntimeError as err:
             raise DecodeError(blob.name, self.name, str(err)) from err
         if image is None:
             raise DecodeError(blob.name, self.name, "corrupt or truncated JPEG data")
-        if smoothed:
-            top, left, h, w = cut
-            return self._to_tensor(np.asarray(image)[top : top + h, left : left + w])
-        return self._to_tensor(image)
+        return crop_chw(self._to_tensor(image), cut)
 
     def _to_tensor(self, image) -> torch.Tensor:
         """(C, H, W) on the decoder's device: nvJPEG's output in place, the CPU backend's moved
@@ -205,14 +218,18 @@ class NvImageCodecImageDecoder(ImageDecoder):
         them as one batch); the rest through the CPU path, as `Decoded` results naming why."""
         decoder = self._lazy_decoder()
         out: list = [None] * len(blobs)
-        batch, where = [], []
+        batch, where, cuts = [], [], []
         for i, (blob, hint) in enumerate(zip(blobs, hints)):
             try:
                 data = blob.read()
                 why = self._why_not(data, hint, blob.name, metas[i], batched=True)
                 if why is None:
-                    batch.append(self._stream(data, hint.roi))
+                    frame = jpeg_frame(data)
+                    roi, cut = (hint.roi, None) if frame is None or hint.roi is None else decode_window(
+                        hint.roi, frame, smoothed=False)
+                    batch.append(self._stream(data, roi))
                     where.append(i)
+                    cuts.append(cut)
                 else:
                     x = self._fallback.decode(blob, hint, _NO_RNG, metas[i])
                     out[i] = Decoded(x if self.device is None else x.to(self.device), {}, fallback=why)
@@ -223,9 +240,11 @@ class NvImageCodecImageDecoder(ImageDecoder):
         if batch:
             # decoded in order with torch's work on its current stream (the loader's side stream)
             stream = torch.cuda.current_stream(self.device).cuda_stream if self.on_gpu else 0
-            for i, image in zip(where, decoder.decode(batch, params=self._params, cuda_stream=stream)):
+            images = decoder.decode(batch, params=self._params, cuda_stream=stream)
+            for i, image, cut in zip(where, images, cuts):
                 if image is None:
                     out[i] = DecodeError(blobs[i].name, self.name, "corrupt or truncated JPEG data")
                 else:
-                    out[i] = self._to_tensor(image)
+                    out[i] = crop_chw(self._to_tensor(image), cut)
         return out
+

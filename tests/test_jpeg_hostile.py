@@ -388,3 +388,35 @@ def test_smoothed_regions_are_decoded_with_a_margin_as_the_whole_image(save, mon
     monkeypatch.setattr(turbo.TurboImageDecoder, "decode", refuse)
     for (d, roi), reference in expected.items():
         assert torch.equal(decode("nvimgcodec", d, roi), reference), roi
+
+
+@pytest.mark.parametrize("progressive_save", [False, True])
+def test_a_one_pixel_wide_crop_at_the_left_edge_of_a_4_2_0_file(photo, progressive_save):
+    """libjpeg-turbo's region decode of a one-pixel-wide 4:2:0 region at column 0 upsampled its
+    chroma unlike the whole decode (off by up to 20 levels, baseline or progressive); nvImageCodec
+    now decodes it two pixels wide and cuts, per sample and on the batched (device) path."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    data = jpeg(photo, quality=85, subsampling=2, progressive=progressive_save)
+    full = create("image", "pillow", exact=True).decode(Blob("n.jpg", data=data), DecodeHint(), RNG, {})
+    rois = [(0, 0, 240, 1), (100, 0, 50, 1), (7, 0, 1, 1), (0, 319, 240, 1), (0, 1, 240, 1)]
+    batched = create("image", "nvimgcodec", device=torch.device("cpu")).decode_batch(
+        [Blob("n.jpg", data=data)] * len(rois), [DecodeHint(roi=r) for r in rois], [{}] * len(rois))
+    for roi, x in zip(rois, batched):
+        top, left, h, w = roi
+        expected = full[:, top : top + h, left : left + w]
+        hint = DecodeHint(roi=roi, size=(h, w), antialias=True, interpolation="bilinear")
+        one = create("image", "nvimgcodec", limits=Limits()).decode(Blob("n.jpg", data=data), hint, RNG, {})
+        assert torch.equal(one, expected), roi
+        assert torch.equal(getattr(x, "value", x), expected), roi
+
+
+def test_sampling_factors_turbo_has_no_name_for_are_a_decode_error(photo):
+    """A luma sampling factor of 1x4 (written by byte surgery on the frame header) made simplejpeg's
+    header read raise KeyError, which escaped the turbo and nvImageCodec backends uncaught."""
+    data = bytearray(jpeg(photo, quality=85, subsampling=0, progressive=True))
+    sof = data.index(b"\xff\xc2")
+    assert data[sof + 11] == 0x11  # the first component's sampling factors
+    data[sof + 11] = 0x14
+    for backend in ("turbo", "nvimgcodec"):
+        assert outcome(available(backend), bytes(data), SMALL_CROP) == "DecodeError"
+
