@@ -21,16 +21,22 @@ _FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # the final refinement scans are dropped only for a region the resize shrinks at least this many
-# times in both dimensions, for quantisation steps up to REFERENCE_MEAN_AC_STEP (the mean AC step
-# of libjpeg's standard tables at quality 80); coarser steps need a shrink larger in proportion
+# times in both dimensions, for quantisation steps up to those of libjpeg's standard tables at
+# quality 80: a mean AC step of REFERENCE_MEAN_AC_STEP, and REFERENCE_LOW_AC_STEP over the
+# LOW_BAND lowest AC frequencies (zig-zag order, u + v <= 4), which the resize passes; coarser
+# steps need a shrink larger in proportion. The mean alone lets a table with coarse low and fine
+# high frequencies (or a flat one) through, whose error the resize does not average away
 COARSE_MARGIN = 1.5
 REFERENCE_MEAN_AC_STEP = 36.0
+REFERENCE_LOW_AC_STEP = 18.15
+LOW_BAND = 14
 
 
-def shrink_needed(mean_ac_step: float) -> float:
-    """The least shrink at which a file whose coarsest table has this mean AC step may lose the
-    last bit of its AC coefficients."""
-    return COARSE_MARGIN * max(1.0, mean_ac_step / REFERENCE_MEAN_AC_STEP)
+def shrink_needed(mean_ac_step: float, low_ac_step: float = 0.0) -> float:
+    """The least shrink at which a file whose coarsest tables have this mean AC step and this
+    mean step over the `LOW_BAND` lowest AC frequencies may lose the last bit of its AC
+    coefficients."""
+    return COARSE_MARGIN * max(1.0, mean_ac_step / REFERENCE_MEAN_AC_STEP, low_ac_step / REFERENCE_LOW_AC_STEP)
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,13 @@ class ScanLayout:
     scans: list[Scan]
     end: int
     mean_ac_step: float  # the largest mean AC quantisation step of its tables
+    low_ac_step: float = 0.0  # the largest mean step of its tables over the `LOW_BAND` lowest AC frequencies
 
 
 def scan_layout(data: bytes) -> ScanLayout | None:
     """The scans of a JPEG that ends with an end-of-image marker, or None where its segments
     are not laid out as this parser vouches for (a file cut short, a bad length, junk)."""
-    components, scans, steps = b"", [], [0.0]
+    components, scans, steps, low_steps = b"", [], [0.0], [0.0]
     i, end = 2, len(data)
     while i + 2 <= end:
         if data[i] != 0xFF:
@@ -79,7 +86,7 @@ def scan_layout(data: bytes) -> ScanLayout | None:
             i += 1
             continue
         if marker == 0xD9:  # end of image
-            return ScanLayout(components, scans, i + 2, max(steps)) if components and scans else None
+            return ScanLayout(components, scans, i + 2, max(steps), max(low_steps)) if components and scans else None
         if marker in _STANDALONE:
             i += 2
             continue
@@ -97,7 +104,8 @@ def scan_layout(data: bytes) -> ScanLayout | None:
             tables = _mean_ac_steps(data[i + 4 : header_end])
             if tables is None:
                 return None
-            steps += tables
+            steps += [mean for mean, _ in tables]
+            low_steps += [low for _, low in tables]
         if marker != 0xDA:
             i = header_end
             continue
@@ -115,9 +123,10 @@ def scan_layout(data: bytes) -> ScanLayout | None:
     return None
 
 
-def _mean_ac_steps(payload: bytes) -> list[float] | None:
-    """The mean AC step of each quantisation table of a DQT segment (8- or 16-bit entries), or
-    None where the segment does not hold whole tables."""
+def _mean_ac_steps(payload: bytes) -> list[tuple[float, float]] | None:
+    """The mean AC step of each quantisation table of a DQT segment (8- or 16-bit entries, in
+    zig-zag order), over all AC frequencies and over the `LOW_BAND` lowest, or None where the
+    segment does not hold whole tables."""
     means, j = [], 0
     while j < len(payload):
         wide = payload[j] >> 4
@@ -125,7 +134,7 @@ def _mean_ac_steps(payload: bytes) -> list[float] | None:
         if wide > 1 or len(table) < 64 * (wide + 1):
             return None
         values = [int.from_bytes(table[k : k + 2], "big") for k in range(0, 128, 2)] if wide else list(table)
-        means.append(sum(values[1:]) / 63)
+        means.append((sum(values[1:]) / 63, sum(values[1 : 1 + LOW_BAND]) / LOW_BAND))
         j += 1 + len(table)
     return means
 
@@ -137,7 +146,7 @@ def without_final_refinement(data: bytes, shrink: float = math.inf) -> bytes | N
     as this parser vouches for (malformed refinement headers included: the caller decodes
     ``data``, and reports them)."""
     layout = scan_layout(data)
-    if layout is None or shrink < shrink_needed(layout.mean_ac_step):
+    if layout is None or shrink < shrink_needed(layout.mean_ac_step, layout.low_ac_step):
         return None
     dropped = [scan for scan in layout.scans if scan.final_refinement]
     if not dropped or len(dropped) == len(layout.scans) or not all(s.well_formed_refinement for s in dropped):

@@ -276,7 +276,8 @@ def test_a_coarsely_quantised_progressive_set_meets_the_quality_bound():
         for i, (height, width, subsampling) in enumerate([(900, 720, 0), (780, 1100, 2)]):
             data = jpeg(photo_like(height, width, seed=40 + i), quality=quality, progressive=True,
                         subsampling=subsampling)
-            needed = shrink_needed(scan_layout(data).mean_ac_step)
+            layout = scan_layout(data)
+            needed = shrink_needed(layout.mean_ac_step, layout.low_ac_step)
             assert needed > COARSE_MARGIN  # coarser than quality 80's tables
             assert without_final_refinement(data, needed * 0.99) is None
             full = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
@@ -420,3 +421,43 @@ def test_sampling_factors_turbo_has_no_name_for_are_a_decode_error(photo):
     for backend in ("turbo", "nvimgcodec"):
         assert outcome(available(backend), bytes(data), SMALL_CROP) == "DecodeError"
 
+
+# (u + v) of each coefficient in natural order: a table of coarse low and fine high frequencies
+_FREQUENCY = np.add.outer(np.arange(8), np.arange(8)).ravel()
+
+
+@pytest.mark.parametrize("table", [
+    [1 if f == 0 else 120 if f <= 3 else 3 for f in _FREQUENCY],  # coarse low, fine high: mean AC step 20
+    [36] * 64,  # flat at quality 80's mean AC step
+])
+def test_an_uneven_quantisation_table_meets_the_quality_bound(table):
+    """The mean AC step judged a table by its high frequencies, which the resize averages away: with
+    coarse low frequencies (mean step 20, under quality 80's 36) the crops that lost the last bit
+    fell to a p10 of about 28 dB (flat steps of 36: median about 37); the steps of the lowest
+    frequencies now count too."""
+    tf = pytest.importorskip("torchvision.transforms.v2.functional")
+    from mediapipe import augment as A
+    from mediapipe.decoders.image import region_shrink
+
+    decoder, scores = create("image", "turbo"), []
+    for i, (height, width, subsampling) in enumerate([(900, 720, 0), (780, 1000, 2)]):
+        data = jpeg(photo_like(height, width, seed=7 + i), qtables=[table, table], progressive=True,
+                    subsampling=subsampling)
+        assert scan_layout(data).mean_ac_step <= 36.0  # the mean alone let it lose the last bit at 1.5x
+        full = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
+        meta = decoder.probe(Blob("uneven.jpg", data=data))
+        meta["size"] = (meta["height"], meta["width"])
+        for size in (224, 112, 64):
+            op = A.RandomResizedCrop(size)
+            for k in range(12):
+                params = op.sample_params(SampleRNG(3, size, i, k), meta)
+                hint = op.decode_hint(params, meta)
+                if without_final_refinement(data, region_shrink(hint, meta["size"])) is None:
+                    continue  # keeps every scan: the bound is tests/test_fused_quality.py's
+                got = op.apply_decoded(decoder.decode(Blob("uneven.jpg", data=data), hint, RNG, meta), params)
+                box = (params["top"], params["left"], params["height"], params["width"])
+                expected = tf.resized_crop(full, *box, [size, size], antialias=True)
+                mse = float(((got.double() - expected.double()) ** 2).mean())
+                scores.append(100.0 if mse == 0 else 10 * np.log10(255**2 / mse))
+    assert len(scores) >= 10, len(scores)
+    assert np.median(scores) >= 38.0 and np.percentile(scores, 10) >= 32.0 and min(scores) >= 28.0, sorted(scores)
