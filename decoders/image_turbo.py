@@ -54,8 +54,10 @@ class TurboImageDecoder(ImageDecoder):
         self.check_jpeg(data, path)
         try:
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-        except (ValueError, KeyError) as err:  # simplejpeg raises KeyError for sampling factors it has no name for
-            raise DecodeError(path, self.name, f"bad JPEG header ({err!r})") from err
+        except KeyError:  # sampling factors simplejpeg has no name for (luma 1x4, 3x2...): Pillow decodes them
+            return None
+        except ValueError as err:
+            raise DecodeError(path, self.name, f"bad JPEG header ({err})") from err
         if colorspace in ("CMYK", "YCCK"):
             return None
         return height, width, colorspace
