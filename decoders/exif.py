@@ -8,42 +8,33 @@ unusual tag type, malformed offsets), it answers None and the caller asks Pillow
 
 from __future__ import annotations
 
+from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, STANDALONE, START_OF_SCAN, segments
+
 ORIENTATION_TAG = 0x0112
 _EXIF_ID = b"Exif\x00\x00"
 _XMP_ID = b"http://ns.adobe.com/xap/1.0/\x00"
 _SHORT = 3  # TIFF field type of the orientation value
-_STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 
 
 def jpeg_orientation(data: bytes) -> int | None:
     """The EXIF orientation (1 = upright) of a JPEG: 1 when it carries neither EXIF nor XMP,
     the tag's value when one EXIF block holds it, None when only Pillow can tell."""
     exif: list[bytes] = []
-    i, end = 2, len(data)
-    while i + 4 <= end:
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in _STANDALONE:
-            i += 2
-            continue
-        if marker == 0xDA:  # start of scan: every header segment has been seen
+    for marker, i, end in segments(data):
+        if marker == START_OF_SCAN:  # every header segment has been seen
             break
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
-        if length < 2 or i + 2 + length > end:
+        if marker == NOT_A_MARKER or marker == END_OF_IMAGE:
+            return None  # no start of scan: not a JPEG this parser vouches for
+        if marker in STANDALONE:
+            continue
+        if end < i + 4 or end > len(data):
             return None
         if marker == 0xE1:
-            payload = data[i + 4 : i + 2 + length]
+            payload = data[i + 4 : end]
             if payload.startswith(_XMP_ID):
                 return None  # Pillow reads tiff:Orientation from XMP where EXIF has none
             if payload.startswith(_EXIF_ID):
                 exif.append(payload[len(_EXIF_ID) :])
-        i += 2 + length
-    else:
-        return None  # no start of scan: not a JPEG this parser vouches for
     if not exif:
         return 1
     if len(exif) > 1:

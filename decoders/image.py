@@ -11,6 +11,7 @@ import torch
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
 from mediapipe.decoders.exif import jpeg_orientation
+from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 from mediapipe.decoders.jpeg_scans import COARSE_MARGIN, without_final_refinement
 from mediapipe.errors import DecodeError, LimitError
 
@@ -199,7 +200,6 @@ def finish_decode(array: np.ndarray, hint: DecodeHint, plan: ScaledDecode) -> to
 _PROGRESSIVE_SOF = {0xC2, 0xC6, 0xCA, 0xCE}  # start-of-frame markers of progressive JPEGs
 _HUFFMAN_SOF = {0xC0, 0xC1, 0xC2}  # baseline, extended and progressive Huffman-coded frames
 _FRAME_SOF = {0xC0, 0xC1, 0xC3, 0xC5, 0xC7, 0xC9, 0xCB, 0xCD} | _PROGRESSIVE_SOF
-_STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
 
 
 @dataclass(frozen=True)
@@ -224,16 +224,11 @@ class JpegFrame:
 def jpeg_frame(data: bytes) -> JpegFrame | None:
     """The start-of-frame segment, found by walking the segments before it (bounded by the
     data); None for data that is not a readable JPEG header."""
-    i, end = 2, len(data)
-    while i + 4 <= end:
-        if data[i] != 0xFF:
+    for marker, i, _ in segments(data):
+        if marker in (NOT_A_MARKER, START_OF_SCAN, END_OF_IMAGE):  # a scan before any frame: malformed
             return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
         if marker in _FRAME_SOF:
-            if i + 10 > end:
+            if i + 10 > len(data):
                 return None
             height, width = int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
             components = data[i + 10 : i + 10 + 3 * data[i + 9]]
@@ -241,12 +236,6 @@ def jpeg_frame(data: bytes) -> JpegFrame | None:
             v_max = max((c & 15 for c in components[1::3]), default=1) or 1
             mcus = -(-width // (8 * h_max)) * -(-height // (8 * v_max))
             return JpegFrame(marker, height, width, mcus, i, h_max, v_max)
-        if marker == 0xDA:  # start of scan before any frame: malformed
-            return None
-        if marker in _STANDALONE:
-            i += 2
-            continue
-        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     return None
 
 

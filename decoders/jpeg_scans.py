@@ -16,7 +16,8 @@ import math
 import re
 from dataclasses import dataclass
 
-_STANDALONE = {0x01, *range(0xD0, 0xD9)}  # markers without a length field
+from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, STANDALONE, START_OF_SCAN, segments
+
 _FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
@@ -77,38 +78,32 @@ def scan_layout(data: bytes) -> ScanLayout | None:
     """The scans of a JPEG that ends with an end-of-image marker, or None where its segments
     are not laid out as this parser vouches for (a file cut short, a bad length, junk)."""
     components, scans, steps, low_steps = b"", [], [0.0], [0.0]
-    i, end = 2, len(data)
-    while i + 2 <= end:
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker == 0xD9:  # end of image
-            return ScanLayout(components, scans, i + 2, max(steps), max(low_steps)) if components and scans else None
-        if marker in _STANDALONE:
-            i += 2
-            continue
-        if i + 4 > end:
-            return None
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
-        header_end = i + 2 + length
-        if length < 2 or header_end > end:
-            return None
-        if marker in _FRAME_SOF:
-            if components or length < 8 or length != 8 + 3 * data[i + 9]:
-                return None  # a second frame, or a frame header that does not add up
-            components = data[i + 10 : header_end : 3]
-        if marker == 0xDB:
-            tables = _mean_ac_steps(data[i + 4 : header_end])
-            if tables is None:
+    at = 2
+    while True:
+        for marker, i, header_end in segments(data, at):
+            if marker == NOT_A_MARKER:
                 return None
-            steps += [mean for mean, _ in tables]
-            low_steps += [low for _, low in tables]
-        if marker != 0xDA:
-            i = header_end
-            continue
+            if marker == END_OF_IMAGE:
+                return ScanLayout(components, scans, i + 2, max(steps), max(low_steps)) if components and scans else None
+            if marker in STANDALONE:
+                continue
+            length = header_end - i - 2
+            if length < 2 or header_end > len(data):
+                return None
+            if marker in _FRAME_SOF:
+                if components or length < 8 or length != 8 + 3 * data[i + 9]:
+                    return None  # a second frame, or a frame header that does not add up
+                components = data[i + 10 : header_end : 3]
+            if marker == 0xDB:
+                tables = _mean_ac_steps(data[i + 4 : header_end])
+                if tables is None:
+                    return None
+                steps += [mean for mean, _ in tables]
+                low_steps += [low for _, low in tables]
+            if marker == START_OF_SCAN:
+                break
+        else:
+            return None
         count = data[i + 4] if length >= 3 else 0
         fields = i + 5 + 2 * count
         if not components or not 1 <= count <= 4 or length != 6 + 2 * count:
@@ -119,8 +114,7 @@ def scan_layout(data: bytes) -> ScanLayout | None:
         approximation = data[fields + 2]
         scans.append(Scan(i, scan_end.start(), data[i + 5 : fields : 2], data[fields], data[fields + 1],
                           approximation >> 4, approximation & 15))
-        i = scan_end.start()
-    return None
+        at = scan_end.start()  # the walk goes on from the marker after the scan's data
 
 
 def _mean_ac_steps(payload: bytes) -> list[tuple[float, float]] | None:
