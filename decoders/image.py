@@ -35,7 +35,7 @@ def image(
     ``exact``: a region hinted with a shrinking antialiased resize (a fused crop) is by default
     decoded the cheaper way the quality bound allows, a reduced DCT scale or, for a progressive
     JPEG, without the scans that refine the last bit of its AC coefficients (see `plan_decode`,
-    `coarse_scans`); ``exact=True`` decodes every JPEG whole at full scale, as Pillow does.
+    `without_final_refinement`); ``exact=True`` decodes every JPEG whole at full scale, as Pillow does.
     ``device_decode``: for backends that can decode a whole batch on the pipeline's device
     (nvimgcodec): None decodes there when the device is CUDA, True always (on the CPU too,
     in the training process), False never (per sample in the workers).
@@ -94,7 +94,8 @@ class ImageDecoder(Decoder):
 
     def scans(self, data: bytes, hint: DecodeHint) -> bytes:
         """The JPEG to decode for this hint: ``data``, or a progressive JPEG without its final
-        refinement scans where `coarse_scans` allows it (never when ``exact``)."""
+        refinement scans where the resize shrinks the region enough for its quantisation
+        (`region_shrink`, `without_final_refinement`; never when ``exact``)."""
         if self.exact or hint.size is None:
             return data
         frame = jpeg_frame(data)
@@ -179,13 +180,6 @@ def region_shrink(hint: DecodeHint, full: tuple[int, int]) -> float:
         return 0.0
     height, width = (hint.roi[2], hint.roi[3]) if hint.roi is not None else full
     return min(height / hint.size[0], width / hint.size[1])
-
-
-def coarse_scans(hint: DecodeHint, full: tuple[int, int]) -> bool:
-    """Whether this hint lets a progressive JPEG be decoded without its final AC refinement
-    scans: the resize shrinks the region at least `COARSE_MARGIN` times (a coarsely quantised
-    file needs more, see `without_final_refinement`)."""
-    return region_shrink(hint, full) >= COARSE_MARGIN
 
 
 def finish_decode(array: np.ndarray, hint: DecodeHint, plan: ScaledDecode) -> torch.Tensor:

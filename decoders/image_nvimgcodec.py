@@ -8,7 +8,7 @@ baseline JPEGs at full scale, and for progressive JPEGs' crops that cover at mos
 `PROGRESSIVE_REGION_SHARE` of the image (every scan is entropy-decoded whole, region or not:
 only the inverse DCT and colour conversion of the rest are saved, which pays for a small
 region only). A progressive JPEG whose scans stop short (its own, or without its final
-refinement scans, `coarse_scans`) is decoded with libjpeg's block smoothing, which reads two
+refinement scans, `ImageDecoder.scans`) is decoded with libjpeg's block smoothing, which reads two
 blocks around each block: its region is decoded with `smoothing_margin` more on every side
 and cut, so that it equals the whole decode's. Larger progressive crops, whole images and crops
 that `plan_decode` lets decode at a reduced DCT scale go to the turbo backend. On an NVIDIA

@@ -15,7 +15,7 @@ from PIL import Image
 from mediapipe import augment as A
 from mediapipe import fields as mp_fields
 from mediapipe.decoders import backends, create
-from mediapipe.decoders.image import coarse_scans, jpeg_is_progressive, plan_decode
+from mediapipe.decoders.image import plan_decode
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
 from mediapipe.synthetic import photo_like
@@ -132,7 +132,7 @@ def test_random_resized_crop_meets_the_quality_bound(backend, size, photos, refe
             scores.append(_psnr(got, expected))
             if plan_decode(op.decode_hint(params, meta), meta["size"]).denominator > 1:
                 reduced.append(scores[-1])
-            if jpeg_is_progressive(data) and coarse_scans(op.decode_hint(params, meta), meta["size"]):
+            if decoder.scans(data, op.decode_hint(params, meta)) is not data:  # decoded without its last scans
                 coarse.append(scores[-1])
     _bound(scores, f"{backend} {size}px, every crop")
     # the crops decoded at a reduced DCT scale, and the progressive ones decoded without their
