@@ -8,7 +8,7 @@ unusual tag type, malformed offsets), it answers None and the caller asks Pillow
 
 from __future__ import annotations
 
-from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, STANDALONE, START_OF_SCAN, segments
+from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 
 ORIENTATION_TAG = 0x0112
 _EXIF_ID = b"Exif\x00\x00"
@@ -25,8 +25,6 @@ def jpeg_orientation(data: bytes) -> int | None:
             break
         if marker == NOT_A_MARKER or marker == END_OF_IMAGE:
             return None  # no start of scan: not a JPEG this parser vouches for
-        if marker in STANDALONE:
-            continue
         if end < i + 4 or end > len(data):
             return None
         if marker == 0xE1:

@@ -2,8 +2,8 @@
 
 Faster than Pillow on JPEG (no 4-byte intermediate, no copy out), with DCT-domain
 downscaling (1/2, 1/4, 1/8) when the hinted region is large against the output size (see
-`plan_decode`). Every other format, CMYK JPEGs and JPEGs that EXIF orientation turns (with ``exif_transpose``) go to the Pillow
-backend.
+`plan_decode`). Every other format, CMYK JPEGs, JPEGs whose header `jpeg_frame` cannot walk
+and JPEGs that EXIF orientation turns (with ``exif_transpose``) go to the Pillow backend.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mediapipe.decoders.image import (
     ScaledDecode,
     check_hint,
     finish_decode,
+    jpeg_frame,
 )
 from mediapipe.decoders.image_pillow import PillowImageDecoder
 from mediapipe.decoders.registry import register
@@ -49,8 +50,8 @@ class TurboImageDecoder(ImageDecoder):
 
     def _header(self, data: bytes, path: str) -> tuple[int, int, str] | None:
         """(height, width, colorspace) of a JPEG that this backend decodes, else None."""
-        if not data.startswith(_JPEG_MAGIC):
-            return None
+        if not data.startswith(_JPEG_MAGIC) or jpeg_frame(data) is None:
+            return None  # a header the marker walk does not vouch for (junk, TEM, RSTn): Pillow's verdict
         self.check_jpeg(data, path)
         try:
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)

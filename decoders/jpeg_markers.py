@@ -8,18 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-STANDALONE = {0x01, *range(0xD0, 0xDA)}  # markers without a length field (RSTn, SOI, EOI, TEM)
 START_OF_SCAN, END_OF_IMAGE = 0xDA, 0xD9
 NOT_A_MARKER = -1
+# what may follow 0xFF in a header: a segment's marker (0xC0-0xFE but SOI and RSTn) or the end of
+# image. Pillow reads 0xFF00 as junk to skip and refuses TEM and the reserved 0x02-0xBF, nvImageCodec
+# refuses RSTn and a second SOI: a walk that took them for markers would read another header than
+# a decoder reads (an EXIF block hidden behind a 0xFF00 "length")
+_HEADER_MARKERS = frozenset(range(0xC0, 0xFF)) - {*range(0xD0, 0xD9)}
 
 
 def segments(data: bytes, start: int = 2) -> Iterator[tuple[int, int, int]]:
     """``(marker, offset, end)`` of each segment from ``start`` (just after the start-of-image
     marker by default), fill bytes skipped: ``end`` is where the segment's declared length
-    ends it (two bytes on for a marker without one), which may lie past the data. The walk
+    ends it (two bytes on for the end of image), which may lie past the data. The walk
     ends after a start of scan or the end of image (the caller finds where a scan's data ends
-    and walks on from there), or with ``(NOT_A_MARKER, offset, offset)`` where a marker, or
-    its length, should be and is not."""
+    and walks on from there), or with ``(NOT_A_MARKER, offset, offset)`` where a segment's
+    marker, or its length, should be and is not (junk, 0xFF00, or a marker without a length
+    field other than the end of image: see `_HEADER_MARKERS`)."""
     i, n = start, len(data)
     while i + 2 <= n:
         if data[i] != 0xFF:
@@ -28,12 +33,11 @@ def segments(data: bytes, start: int = 2) -> Iterator[tuple[int, int, int]]:
         if marker == 0xFF:  # fill byte
             i += 1
             continue
-        if marker in STANDALONE:
+        if marker not in _HEADER_MARKERS:
+            break
+        if marker == END_OF_IMAGE:
             yield marker, i, i + 2
-            if marker == END_OF_IMAGE:
-                return
-            i += 2
-            continue
+            return
         if i + 4 > n:
             break
         end = i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")

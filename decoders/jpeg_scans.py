@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, STANDALONE, START_OF_SCAN, segments
+from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 
 _FRAME_SOF = {*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT, JPG, DAC)
 # the end of a scan's entropy-coded data: a marker other than a stuffed 0xFF00 or a restart
@@ -85,8 +85,6 @@ def scan_layout(data: bytes) -> ScanLayout | None:
                 return None
             if marker == END_OF_IMAGE:
                 return ScanLayout(components, scans, i + 2, max(steps), max(low_steps)) if components and scans else None
-            if marker in STANDALONE:
-                continue
             length = header_end - i - 2
             if length < 2 or header_end > len(data):
                 return None

@@ -1,0 +1,131 @@
+"""Crafted JPEG headers against the one marker walk (decoders/jpeg_markers.py) under `jpeg_frame`,
+`jpeg_orientation` and `scan_layout`: each answers what Pillow reads or None (never another
+answer, an exception or a hang), and every backend decodes, or refuses, as Pillow does."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from mediapipe.decoders import DecodeHint, Limits, create
+from mediapipe.decoders.exif import jpeg_orientation
+from mediapipe.decoders.image import jpeg_frame
+from mediapipe.decoders.jpeg_scans import scan_layout
+from mediapipe.errors import DecodeError
+from mediapipe.rng import SampleRNG
+from mediapipe.sample import Blob
+from mediapipe.synthetic import photo_like
+
+RNG = SampleRNG(0, 0, 0, 0)
+HINT = dict(roi=(24, 40, 100, 140), size=(40, 48), antialias=True, interpolation="bilinear")
+
+
+def jpeg(array: np.ndarray, **save) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="JPEG", **save)
+    return buf.getvalue()
+
+
+def segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def exif_orientation_segment(value: int) -> bytes:
+    """An APP1 EXIF block whose first directory holds one orientation tag (a little-endian TIFF)."""
+    ifd = struct.pack("<H", 1) + struct.pack("<HHI", 0x0112, 3, 1) + struct.pack("<H", value) + b"\0\0" + b"\0" * 4
+    return segment(0xE1, b"Exif\x00\x00" + b"II*\x00" + struct.pack("<I", 8) + ifd)
+
+
+@pytest.fixture(scope="module")
+def photo() -> np.ndarray:
+    return photo_like(240, 320, seed=11)
+
+
+def crafted(photo: np.ndarray) -> dict[str, bytes]:
+    """Headers a marker walk can read otherwise than a decoder does."""
+    progressive = jpeg(photo, quality=85, progressive=True)
+    baseline = jpeg(photo, quality=85)
+    hidden = exif_orientation_segment(6)
+    return {
+        # 0xFF00 is junk to Pillow (and libjpeg), which finds the EXIF block inside what a walk
+        # reading 0xFF00 as a marker takes for its segment
+        "0xff00 hides an exif block": baseline[:2] + b"\xff\x00" + (len(hidden) + 2).to_bytes(2, "big")
+        + hidden + baseline[2:],
+        "tem in the header": progressive[:2] + b"\xff\x01" + progressive[2:],  # Pillow: not a JPEG
+        "restart marker in the header": progressive[:2] + b"\xff\xd0" + progressive[2:],
+        "second start of image": progressive[:2] + b"\xff\xd8" + progressive[2:],
+        "end of image before the frame": progressive[:2] + b"\xff\xd9" + progressive[2:],
+        "fill bytes": progressive[:2] + b"\xff" * 50 + progressive[2:],
+        "zero length": progressive[:2] + b"\xff\xe5\x00\x00" + progressive[2:],
+        "length of one": progressive[:2] + b"\xff\xe5\x00\x01" + progressive[2:],
+        "overlong length": progressive[:2] + b"\xff\xe5\xff\xff" + progressive[2:],
+        "scan before the frame": progressive[:2] + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + progressive[2:],
+        "cut in a length": baseline[:5],
+        "cut after a marker": baseline[:4],
+    }
+
+
+def pillow_orientation(data: bytes) -> int | str:
+    try:
+        return Image.open(io.BytesIO(data)).getexif().get(0x0112, 1)
+    except Exception:
+        return "unreadable"  # every backend refuses the file (see the test below): no answer is turned
+
+
+def test_the_walk_reads_the_header_pillow_reads_or_none(photo):
+    for name, data in crafted(photo).items():
+        orientation, expected = jpeg_orientation(data), pillow_orientation(data)
+        if orientation is None or expected == "unreadable":
+            continue
+        assert orientation == expected, name
+        frame = jpeg_frame(data)  # a walk that vouches for the orientation found the frame Pillow reads
+        im = Image.open(io.BytesIO(data))
+        assert frame is not None and (frame.width, frame.height) == im.size, name
+    hidden = crafted(photo)["0xff00 hides an exif block"]
+    assert pillow_orientation(hidden) == 6 and jpeg_orientation(hidden) is None
+    assert jpeg_frame(hidden) is None and scan_layout(hidden) is None
+
+
+def test_megabytes_of_fill_bytes_are_walked_once(photo):
+    """0xFF fill bytes before a marker: the walk steps over them (linear, no hang); an image of
+    nothing but fill bytes has no frame."""
+    data = jpeg(photo, quality=85, progressive=True)
+    padded = data[:2] + b"\xff" * (2 << 20) + data[2:]
+    frame, padded_frame = jpeg_frame(data), jpeg_frame(padded)
+    assert padded_frame is not None and padded_frame.offset == frame.offset + (2 << 20)
+    assert (padded_frame.width, padded_frame.height, padded_frame.mcus) == (frame.width, frame.height, frame.mcus)
+    assert jpeg_orientation(padded) == 1 and len(scan_layout(padded).scans) == len(scan_layout(data).scans)
+    only_fill = b"\xff\xd8" + b"\xff" * (2 << 20)
+    assert jpeg_frame(only_fill) is None and jpeg_orientation(only_fill) is None and scan_layout(only_fill) is None
+
+
+def outcome(backend: str, data: bytes, **options):
+    """The decoded tensor, or "DecodeError" naming the file (any other exception fails the test)."""
+    if backend == "nvimgcodec":
+        pytest.importorskip("nvidia.nvimgcodec")
+    decoder = create("image", backend, limits=Limits(), **options)
+    try:
+        return decoder.decode(Blob("crafted.jpg", data=data), DecodeHint(**HINT), RNG, {})
+    except DecodeError as err:
+        assert "crafted.jpg" in str(err)
+        return "DecodeError"
+
+
+@pytest.mark.parametrize("exif_transpose", [False, True])
+@pytest.mark.parametrize("backend", ["turbo", "nvimgcodec"])
+def test_every_backend_decodes_a_crafted_header_as_pillow(photo, backend, exif_transpose):
+    """A TEM marker in the header made turbo decode what Pillow refuses; a restart marker made
+    nvImageCodec refuse what Pillow decodes; 0xFF00 junk made turbo refuse it. A header the walk
+    does not vouch for now goes to Pillow from every backend."""
+    for name, data in crafted(photo).items():
+        expected = outcome("pillow", data, exif_transpose=exif_transpose)
+        got = outcome(backend, data, exif_transpose=exif_transpose)
+        if isinstance(expected, str) or isinstance(got, str):
+            assert got == expected, name
+        else:
+            assert torch.equal(got, expected), name
