@@ -113,9 +113,9 @@ class ImageDecoder(Decoder):
         for a header that says upright, True where only Pillow can tell (see `jpeg_orientation`)."""
         return self.exif_transpose and jpeg_orientation(data) not in (0, 1)
 
-    def check_jpeg(self, data: bytes, path: str) -> None:
+    def check_jpeg(self, data: bytes, path: str, read: JpegFrame | None = None) -> None:
         """DecodeError for a JPEG whose header declares more than its bytes can hold (`jpeg_claim_error`)."""
-        reason = jpeg_claim_error(data)
+        reason = jpeg_claim_error(data, read)
         if reason is not None:
             raise DecodeError(path, self.name, reason)
 
@@ -225,12 +225,18 @@ def jpeg_frame(data: bytes) -> JpegFrame | None:
             if i + 10 > len(data):
                 return None
             height, width = int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
-            components = data[i + 10 : i + 10 + 3 * data[i + 9]]
-            h_max = max((c >> 4 for c in components[1::3]), default=1) or 1
-            v_max = max((c & 15 for c in components[1::3]), default=1) or 1
-            mcus = -(-width // (8 * h_max)) * -(-height // (8 * v_max))
-            return JpegFrame(marker, height, width, mcus, i, h_max, v_max)
+            factors = [(c >> 4, c & 15) for c in data[i + 10 : i + 10 + 3 * data[i + 9]][1::3]]
+            return frame_of(marker, height, width, factors, i)
     return None
+
+
+def frame_of(marker: int, height: int, width: int, factors: list[tuple[int, int]], offset: int) -> JpegFrame:
+    """The `JpegFrame` of a start-of-frame segment's fields (``factors``: each component's
+    horizontal and vertical sampling factors)."""
+    h_max = max((h for h, _ in factors), default=1) or 1
+    v_max = max((v for _, v in factors), default=1) or 1
+    mcus = -(-width // (8 * h_max)) * -(-height // (8 * v_max))
+    return JpegFrame(marker, height, width, mcus, offset, h_max, v_max)
 
 
 def jpeg_is_progressive(data: bytes) -> bool:
@@ -245,13 +251,15 @@ def jpeg_is_progressive(data: bytes) -> bool:
 MAX_PROGRESSIVE_SCANS = 500
 
 
-def jpeg_claim_error(data: bytes) -> str | None:
+def jpeg_claim_error(data: bytes, read: JpegFrame | None = None) -> str | None:
     """Why a JPEG's declared size cannot be what its bytes hold, or None: a Huffman-coded frame
     spends at least one bit on each MCU (its first scan codes every block's DC value), so a
     header declaring more MCUs than the file has bits is truncated or corrupt. Checked before
     the decoder allocates the declared image (a few bytes can declare 65500 x 65500). A
-    progressive frame with more than `MAX_PROGRESSIVE_SCANS` scans is refused too."""
-    frame = jpeg_frame(data)
+    progressive frame with more than `MAX_PROGRESSIVE_SCANS` scans is refused too. ``read``: the
+    frame a decoder read where `jpeg_frame` walks to none (junk that Pillow skips in the header),
+    taken as Huffman-coded: a few junk bytes must not lift the bound."""
+    frame = jpeg_frame(data) or read
     if frame is None:
         return None
     if frame.progressive:

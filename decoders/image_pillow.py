@@ -22,6 +22,7 @@ from mediapipe.decoders.image import (
     ScaledDecode,
     check_hint,
     finish_decode,
+    frame_of,
 )
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError, LimitError
@@ -63,7 +64,9 @@ class PillowImageDecoder(ImageDecoder):
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise DecodeError(path, self.name, f"not a readable image ({err})") from err
         if im.format in JPEG_FORMATS:
-            self.check_jpeg(data, path)
+            factors = [(h, v) for _, h, v, _ in getattr(im, "layer", [])]
+            self.check_jpeg(data, path, frame_of(0xC2 if im.info.get("progressive") else 0xC0, im.height, im.width,
+                                                 factors, 0))
         self.check_pixels(*im.size, path)
         return im
 

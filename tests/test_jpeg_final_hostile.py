@@ -129,3 +129,20 @@ def test_every_backend_decodes_a_crafted_header_as_pillow(photo, backend, exif_t
             assert got == expected, name
         else:
             assert torch.equal(got, expected), name
+
+
+@pytest.mark.parametrize("backend", ["pillow", "turbo", "nvimgcodec"])
+def test_junk_before_the_frame_does_not_lift_the_size_claim_bound(backend):
+    """One 0x00 byte before the frame of a 2 KB file declaring 6000x6000: the walk reads no frame,
+    so the bound on what the bytes can hold was skipped and Pillow (which skips the junk)
+    allocated and decoded the whole declared image. Now the frame Pillow read is checked."""
+    data = jpeg(photo_like(64, 64, seed=3), quality=75)
+    sof = data.index(b"\xff\xc0")
+    length = int.from_bytes(data[sof + 2 : sof + 4], "big")
+    big = data[sof : sof + 5] + struct.pack(">HH", 6000, 6000) + data[sof + 9 : sof + 2 + length]
+    data = data[:sof] + b"\x00" + big + data[sof + 2 + length :]
+    assert jpeg_frame(data) is None and Image.open(io.BytesIO(data)).size == (6000, 6000)
+    if backend == "nvimgcodec":
+        pytest.importorskip("nvidia.nvimgcodec")
+    with pytest.raises(DecodeError, match="crafted.jpg.*declares 6000x6000"):
+        create("image", backend, limits=Limits()).decode(Blob("crafted.jpg", data=data), DecodeHint(), RNG, {})
