@@ -55,9 +55,11 @@ class TurboImageDecoder(ImageDecoder):
         self.check_jpeg(data, path)
         try:
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-        except KeyError:  # sampling factors simplejpeg has no name for (luma 1x4, 3x2...): Pillow decodes them
+        except KeyError:  # sampling factors simplejpeg has no name for (luma 1x4, 4x4...): Pillow decodes them
             return None
         except ValueError as err:
+            if "subsampling" in str(err):  # ... or TurboJPEG none (luma 3x2, 1x3, 2x4): "Could not determine subsampling level"
+                return None
             raise DecodeError(path, self.name, f"bad JPEG header ({err})") from err
         if colorspace in ("CMYK", "YCCK"):
             return None

@@ -146,3 +146,20 @@ def test_junk_before_the_frame_does_not_lift_the_size_claim_bound(backend):
         pytest.importorskip("nvidia.nvimgcodec")
     with pytest.raises(DecodeError, match="crafted.jpg.*declares 6000x6000"):
         create("image", backend, limits=Limits()).decode(Blob("crafted.jpg", data=data), DecodeHint(), RNG, {})
+
+
+@pytest.mark.parametrize("factors", [0x32, 0x13, 0x24])
+@pytest.mark.parametrize("backend", ["turbo", "nvimgcodec"])
+def test_sampling_factors_turbojpeg_has_no_level_for_go_to_pillow(photo, backend, factors):
+    """Luma sampling 3x2, 1x3 or 2x4 (byte surgery on the frame): simplejpeg raises ValueError
+    ("Could not determine subsampling level"), not the KeyError of 1x4, so turbo and nvImageCodec
+    refused what Pillow decodes. They go to Pillow now, in RGB and L, turned or not."""
+    data = bytearray(jpeg(photo, quality=85, progressive=True, subsampling=0))
+    sof = data.index(b"\xff\xc2")
+    assert data[sof + 11] == 0x11  # the first component's sampling factors
+    data[sof + 11] = factors
+    for options in ({}, {"mode": "L"}, {"exif_transpose": True}):
+        expected = outcome("pillow", bytes(data), **options)
+        assert isinstance(expected, torch.Tensor)
+        got = outcome(backend, bytes(data), **options)
+        assert isinstance(got, torch.Tensor) and torch.equal(got, expected), options
