@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +164,91 @@ def test_sampling_factors_turbojpeg_has_no_level_for_go_to_pillow(photo, backend
         assert isinstance(expected, torch.Tensor)
         got = outcome(backend, bytes(data), **options)
         assert isinstance(got, torch.Tensor) and torch.equal(got, expected), options
+
+
+@pytest.fixture(scope="module")
+def crafted_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
+    """Eight good photos and the crafted files above; the names of those that no backend decodes."""
+    root = tmp_path_factory.mktemp("crafted")
+    (root / "c0").mkdir()
+    for i in range(8):
+        data = jpeg(photo_like(120 + 8 * i, 160, seed=i), quality=85, progressive=i % 2 == 0)
+        (root / "c0" / f"good{i}.jpg").write_bytes(data)
+    base = jpeg(photo_like(120, 160, seed=50), quality=85, progressive=True)
+    factors = bytearray(base)
+    factors[factors.index(b"\xff\xc2") + 11] = 0x32
+    small = jpeg(photo_like(64, 64, seed=3), quality=75)
+    sof = small.index(b"\xff\xc0")
+    length = int.from_bytes(small[sof + 2 : sof + 4], "big")
+    files = {
+        "factors32.jpg": bytes(factors),
+        "restart.jpg": base[:2] + b"\xff\xd0" + base[2:],
+        "tem.jpg": base[:2] + b"\xff\x01" + base[2:],
+        "fill.jpg": b"\xff\xd8" + b"\xff" * (1 << 20),
+        "junk_claim.jpg": small[:sof] + b"\x00" + small[sof : sof + 5] + struct.pack(">HH", 6000, 6000)
+        + small[sof + 9 : sof + 2 + length] + small[sof + 2 + length :],
+    }
+    for name, data in files.items():
+        (root / "c0" / name).write_bytes(data)
+    return root, {"tem.jpg", "fill.jpg", "junk_claim.jpg"}
+
+
+def _crafted_pipeline(root: Path, backend: str):
+    import mediapipe as mp
+    from mediapipe import augment as A
+
+    return mp.Pipeline(source=mp.loaders.folder(root), decode={"image": mp.decoders.image(backend)},
+                       augment=[A.RandomResizedCrop(48), A.HorizontalFlip()], batch_size=3, seed=5, device="cpu",
+                       on_error="skip")
+
+
+def test_a_folder_of_crafted_files_gives_the_same_batches_on_every_backend(crafted_folder):
+    root, refused = crafted_folder
+    expected = None
+    for backend, workers in (("pillow", 0), ("turbo", 2), ("nvimgcodec", 0)):
+        if backend == "nvimgcodec":
+            pytest.importorskip("nvidia.nvimgcodec")
+        loader = _crafted_pipeline(root, backend).loader(num_workers=workers)
+        batches = [b["image"].clone() for b in loader]
+        assert {Path(entry.split(":")[0]).name for entry in loader.stats.failed} == refused, backend
+        if expected is None:
+            expected = batches
+        assert len(batches) == len(expected) and all(map(torch.equal, batches, expected)), backend
+
+
+def test_faults_of_process_workers_over_crafted_files(crafted_folder):
+    """A worker SIGKILLed mid-epoch is a WorkerError naming the signal (or, where it had built its
+    batches already, the pass ends whole), never a hang; resuming after two batches
+    (skips included) gives the uninterrupted run's later batches; a second live iterator goes on
+    from where the first one stood."""
+    import os
+    import signal
+
+    import mediapipe as mp
+
+    root, _ = crafted_folder
+    pipe = _crafted_pipeline(root, "turbo")
+    full = [b["image"].clone() for b in pipe.loader(num_workers=2)]
+    first = pipe.loader(num_workers=2, prefetch=1)
+    it = iter(first)
+    next(it), next(it)
+    state = first.state_dict()
+    os.kill(it.worker_pids[0], signal.SIGKILL)
+    after = []
+    try:
+        after = [b["image"].clone() for b in it]
+    except mp.WorkerError as err:  # the dead worker still had a batch to build
+        assert "SIGKILL" in str(err) and len(after) < len(full) - 2
+    else:  # its batches were all built before it died: none is lost
+        assert len(after) == len(full) - 2 and all(map(torch.equal, after, full[2:]))
+    resumed = pipe.loader(num_workers=2)
+    resumed.load_state_dict(state)
+    rest = [b["image"] for b in resumed]
+    assert len(rest) == len(full) - 2 and all(map(torch.equal, rest, full[2:]))
+    loader = pipe.loader(num_workers=2, shuffle=True)
+    one = iter(loader)
+    head = next(one)["image"].clone()
+    two = [b["image"] for b in loader]  # a new pass starts where the live one stands
+    tail = [b["image"] for b in one]
+    assert torch.equal(head, full[0]) and all(map(torch.equal, tail, full[1:])) and len(tail) == len(full) - 1
+    assert len(two) == len(full) - 1 and all(map(torch.equal, two, full[1:]))
