@@ -206,7 +206,7 @@ def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images)
         """Normalize, slowly: a batch is still being built when its actor is killed."""
 
         def apply_fields(self, data, params):
-            time.sleep(0.3)
+            time.sleep(0.6)
             return super().apply_fields(data, params)
 
     pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
@@ -219,7 +219,9 @@ def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images)
         got = [next(it)]
         pool = loader.actors()
         replaced = pool.replaced
-        busy = [a for a in pool.live() if a.busy]
+        # the actor with the most batches not yet delivered: one of them is still being built when it
+        # dies (one whose batches were all built, waiting to be taken, would lose nothing)
+        busy = sorted((a for a in pool.live() if a.busy), key=lambda a: -a.busy)
         assert busy  # batches in flight on an actor: it dies mid-batch
         os.kill(busy[0].pid, signal.SIGKILL)
         got += list(it)
