@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from mediapipe.errors import SourceError
+from mediapipe.loaders.labels import class_label
 from mediapipe.loaders.records import (
     FileRecords,
     advise,
@@ -170,9 +171,7 @@ class RecordIOSource(FileRecords):
             fields["labels"] = torch.tensor(label, dtype=torch.float32)
             label_value = None
         else:
-            if not np.isfinite(label) or label != int(label) or not -2**31 <= label < 2**31:
-                raise SourceError(where, f"label {label} is not an integer class")
-            label_value = int(label)
+            label_value = class_label(label, where)
         key = f"{os.path.basename(path)}:{int(self._keys[index])}"
         return SampleRef(index, key, {"image": Blob(f"{where}: image", data=image)}, label_value, {}, fields)
 
