@@ -29,8 +29,6 @@ from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
-Image.MAX_IMAGE_PIXELS = None  # our own limit (Limits.max_pixels) is checked on the header instead
-
 _EXIF_ORIENTATION = 0x0112
 # the formats Pillow names a JPEG file by: "MPO" for a multi-picture file (a camera's stereo pair or
 # previews after the main picture), whose first picture, a JPEG, is the one decoded
@@ -61,6 +59,10 @@ class PillowImageDecoder(ImageDecoder):
         on ``data`` itself, as the other backends check them."""
         try:
             im = Image.open(io.BytesIO(data if decoded is None else decoded))
+        except Image.DecompressionBombError as err:
+            raise LimitError(path, self.name, f"{err} (Pillow's process-wide Image.MAX_IMAGE_PIXELS, which this "
+                                              "library leaves as the program set it; raise it to decode larger "
+                                              "images through Pillow)") from err
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise DecodeError(path, self.name, f"not a readable image ({err})") from err
         if im.format in JPEG_FORMATS:

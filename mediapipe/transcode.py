@@ -10,14 +10,12 @@ uninterrupted one.
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from mediapipe.encoder_logs import quiet_svt
 from mediapipe.streams import main_stream
-
-os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration per video otherwise
 
 VIDEO_CODECS = ("av1", "copy")
 AUDIO_CODECS = ("flac", "opus", "copy")
@@ -221,7 +219,8 @@ def _encode_av1(data: bytes, options: TranscodeOptions) -> bytes:
     import av
 
     buf = io.BytesIO()
-    with av.open(io.BytesIO(data)) as inp, av.open(buf, "w", format="matroska", options=_BITEXACT) as out:
+    with quiet_svt(), av.open(io.BytesIO(data)) as inp, \
+            av.open(buf, "w", format="matroska", options=_BITEXACT) as out:
         src = main_stream(inp.streams.video)
         src_audio = main_stream(inp.streams.audio) if options.keep_audio and inp.streams.audio else None
         src_rate = src.average_rate or src.guessed_rate or Fraction(25)

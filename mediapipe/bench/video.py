@@ -10,7 +10,6 @@ decoder produced for them (lead-in from the key frame included); the ceilings yi
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -21,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from mediapipe.encoder_logs import quiet_svt
+
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".ivf")
-_SVT_QUIET = {"SVT_LOG": "1"}  # libsvtav1 prints its configuration to stderr otherwise
 
 
 # -- sample media -----------------------------------------------------------------------------
@@ -100,54 +100,45 @@ def write_video(path: Path, frames: Iterable[np.ndarray], *, fps: int = 24, code
     transfer = {"bt601": 6, "bt709": 1, "bt2020": 14}[matrix]  # AVCOL_TRC_SMPTE170M, _BT709, _BT2020_10
     color_range = {"limited": 1, "full": 2}[range]
     fmt = "ivf" if path.suffix == ".ivf" else None
-    old = {k: os.environ.get(k) for k in _SVT_QUIET}
-    os.environ.update(_SVT_QUIET)
-    try:
-        with av.open(str(path), "w", format=fmt) as out:
-            stream = None
-            sound = None
-            for i, rgb in enumerate(frames):
-                if stream is None:
-                    stream = out.add_stream(codec, rate=fps)
-                    stream.height, stream.width = rgb.shape[:2]
-                    stream.pix_fmt = pix_fmt
-                    if times is not None:
-                        stream.time_base = stream.codec_context.time_base = Fraction(1, 1000)
-                    ctx = stream.codec_context
-                    ctx.colorspace, ctx.color_range = colorspace, color_range
-                    ctx.color_primaries, ctx.color_trc = primaries, transfer
-                    if codec == "libsvtav1":
-                        stream.options = {"preset": str(preset), "crf": str(crf),
-                                          "svtav1-params": f"keyint={gop}:scd=0:lp=2"}
-                    else:
-                        ctx.gop_size = gop
-                        if codec == "libx264":
-                            stream.options = {"preset": "ultrafast", "crf": "23"}
-                        elif codec == "libvpx-vp9":
-                            stream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "35"}
-                    if options:
-                        stream.options = {**stream.options, **options}
-                    if audio is not None:  # every stream exists before the first packet is written
-                        sound = _audio_stream(out, path, audio[0].shape[0], audio[1])
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-                frame = frame.reformat(format=pix_fmt, dst_colorspace=sws_space,
-                                       dst_color_range="JPEG" if range == "full" else "MPEG")
-                if times is not None:
-                    frame.pts, frame.time_base = int(round(times[i] * 1000)), Fraction(1, 1000)
-                for packet in stream.encode(frame):
-                    out.mux(packet)
+    with quiet_svt(), av.open(str(path), "w", format=fmt) as out:
+        stream = None
+        sound = None
+        for i, rgb in enumerate(frames):
             if stream is None:
-                raise ValueError(f"write_video({path}): no frames")
-            for packet in stream.encode():
+                stream = out.add_stream(codec, rate=fps)
+                stream.height, stream.width = rgb.shape[:2]
+                stream.pix_fmt = pix_fmt
+                if times is not None:
+                    stream.time_base = stream.codec_context.time_base = Fraction(1, 1000)
+                ctx = stream.codec_context
+                ctx.colorspace, ctx.color_range = colorspace, color_range
+                ctx.color_primaries, ctx.color_trc = primaries, transfer
+                if codec == "libsvtav1":
+                    stream.options = {"preset": str(preset), "crf": str(crf),
+                                      "svtav1-params": f"keyint={gop}:scd=0:lp=2"}
+                else:
+                    ctx.gop_size = gop
+                    if codec == "libx264":
+                        stream.options = {"preset": "ultrafast", "crf": "23"}
+                    elif codec == "libvpx-vp9":
+                        stream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "35"}
+                if options:
+                    stream.options = {**stream.options, **options}
+                if audio is not None:  # every stream exists before the first packet is written
+                    sound = _audio_stream(out, path, audio[0].shape[0], audio[1])
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+            frame = frame.reformat(format=pix_fmt, dst_colorspace=sws_space,
+                                   dst_color_range="JPEG" if range == "full" else "MPEG")
+            if times is not None:
+                frame.pts, frame.time_base = int(round(times[i] * 1000)), Fraction(1, 1000)
+            for packet in stream.encode(frame):
                 out.mux(packet)
-            if sound is not None:
-                _mux_audio(out, sound, *audio)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        if stream is None:
+            raise ValueError(f"write_video({path}): no frames")
+        for packet in stream.encode():
+            out.mux(packet)
+        if sound is not None:
+            _mux_audio(out, sound, *audio)
     return path
 
 
