@@ -88,6 +88,7 @@ class Decoder:
     collate: ClassVar[str] = "stack"  # "stack": equal shapes; "pad": pad the last dim, add <field>_lengths
     side_fields: ClassVar[tuple[str, ...]] = ()  # names a `Decoded` result adds, as <field>_<name>
     uses_cuda: ClassVar[bool] = False  # decodes with CUDA in the loader workers (see mediapipe.cuda_access)
+    auto_fallback: str | None = None  # set by `registry.create`: why "auto" passed over a faster backend
 
     @classmethod
     def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
@@ -109,6 +110,13 @@ class Decoder:
     def preferred(cls, device: torch.device | None) -> bool:
         """Whether "auto" may pick this backend for ``device`` (the fastest there in `mediapipe bench`)."""
         return True
+
+    @classmethod
+    def refusal(cls, device: torch.device | None) -> str | None:
+        """Why this installed backend cannot decode here (its hardware lacks the codec), or None where
+        it can or where that cannot be known in this process. "auto" then picks the next backend and
+        counts each of its samples as a fallback with this reason; naming the backend is an error."""
+        return None
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
         """Cheap metadata from the header (height/width, frames...), without decoding."""

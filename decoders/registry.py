@@ -55,17 +55,33 @@ def backends(kind: str) -> dict[str, type[Decoder]]:
 
 
 def decoder_class(kind: str, backend: str = "auto", device: torch.device | None = None) -> type[Decoder]:
-    """The class that `create` would instantiate."""
+    """The class that `create` would instantiate; a backend named outright that cannot decode here
+    (`Decoder.refusal`) is an error."""
+    return _choose(kind, backend, device)[0]
+
+
+def _choose(kind: str, backend: str, device: torch.device | None) -> tuple[type[Decoder], str | None]:
+    """The backend class for ``backend`` on ``device``, and for "auto" why it passed over a better one."""
     candidates = backends(kind)
     if not candidates:
         raise ValueError(f"no decoders of kind {kind!r}; kinds known: {sorted({k for k, _ in _REGISTRY})}")
     if backend != "auto":
         if backend not in candidates:
             raise ValueError(f"no {kind} decoder {backend!r}; known: {sorted(candidates)}")
-        return candidates[backend]
+        refused = candidates[backend].refusal(device)
+        if refused is not None:
+            raise RuntimeError(f"{kind} decoder {backend!r} cannot decode here: {refused}; use backend='auto' "
+                               "to decode with the best backend that can")
+        return candidates[backend], None
+    passed_over = None
     for cls in candidates.values():
-        if cls.available(device) and cls.preferred(device):
-            return cls
+        if not (cls.available(device) and cls.preferred(device)):
+            continue
+        refused = cls.refusal(device)
+        if refused is None:
+            return cls, passed_over
+        if passed_over is None:
+            passed_over = f"auto passed over {cls.name}: {refused}"
     raise RuntimeError(f"no {kind} decoder can run on {device}; tried {sorted(candidates)}")
 
 
@@ -73,9 +89,12 @@ def create(
     kind: str, backend: str = "auto", *, device: torch.device | None = None, limits: Limits = Limits(), **options: Any
 ) -> Decoder:
     """A live decoder: the named backend, or for "auto" the best one available on ``device``."""
-    cls = decoder_class(kind, backend, device)
+    cls, passed_over = _choose(kind, backend, device)
     if backend == "auto":
-        log.info("%s decoder: chose %r for device %s", kind, cls.name, device)
+        log.info("%s decoder: chose %r for device %s%s", kind, cls.name, device,
+                 f" ({passed_over})" if passed_over else "")
     elif not cls.available(device):
         raise RuntimeError(f"{kind} decoder {backend!r} cannot run on {device} here")
-    return cls(device=device, limits=limits, **options)
+    decoder = cls(device=device, limits=limits, **options)
+    decoder.auto_fallback = passed_over
+    return decoder

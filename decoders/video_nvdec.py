@@ -2,7 +2,10 @@
 acceleration through PyAV, for machines whose NVIDIA GPU decodes AV1 (Ampere and later).
 
 ``backend="auto"`` picks it only when the cheap checks pass (PyAV lists a "cuda" device type,
-torch sees an NVIDIA GPU, not an AMD one). It runs where CUDA may be used (see
+torch sees an NVIDIA GPU, not an AMD one) and, where CUDA is already in use, the GPU's compute
+capability says its NVDEC decodes AV1 (A100, H100 and H200 have none: "auto" then decodes with
+libdav1d, each sample counted in ``loader.stats.fallbacks`` and the reason logged once; naming
+``backend="nvdec"`` there is an error when the pipeline is built). It runs where CUDA may be used (see
 `mediapipe.cuda_access`): the training process, or loader workers started by forkserver or
 spawn (the loader's default when a decoder uses CUDA), each on its rank's GPU (``LOCAL_RANK``).
 In a forked worker it never touches CUDA. The real capability probe, decoding a tiny AV1
@@ -30,6 +33,7 @@ from mediapipe import cuda_access
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
 from mediapipe.decoders.video_pyav import PyAVVideoDecoder, av
+from mediapipe.encoder_logs import quiet_svt
 from mediapipe.errors import LimitError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
@@ -53,6 +57,40 @@ def _cuda_listed() -> bool:
         return False
 
 
+# NVDEC decodes AV1 on the GA10x Ampere chips (compute capability 8.6: RTX 30, A10, A40; 8.7: Orin),
+# Ada (8.9: RTX 40, L4, L40) and Blackwell (10.0 on); the data-centre chips between have an NVDEC
+# without AV1: V100 (7.0), T4 (7.5), A100 and A30 (8.0), H100, H200 and H20 (9.0).
+AV1_NVDEC_CAPABILITIES = ((8, 6), (8, 7), (8, 9))
+FIRST_AV1_NVDEC_GENERATION = (10, 0)
+_AV1_REFUSALS: dict[int | None, str | None] = {}  # GPU index -> why it cannot decode AV1 (per process)
+
+
+def gpu_identity(index: int | None) -> tuple[str, tuple[int, int]] | None:
+    """The name and compute capability of CUDA device ``index`` (None: the current one), or None
+    where this process may not use CUDA (`cuda_access.refusal`) or the query fails."""
+    if cuda_access.refusal() is not None:
+        return None
+    try:
+        i = torch.cuda.current_device() if index is None else index
+        return torch.cuda.get_device_name(i), tuple(torch.cuda.get_device_capability(i))
+    except Exception:
+        return None
+
+
+def av1_refusal(index: int | None) -> str | None:
+    """Why GPU ``index`` cannot decode AV1 on NVDEC (known from its compute capability), or None
+    where it can or where this process cannot ask."""
+    if index not in _AV1_REFUSALS:
+        identity = gpu_identity(index)
+        if identity is None:
+            return None  # not cached: a process that may use CUDA later can still ask
+        name, capability = identity
+        decodes = capability in AV1_NVDEC_CAPABILITIES or capability >= FIRST_AV1_NVDEC_GENERATION
+        _AV1_REFUSALS[index] = None if decodes else (
+            f"the GPU ({name}, compute capability {capability[0]}.{capability[1]}) has no AV1 NVDEC")
+    return _AV1_REFUSALS[index]
+
+
 def _hwaccel(device: str | None) -> Any:
     from av.codec.hwaccel import HWAccel
 
@@ -62,7 +100,7 @@ def _hwaccel(device: str | None) -> Any:
 def _tiny_av1() -> bytes:
     """Four 64x64 AV1 frames in IVF, encoded here (libsvtav1): the probe's input."""
     buf = io.BytesIO()
-    with av.open(buf, "w", format="ivf") as out:
+    with quiet_svt(), av.open(buf, "w", format="ivf") as out:
         stream = out.add_stream("libsvtav1", rate=25)
         stream.width = stream.height = 64
         stream.pix_fmt = "yuv420p"
@@ -124,6 +162,14 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
             return False
         return _cuda_listed() and torch.cuda.is_available()
 
+    @classmethod
+    def refusal(cls, device: torch.device | None) -> str | None:
+        """The GPU's lack of AV1 NVDEC, asked only where CUDA is in use already (a CUDA ``device``,
+        or CUDA initialised): choosing a backend never starts CUDA on its own."""
+        if not (cuda_access.nvidia_gpu(device) or torch.cuda.is_initialized()):
+            return None
+        return av1_refusal(cuda_access.worker_gpu(device))
+
     def reuses_index_pass(self) -> bool:
         return not getattr(self._local, "hw", False)  # the index pass's decoder is libdav1d on the CPU
 
@@ -141,6 +187,8 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
         else why not. CUDA is touched (by the probe) only where `cuda_access.refusal` allows it."""
         if self._use_hw is None:
             self._refused = cuda_access.refusal()
+            if self._refused is None:
+                self._refused = av1_refusal(None if self.cuda_device is None else int(self.cuda_device))
             if self._refused is None and not probe_av1(self.cuda_device):
                 self._refused = "NVDEC cannot decode AV1 here (the probe failed)"
             self._use_hw = self._refused is None

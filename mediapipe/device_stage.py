@@ -73,6 +73,8 @@ def _decode_field(plan: Plan, name: str, decoder: Decoder, state: _Finishing, pe
             if x.fallback is not None:
                 stats.count_fallback(decoder.name, x.fallback)
             x = x.value
+        if decoder.auto_fallback is not None:
+            stats.count_fallback(decoder.name, decoder.auto_fallback)
         if fused is not None:
             state.caches[i][fused.index] = d.fused_params
             state.caches[i][canvas_key(fused.index)] = d.meta.get("size")

@@ -204,6 +204,8 @@ class SampleStage:
             if x.fallback is not None:
                 stats.count_fallback(decoder.name, x.fallback)
             x = x.value
+        if decoder.auto_fallback is not None:
+            stats.count_fallback(decoder.name, decoder.auto_fallback)
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1
         if fused is not None and hint is not NO_HINT:

@@ -184,3 +184,66 @@ def test_only_the_nvidia_decoders_call_nvidia_only_apis():
             code = re.sub(r'"""(?:.|\n)*?"""', "", code)  # docstrings may name them
             offenders += [f"{rel}: {m.group(0)}" for m in NVIDIA_ONLY.finditer(code)]
     assert offenders == []
+
+
+# -- GPUs whose NVDEC has no AV1 (A100, H100, H200) -------------------------------------------------
+@pytest.fixture
+def gpu(monkeypatch, nvdec_listed, cuda_machine):
+    """Sets the GPU the capability query reports: ``gpu("NVIDIA H200", (9, 0))``."""
+    monkeypatch.setattr(nvdec_listed, "_AV1_REFUSALS", {})
+
+    def set_gpu(name: str, capability: tuple[int, int], cuda_started: bool = True) -> None:
+        monkeypatch.setattr(nvdec_listed, "gpu_identity", lambda index: (name, capability))
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_started)
+        nvdec_listed._AV1_REFUSALS.clear()
+
+    return set_gpu
+
+
+H200_REASON = "the GPU (NVIDIA H200, compute capability 9.0) has no AV1 NVDEC"
+
+
+@pytest.mark.parametrize(("name", "capability", "decodes"), [
+    ("NVIDIA A100-SXM4-80GB", (8, 0), False), ("NVIDIA H100 80GB HBM3", (9, 0), False),
+    ("NVIDIA H200", (9, 0), False), ("Tesla T4", (7, 5), False), ("NVIDIA A10", (8, 6), True),
+    ("NVIDIA L4", (8, 9), True), ("NVIDIA B200", (10, 0), True)])
+def test_auto_picks_nvdec_only_where_the_gpu_decodes_av1(gpu, name, capability, decodes):
+    gpu(name, capability)
+    cuda = torch.device("cuda")
+    assert decoder_class("video", "auto", cuda).name == ("nvdec" if decodes else "pyav")
+    if decodes:
+        assert decoder_class("video", "nvdec", cuda).name == "nvdec"
+    else:
+        with pytest.raises(RuntimeError, match=r"video decoder 'nvdec' cannot decode here: the GPU .* has no AV1 NVDEC"):
+            decoder_class("video", "nvdec", cuda)
+
+
+def test_auto_on_a_gpu_without_av1_nvdec_decodes_with_dav1d_counted_and_logged_once(clips, gpu, caplog):
+    gpu("NVIDIA H200", (9, 0))
+    expected = [b["video"] for b in video_pipeline(clips, "pyav").loader(shuffle=False)]
+    loader = video_pipeline(clips, "auto").loader(num_workers=0, shuffle=False)
+    assert not loader.pipeline.plan.workers_use_cuda  # plain CPU workers: nothing to start fresh
+    with caplog.at_level(logging.WARNING, logger="mediapipe.loaders.loader"):
+        got = [b["video"] for b in loader]
+    assert len(got) == 2 and all(torch.equal(a, b) for a, b in zip(got, expected))
+    reason = f"pyav: auto passed over nvdec: {H200_REASON}"
+    assert dict(loader.stats.fallbacks) == {reason: 4}
+    assert [r.getMessage() for r in caplog.records] == [f"{reason}: decoding on the CPU instead (counted in "
+                                                        "loader.stats.fallbacks)"]
+
+
+def test_nvdec_named_on_a_gpu_without_av1_is_refused_when_the_pipeline_is_built(clips, gpu):
+    gpu("NVIDIA H200", (9, 0))
+    with pytest.raises(RuntimeError, match="nvdec.*has no AV1 NVDEC.*backend='auto'"):
+        mp.Pipeline(mp.loaders.folder(clips), {"video": mp.decoders.video(clip_len=4, backend="nvdec")},
+                    batch_size=2, device="cuda").plan
+
+
+def test_a_process_that_chose_nvdec_before_cuda_started_asks_the_gpu_before_probing(clips, gpu):
+    """A fresh worker picks nvdec without starting CUDA; at its first decode it asks the GPU, and an
+    H200 decodes on the CPU without running the probe (the fixture's probe fails the test if run)."""
+    gpu("NVIDIA H200", (9, 0), cuda_started=False)
+    assert decoder_class("video", "auto", None).name == "nvdec"
+    loader = video_pipeline(clips, "auto").loader(num_workers=0, shuffle=False)
+    assert sum(b["video"].shape[0] for b in loader) == 4
+    assert dict(loader.stats.fallbacks) == {f"nvdec: {H200_REASON}": 4}
