@@ -9,9 +9,10 @@ file and the record number (``train.tfrecord: record 17``).
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from mediapipe.sample import Blob
 
 CACHE_ENV = "MEDIAPIPE_INDEX_CACHE"
 """Where indices built for read-only datasets go (default ``~/.cache/mediapipe/indices``)."""
+INDEX_SUFFIXES = (".idx",)
+"""What index files end with (the built ones, ``<file>.idx``, and im2rec's): never listed as data."""
 
 
 def record_name(path: str, number: int) -> str:
@@ -91,6 +94,36 @@ class FileRecords(Source):
         return self.paths[n], index - int(self._first[n])
 
 
+def input_files(paths: str | os.PathLike | Iterable[str | os.PathLike], patterns: tuple[str, ...]) -> list[str]:
+    """The files of ``paths``: each a file, a glob, or a folder (its files matching ``patterns``,
+    in sub-folders too), as real paths. A folder or a glob never lists an index (`INDEX_SUFFIXES`:
+    the ones this module caches beside their data) or a hidden file (an interrupted write's
+    ``.<name>.partial``), so a dataset opens the same way after its indices are cached."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    out: list[str] = []
+    for item in items:
+        text = str(item)
+        if Path(text).is_dir():
+            found = sorted({str(f) for pattern in patterns for f in Path(text).rglob(pattern)
+                            if f.is_file() and is_data_name(f.relative_to(text))})
+        elif any(ch in text for ch in "*?["):
+            found = sorted(f for f in glob.glob(text) if os.path.isfile(f) and is_data_name(Path(f).name))
+        else:
+            found = [text]
+        if not found:
+            raise SourceError(text, f"no files matching {' or '.join(patterns)}")
+        out += found
+    if not out:
+        raise SourceError(str(paths), "no files given")
+    return [os.path.realpath(p) for p in out]  # read through the real file (record files are opened O_NOFOLLOW)
+
+
+def is_data_name(relative: str | os.PathLike) -> bool:
+    """Whether a listed file may be a data file: not an index, and no hidden part in its path."""
+    parts = Path(relative).parts
+    return not parts[-1].endswith(INDEX_SUFFIXES) and not any(part.startswith(".") for part in parts)
+
+
 def file_size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -115,8 +148,9 @@ def check_offsets(offsets: np.ndarray, sizes: np.ndarray, total: int, where: str
 
 
 def cached_index_path(data_path: str, suffix: str) -> Path:
-    """Where to keep a built index: beside the data file when that folder is writable, else
-    in the user's cache, under a name tied to the file's path, size and mtime."""
+    """Where to keep a built index: beside the data file (``<file><suffix>``, which `input_files`
+    never lists as data) when that folder is writable, else in the user's cache
+    (`CACHE_ENV`), under a name tied to the file's path, size and mtime."""
     beside = Path(data_path + suffix)
     if os.access(beside.parent, os.W_OK):
         return beside

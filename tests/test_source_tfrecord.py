@@ -54,7 +54,10 @@ def test_reads_what_the_tfrecord_writer_wrote_and_builds_its_index(records):
         ref = source.ref(i)
         assert ref.blobs["image"].read() == row["image"]
         assert ref.label == row["label"] and ref.fields["text"] == row["text"]
-        expected = torch.tensor(row["boxes"], dtype=torch.float32).reshape(-1, 4)
+        height, width = 40 + 4 * i, 56  # the image's size: TF's normalised boxes become its pixels
+        expected = torch.tensor(row["boxes"], dtype=torch.float32).reshape(-1, 4) * torch.tensor(
+            [width, height, width, height])
+        assert ref.meta == {"width": width, "height": height}
         torch.testing.assert_close(ref.fields["boxes"], expected)
     # the index, built on first open, is the tfrecord package's own (and DALI's tfrecord2idx) format
     oracle = path.parent / "oracle.idx"
