@@ -51,7 +51,12 @@ def open_any(src: str | os.PathLike) -> Source:
         if (path / "state.json").exists() or (path / "dataset_dict.json").exists():
             return loaders.huggingface(path)
         if not any(p.suffix in (".parquet", ".rec", *TFRECORD_SUFFIXES) for p in path.iterdir()):
-            return FolderSource(path)
+            try:
+                return FolderSource(path)
+            except SourceError:  # no media: a Hub snapshot (data/train-*.parquet, default/<split>/0000.parquet)?
+                if any(path.rglob("*.parquet")):
+                    return loaders.huggingface(path)
+                raise
         if any(path.rglob("*.parquet")):
             return loaders.huggingface(path)
         if any(path.glob("*.rec")):

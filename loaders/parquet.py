@@ -11,23 +11,32 @@ permuted, so each worker reads each row group of a window once.
 
 Column types: binary, or a struct with a ``bytes`` child (the Hugging Face ``Image``,
 ``Audio`` and ``Video`` features, whose ``path`` child is read when ``bytes`` is null),
-become media blobs; strings become ``str`` fields; integers and floats become numbers. The
-field ``label`` is the sample's label; a Hugging Face ``ClassLabel`` gives ``classes``.
+become media blobs; strings become ``str`` fields (``None`` where the value is null); integers
+and floats become numbers (a null one is a `SourceError` naming the row: a batch needs the number
+of every sample). The field ``label`` is the sample's class: an integer, never a float truncated
+(`mediapipe.loaders.labels.class_label`); a Hugging Face ``ClassLabel`` gives ``classes``.
+
+A folder of Parquet files whose names or folders name several splits (a Hub snapshot's
+``data/train-00000-of-00002.parquet`` beside ``data/test-00000-of-00001.parquet``, or
+``default/<split>/0000.parquet``) is refused rather than read as one dataset (`split_of`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mediapipe.errors import SourceError
+from mediapipe.loaders.labels import class_label
 from mediapipe.loaders.samplers import EpochBatchSampler, check_resume
 from mediapipe.loaders.sources import Source
 from mediapipe.sample import Blob, SampleMeta, SampleRef
@@ -140,6 +149,102 @@ def text_value(raw: Any, where: str, field: str) -> str:
         raise SourceError(where, f"{field!r} is not UTF-8 text (at byte {err.start})") from None
 
 
+def null_number(where: str, column: str) -> SourceError:
+    """The error of a null in a number column: a batch needs the number of every sample."""
+    return SourceError(where, f"number column {column!r} is null here; a batch needs it in every sample: fill the "
+                              "nulls, or leave the column out with columns=")
+
+
+# -- the splits of a Hub-style snapshot --------------------------------------------------------
+SPLIT_WORDS = ("train", "training", "validation", "valid", "val", "dev", "test", "testing", "eval", "evaluation")
+_SHARD_NAME = re.compile(r"(?P<split>.+?)-\d+-of-\d+\.parquet")
+_NUMBERED_NAME = re.compile(r"\d+\.parquet")
+_SPLIT_WORD = re.compile(rf"(?P<split>{'|'.join(SPLIT_WORDS)})(?:[-._ 0-9].*)?", re.IGNORECASE)
+
+
+def split_of(relative: Path) -> str | None:
+    """The split a Parquet file of a Hub-style snapshot belongs to, from its path below the
+    snapshot: ``<split>-00000-of-00002.parquet``, ``<config>/<split>/0000.parquet``, or a file
+    or folder named as the usual splits are (``train``, ``validation``, ``test.parquet``...)."""
+    name, folders = relative.name, relative.parts[:-1]
+    if shard := _SHARD_NAME.fullmatch(name):
+        return shard["split"]
+    if folders and _NUMBERED_NAME.fullmatch(name):
+        return folders[-1]
+    for part in (name.removesuffix(".parquet"), *reversed(folders)):
+        if word := _SPLIT_WORD.fullmatch(part):
+            return word["split"]
+    return None
+
+
+def parquet_splits(root: Path, files: Iterable[Path]) -> dict[str, list[Path]]:
+    """The files of each split named below ``root`` (files that name no split are left out)."""
+    splits: dict[str, list[Path]] = {}
+    for f in files:
+        split = split_of(f.relative_to(root))
+        if split is not None:
+            splits.setdefault(split, []).append(f)
+    return splits
+
+
+def _split_files_hint(split: str, files: list[Path]) -> str:
+    """A path that gives one split's files to `parquet` or ``mediapipe convert``: their folder
+    when it holds only them, else a glob of their names."""
+    folder = files[0].parent
+    if all(f.parent == folder for f in files):
+        if sorted(folder.rglob("*.parquet")) == sorted(files):
+            return str(folder)
+        if len(files) == 1:
+            return str(files[0])
+        return str(folder / f"{split}-*.parquet")
+    return " ".join(str(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
+
+
+def several_splits(root: Path, splits: Mapping[str, list[Path]]) -> str:
+    """Why a folder of several splits is not read whole, and how to read one of them."""
+    names = sorted(splits)
+    example = "train" if "train" in names else names[0]
+    hints = "; ".join(f"{name}: {_split_files_hint(name, sorted(splits[name]))}" for name in names)
+    return (f"its Parquet files are of splits {names}, which reading them together would merge: pass split= "
+            f"(mp.loaders.huggingface({str(root)!r}, split={example!r})), or give one split's files "
+            f"(to mp.loaders.parquet or mediapipe convert): {hints}")
+
+
+def check_one_split(folder: str | os.PathLike) -> None:
+    """Refuse a folder whose Parquet files are of several splits (see `split_of`)."""
+    root = Path(folder)
+    splits = parquet_splits(root, root.rglob("*.parquet"))
+    if len(splits) > 1:
+        raise SourceError(str(root), several_splits(root, splits))
+
+
+def _python_number(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def row_numbers(numbers: Mapping[str, np.ndarray], columns: Iterable[Column], index: int, where: str,
+                ) -> tuple[int | None, dict[str, Any]]:
+    """(label, other numbers) of row ``index``: the label an integer class, every number present
+    (a null, or a label that is not a class, is a `SourceError` naming ``where``)."""
+    names = {c.field: c.name for c in columns}
+    label, out = None, {}
+    for field, values in numbers.items():
+        value = values[index]
+        if field == "label":
+            label = class_label(value, where)
+        elif value is None:
+            raise null_number(where, names.get(field, field))
+        else:
+            out[field] = _python_number(value)
+    return label, out
+
+
+def known_meta(numbers: Mapping[str, np.ndarray], index: int) -> SampleMeta:
+    """The metadata numbers of row ``index`` that are not null."""
+    return {k: _python_number(numbers[k][index]) for k in META_KEYS
+            if k in numbers and numbers[k][index] is not None}
+
+
 # -- the per-process cache of decoded row groups -----------------------------------------
 class _RowGroupCache:
     """Column chunks of recently read row groups, at most ``limit`` bytes, per process."""
@@ -247,6 +352,9 @@ class ParquetSource(Source):
         from mediapipe.loaders.tfrecord import input_files
 
         pa = _pyarrow()
+        for item in [paths] if isinstance(paths, (str, os.PathLike)) else list(paths):
+            if os.path.isdir(item):
+                check_one_split(item)
         self.paths = input_files(paths, ("*.parquet",))
         self.column_map = dict(columns) if columns is not None else None
         self.media_root = str(media_root) if media_root is not None else None
@@ -313,36 +421,22 @@ class ParquetSource(Source):
         first_of_file = int(self._group_start[g - rg])
         return self.paths[n], rg, row, index - first_of_file
 
-    def _numbers_of(self, index: int) -> dict[str, Any]:
-        out = {}
-        for field, values in self._numbers.items():
-            v = values[index]
-            if v is None:
-                continue
-            out[field] = v.item() if hasattr(v, "item") else v
-        return out
-
     def ref(self, index: int) -> SampleRef:
         path, rg, row, file_row = self.locate(index)
         where = f"{path}: row {file_row}"
-        numbers = self._numbers_of(index)
-        label = numbers.pop("label", None)
+        label, fields = row_numbers(self._numbers, self.columns or [], index, where)
         blobs: dict[str, Blob] = {}
-        fields: dict[str, Any] = dict(numbers)
         for c in self.columns or []:
             if c.kind == "media":
                 blobs[c.field] = ParquetBlob(f"{where}: {c.name}", path, rg, row, column=c.name,
                                              media_root=self.media_root, cache_bytes=self.cache_bytes)
             elif c.kind == "text":
                 value = ROW_GROUPS.column(path, rg, c.name, self.cache_bytes)[row]
-                if value.is_valid:
-                    fields[c.field] = text_value(value.as_buffer(), where, c.name)
-        return SampleRef(index, f"{os.path.basename(path)}:{file_row}", blobs,
-                         None if label is None else int(label), self.meta(index), fields)
+                fields[c.field] = text_value(value.as_buffer(), where, c.name) if value.is_valid else None
+        return SampleRef(index, f"{os.path.basename(path)}:{file_row}", blobs, label, self.meta(index), fields)
 
     def meta(self, index: int) -> SampleMeta:
-        numbers = self._numbers_of(index)
-        return {k: numbers[k] for k in META_KEYS if k in numbers}
+        return known_meta(self._numbers, index)
 
     def window_sampler(self, batch_size: int, window: int = 8, **kwargs: Any) -> RowGroupWindowSampler:
         """A `RowGroupWindowSampler` over this source's row groups (``kwargs``: seed, rank...)."""

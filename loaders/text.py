@@ -58,6 +58,8 @@ class TokenizedSource(Source):
     def ref(self, index: int) -> SampleRef:
         ref = self.source.ref(index)
         text = ref.fields.get(self.field)
+        if text is None and self.field in ref.fields:  # a null text value (Parquet, Hugging Face)
+            raise SourceError(ref.key, f"text field {self.field!r} is null in this sample: there is nothing to tokenize")
         if not isinstance(text, str):
             raise SourceError(ref.key, f"no text field {self.field!r} to tokenize (fields: {sorted(ref.fields)})")
         try:
