@@ -214,8 +214,9 @@ class ArrowSource(FileRecords):
             config["features"] = self.features
         if self.media_root is not None:
             config["media_root"] = self.media_root
-        if self._rows is not None:
-            config["rows"] = row_runs(self._rows)
+        if self._rows is not None:  # [start, stop) runs, or the row numbers where runs would be longer
+            runs = row_runs(self._rows)
+            config["rows"] = runs if 2 * len(runs) <= len(self._rows) else self._rows.tolist()
         return config
 
 
