@@ -3,11 +3,16 @@
 Opening reads the manifest, the sample records and the shards' indices (each bounded
 before it is downloaded, each checked as a local dataset's is, every name it gives
 confined to the dataset's folder at the same URL prefix: another host or ``..`` is
-refused), never the tars. A sample's media is then one ranged read of its shard (its
-tar header in front, checked), and a batch's reads go out together (`prefetch`, with
-neighbouring ranges of a shard merged). With ``cache_dir`` the whole shard is downloaded
+refused), and asks each shard's first byte: the shard's size on the server must be the
+manifest's, and the ETag / Last-Modified (S3: ETag; GCS: generation) it gives are kept. A
+sample's media is then one ranged read of its shard (its tar header in front, checked),
+and a batch's reads go out together (`prefetch`, with neighbouring ranges of a shard
+merged); every answer must come from the object seen at open (the total size a 206
+states, the validators), or the read fails naming the shard: a dataset rewritten while it
+is read is refused, as on disk. With ``cache_dir`` the whole shard is downloaded
 once into a bounded local cache (least recently used shards evicted; a shard enters it
-only when its size and sha256 match the manifest) and read from there with ``os.pread``;
+only when its size and sha256 match the manifest and it is the object seen at open, under
+a name that includes its validators) and read from there with ``os.pread``;
 a cached copy found damaged (a tar header that disagrees with the index, or with
 ``verify="sha256"`` another digest) is dropped and read from the store again.
 """
@@ -24,7 +29,7 @@ from typing import Any
 from mediapipe import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.loaders.shards import VERIFY, ShardBlob, ShardFile, ShardSource
-from mediapipe.remote import RemoteStore, Retry, ShardCache, remote_name
+from mediapipe.remote import REWRITTEN_HINT, ObjectVersion, RemoteStore, Retry, ShardCache, remote_name
 
 DEFAULT_CACHE_BYTES = 8 << 30
 MERGE_GAP = 64 << 10  # ranges of one shard closer than this are fetched as one
@@ -33,7 +38,8 @@ PREFETCH_BYTES = 256 << 20  # at most this much of a batch's bytes is held ahead
 
 @dataclass(frozen=True)
 class RemoteShard:
-    """One shard of a remote dataset: where it is, what the manifest says it is, and the cache."""
+    """One shard of a remote dataset: where it is, what the manifest says it is, the object
+    the store had when the dataset was opened, and the cache."""
 
     store: RemoteStore
     name: str
@@ -41,6 +47,12 @@ class RemoteShard:
     sha256: str | None
     cache: ShardCache | None = None
     verify: bool = False  # check a cached copy's sha256 once per process, not only as it is downloaded
+    validators: tuple[tuple[str, str], ...] = ()  # what the store gave at open (ETag, Last-Modified...)
+
+    @property
+    def version(self) -> ObjectVersion:
+        """What every answer about this shard must match: the manifest's size, the validators seen at open."""
+        return ObjectVersion(self.size, self.validators)
 
     @property
     def url(self) -> str:
@@ -53,7 +65,8 @@ class RemoteShard:
     def open_local(self) -> int:
         """A descriptor on the shard's cached copy (downloaded now if absent); the caller closes it."""
         assert self.cache is not None
-        return self.cache.open(self.store, self.name, self.size, self.sha256, verify=self.verify)
+        return self.cache.open(self.store, self.name, self.size, self.sha256, verify=self.verify,
+                               version=self.version)
 
     def read_local(self, start: int, length: int, member: sf.Member, where: str) -> bytes | None:
         """``length`` bytes at ``start`` of the cached copy, its tar header checked; None when
@@ -68,7 +81,7 @@ class RemoteShard:
                     return raw
             except (SourceError, OSError):
                 pass
-            self.cache.discard(self.cache.file_for(self.url, self.size, self.sha256), fd)
+            self.cache.discard(self.cache.file_for(self.url, self.size, self.sha256, self.version), fd)
             return None
         finally:
             os.close(fd)
@@ -117,7 +130,7 @@ class RemoteShardBlob(ShardBlob):
         if raw is None and remote.cached:
             raw = remote.read_local(start, length, member, self.name)
         if raw is None:
-            raw = remote.store.read(remote.name, start, length)
+            raw = remote.store.read(remote.name, start, length, remote.version)
         sf.check_header(raw[:sf.BLOCK], member, where=self.name)
         return raw[sf.BLOCK:]
 
@@ -127,8 +140,8 @@ class RemoteShardSource(ShardSource):
 
     ``cache_dir``/``cache_bytes``: a local cache of whole shards (default: none, ranged reads);
     ``storage_options``: passed to fsspec (credentials, endpoint_url for S3-compatible stores);
-    ``retry``: attempts and backoff of each request. ``verify="sha256"`` needs the cache
-    (a shard is checked whole as it is downloaded; a cached one is always checked)."""
+    ``retry``: attempts, backoff and time bounds of each request. ``verify="sha256"`` needs
+    the cache (a shard is checked whole as it is downloaded; a cached one is always checked)."""
 
     def __init__(self, root: str, shard_ids: list[int] | None = None, verify: str | None = None, *,
                  cache_dir: str | os.PathLike | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -172,13 +185,18 @@ class RemoteShardSource(ShardSource):
             names[e["shard"]] = e["name"]
         indices: dict[int, list[list[sf.Member]]] = {}
         self._remote: dict[int, RemoteShard] = {}
-        for sid in sorted(wanted & set(entries)):
+        opened = sorted(wanted & set(entries))
+        for sid in opened:
             entry = entries[sid]
             data = self.store.read_small(entry["idx"], sf.index_limit(entry["bytes"]), "index")
             indices[sid] = sf.parse_index(data, self.store.child(entry["idx"]), shard_size=entry["bytes"],
                                           samples=entry["samples"])
+        seen = self.store.versions([entries[sid]["name"] for sid in opened])
+        for sid, version in zip(opened, seen):
+            entry = entries[sid]
+            _check_shard_size(self.store.child(entry["name"]), version, entry["bytes"])
             self._remote[sid] = RemoteShard(self.store, entry["name"], entry["bytes"], entry["sha256"], cache,
-                                            verify == "sha256")
+                                            verify == "sha256", version.validators)
         self._shards = {sid: ShardFile(r.url, r.size, 0) for sid, r in self._remote.items()}
         num = self.manifest["num_samples"]
         packed = self.store.read_small(sf.SAMPLES, sf.samples_limit(num), "sample records")
@@ -214,7 +232,7 @@ class RemoteShardSource(ShardSource):
                     pass  # the reads report it, naming the sample
                 continue
             for start, end, members in _merge(ranges):
-                requests.append((remote.name, start, end - start))
+                requests.append((remote.name, start, end - start, remote.version))
                 parts.append((remote, start, members))
         if not requests:
             return
@@ -252,6 +270,13 @@ class RemoteShardSource(ShardSource):
         options = self._options()
         options.pop("retry", None)
         return {**config, **options}
+
+
+def _check_shard_size(url: str, seen: ObjectVersion, size: int) -> None:
+    """Refuse a shard whose size on the server is not the manifest's (rewritten after the conversion)."""
+    if seen.size is not None and seen.size != size:
+        raise SourceError(url, f"the shard has {seen.size} bytes on the server, the manifest says {size}: it "
+                          f"changed after the conversion; {REWRITTEN_HINT}")
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[tuple[int, int]]]]:

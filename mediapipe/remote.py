@@ -9,14 +9,25 @@ asked for, a redirect to another host), and bounds every read before it spends m
 range is exactly its length, a whole small file at most its limit, a shard download at
 most the manifest's size. Errors are `SourceError`s naming the URL.
 
-HTTP(S) goes through fsspec's HTTP file system and its aiohttp session, with the checks
-above applied to each response (fsspec's own ``cat_file`` reads whatever body comes back);
-other protocols through their fsspec file systems (s3fs, gcsfs). fsspec and its protocol
-packages are the ``remote`` extra, imported on first use only.
+Every answer says which object it came from (`ObjectVersion`: the total size a 206's
+Content-Range states, or a whole answer's length, and the ETag / Last-Modified / GCS
+generation the store gives); a read given the version seen when the dataset was opened
+refuses an answer from another one (a file rewritten on the server).
+
+One `Retry` rule bounds every store alike: each request may stay silent ``timeout``
+seconds and must end within ``2 * timeout + bytes / min_rate``; the protocol packages' own
+retries are turned off (botocore's and s3fs's for S3) so that ``attempts`` is the number of
+tries. HTTP(S) goes through fsspec's HTTP file system and its aiohttp session, with the
+checks above applied to each response (fsspec's own ``cat_file`` reads whatever body
+comes back); S3 through s3fs's client (``get_object``, its ContentRange and ETag checked),
+GCS through gcsfs's requests (Content-Range, ``x-goog-generation``). fsspec and its
+protocol packages are the ``remote`` extra, imported on first use only.
 
 `ShardCache` keeps whole shards on local disk, bounded in bytes, least recently used
-evicted first; a shard enters it only once its size and sha256 match the manifest's.
-Readers read through descriptors, so evicting a shard never pulls it from under a read.
+evicted first; a shard enters it only once its size and sha256 match the manifest's,
+under a name that includes the version the store gave (a shard rewritten on the server
+is another entry). Readers read through descriptors, so evicting a shard never pulls it
+from under a read.
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ REMOTE_HINT = 'remote datasets need fsspec and its protocol packages: pip instal
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")  # one path component: no '/', '%', '?', '#', ':'
 CHUNK = 1 << 20
+PIECE = 16 << 20  # a whole file from S3 or GCS comes in ranged reads of this size, each checked
+PROBES = 32  # version probes in flight at once when a dataset is opened
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
 PERMANENT_STATUS = {400: "bad request", 401: "authentication required", 403: "access denied",
@@ -73,6 +86,14 @@ class _Permanent(Exception):
     """A failure retrying cannot fix: reported at once."""
 
 
+class _Changed(_Permanent):
+    """An answer from another version of the file than the one expected."""
+
+
+class _Unsatisfiable(_Permanent):
+    """HTTP 416: the range asked for lies past the file's end."""
+
+
 class _Transient(Exception):
     """A failure worth another try (a dropped connection, a 5xx)."""
 
@@ -91,6 +112,47 @@ class Retry:
         return [min(self.max_backoff, self.backoff * 2**i) * (0.5 + random.random() / 2)
                 for i in range(self.attempts - 1)]
 
+    def deadline(self, nbytes: int) -> float:
+        """Seconds one request moving ``nbytes`` may take in all: connecting and the first
+        byte ``timeout`` each, then the rest at ``min_rate``."""
+        return 2 * self.timeout + max(0, nbytes) / self.min_rate
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """Which object of a store an answer came from: its total size (None where the answer
+    does not state it) and the validators the store gave (ETag, Last-Modified, generation)."""
+
+    size: int | None
+    validators: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        sizes = f"{self.size} bytes" if self.size is not None else "no stated size"
+        return ", ".join([sizes, *(f"{k} {v}" for k, v in self.validators)])
+
+    def differs(self, seen: ObjectVersion) -> bool:
+        """Whether ``seen`` is another object than this one, by what both state."""
+        if self.size is not None and seen.size is not None and self.size != seen.size:
+            return True
+        mine = dict(self.validators)
+        return any(k in mine and mine[k] != v for k, v in seen.validators)
+
+    def tag(self) -> str:
+        """The validators as one string (empty when the store gave none)."""
+        return "\0".join(f"{k}={v}" for k, v in self.validators)
+
+
+REWRITTEN_HINT = ("re-convert the dataset (mediapipe convert), or re-upload the shard the manifest describes, "
+                  "then open the dataset again")
+
+
+def _check_version(expect: ObjectVersion | None, seen: ObjectVersion) -> None:
+    """Refuse an answer from another object than ``expect`` (the one the dataset was opened with)."""
+    if expect is not None and expect.differs(seen):
+        raise _Changed(f"the file changed on the server since the dataset was opened: expected "
+                       f"{expect.describe()}, the server now has {seen.describe()}; a dataset must not be rewritten while "
+                       f"it is read: {REWRITTEN_HINT}")
+
 
 def _import_fsspec() -> Any:
     try:
@@ -102,7 +164,8 @@ def _import_fsspec() -> Any:
 
 class RemoteStore:
     """One dataset folder of a remote store: confined names, exact ranged reads, bounded
-    whole-file reads, downloads and uploads, each retried on transient failures.
+    whole-file reads, downloads and uploads, each retried on transient failures and each
+    request bounded in time by the `Retry` policy.
 
     Pickles without its file system (each process opens its own, as fsspec's async file
     systems must not cross a fork)."""
@@ -126,26 +189,37 @@ class RemoteStore:
 
     @property
     def fs(self) -> Any:
-        """This process's fsspec file system for the store."""
+        """This process's fsspec file system for the store, its timeouts and retries set from `retry`."""
         if self._fs is None or self._pid != os.getpid():
             fsspec = _import_fsspec()
-            options = dict(self.storage_options)
-            if self.http:
-                try:
-                    import aiohttp
-                except ImportError as err:
-                    raise ImportError(REMOTE_HINT) from err
-                client = dict(options.pop("client_kwargs", {}))
-                client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=self.retry.timeout,
-                                                                   sock_read=self.retry.timeout))
-                options["client_kwargs"] = client
-                options.setdefault("skip_instance_cache", True)
             try:
-                self._fs = fsspec.filesystem(self.protocol, **options)
+                fs = fsspec.filesystem(self.protocol, **self._fs_options())
             except ImportError as err:
                 raise ImportError(f"{REMOTE_HINT} ({err})") from err
-            self._pid = os.getpid()
+            if self.protocol == "s3":
+                fs.retries = 1  # s3fs's own retry loop: this store retries, with its backoff
+            self._fs, self._pid = fs, os.getpid()
         return self._fs
+
+    def _fs_options(self) -> dict[str, Any]:
+        """The storage options with this store's timeouts where the user set none: aiohttp's
+        for HTTP and GCS, botocore's (and no botocore retries) for S3."""
+        options = dict(self.storage_options)
+        options.setdefault("skip_instance_cache", True)  # its settings are this store's, not shared
+        timeout = self.retry.timeout
+        if self.http:
+            client = dict(options.pop("client_kwargs", {}))
+            client.setdefault("timeout", _client_timeout(timeout))
+            options["client_kwargs"] = client
+        elif self.protocol == "s3":
+            config = dict(options.pop("config_kwargs", {}))
+            config.setdefault("connect_timeout", timeout)
+            config.setdefault("read_timeout", timeout)
+            config.setdefault("retries", {"total_max_attempts": 1})
+            options["config_kwargs"] = config
+        else:
+            options.setdefault("requests_timeout", _client_timeout(timeout))
+        return options
 
     def child(self, name: str) -> str:
         """The URL of ``name`` (a `remote_name`) inside the folder."""
@@ -173,40 +247,72 @@ class RemoteStore:
         raise SourceError(url, f"{what} failed {len(failures)} times; last: {failures[-1]}")
 
     # -- reads ----------------------------------------------------------------------------
-    def read(self, name: str, start: int, length: int) -> bytes:
-        """Exactly ``length`` bytes of ``name`` from ``start``."""
+    def read(self, name: str, start: int, length: int, expect: ObjectVersion | None = None) -> bytes:
+        """Exactly ``length`` bytes of ``name`` from ``start``, from the object ``expect`` when given."""
         url = self.child(name)
         if length <= 0:
             return b""
         return self._retrying(url, f"reading {length} bytes at offset {start}",
-                              lambda: self._read_once(url, start, length))
+                              lambda: self._sync(self._range(url, start, length, expect), length)[0])
 
-    def _read_once(self, url: str, start: int, length: int) -> bytes:
+    def version(self, name: str) -> ObjectVersion:
+        """What the store has under ``name`` now (its first byte read, the answer's size and validators)."""
+        url = self.child(name)
+        return self._retrying(url, "asking its size", lambda: self._sync(self._probe(url), 1))
+
+    def versions(self, names: Sequence[str]) -> list[ObjectVersion]:
+        """`version` of each name, asked concurrently; one that fails is asked again on its own
+        (with retries and its error)."""
+        if not names:
+            return []
+        urls = [self.child(n) for n in names]
+
+        async def gather() -> list[Any]:
+            gate = asyncio.Semaphore(PROBES)
+
+            async def probe(url: str) -> ObjectVersion:
+                async with gate:
+                    return await _bounded(self._probe(url), self.retry.deadline(1))
+
+            return await asyncio.gather(*(probe(u) for u in urls), return_exceptions=True)
+
+        try:
+            out = self._sync(gather(), 0, seconds=self.retry.deadline(1) * (1 + len(urls) // PROBES))
+        except Exception:  # noqa: BLE001 - each is asked again below
+            out = [None] * len(urls)
+        return [v if isinstance(v, ObjectVersion) else self.version(n) for v, n in zip(out, names)]
+
+    def _range(self, url: str, start: int, length: int, expect: ObjectVersion | None, to_end: bool = False) -> Any:
+        """One ranged read of this store's protocol: a coroutine giving the bytes and their
+        `ObjectVersion` (``to_end``: the range may stop at the file's end; S3 and GCS only)."""
         if self.http:
-            return self._sync(_http_range(self.fs, url, start, length, self.retry))
-        data = self.fs.cat_file(url, start=start, end=start + length)
-        if len(data) != length:
-            raise _Transient(f"got {len(data)} bytes of the {length} asked for")
-        return data
+            return _http_range(self.fs, url, start, length, self.retry, expect)
+        if self.protocol == "s3":
+            return _s3_range(self.fs, url, start, length, self.retry, expect, to_end)
+        return _gs_range(self.fs, url, start, length, expect, to_end)
 
-    def read_many(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes | None]:
-        """Several (name, start, length) ranges fetched concurrently, one try each: None where
-        one failed (its reader then tries it again on its own, with retries and its error)."""
+    async def _probe(self, url: str) -> ObjectVersion:
+        if self.http:
+            return await _http_probe(self.fs, url)
+        return (await self._range(url, 0, 1, None))[1]
+
+    def read_many(self, requests: Sequence[tuple[str, int, int, ObjectVersion | None]]) -> list[bytes | None]:
+        """Several (name, start, length, expected version) ranges fetched concurrently, one try
+        each: None where one failed or came from another object (its reader then tries it
+        again on its own, with retries and its error)."""
         if not requests:
             return []
-        urls = [self.child(n) for n, _, _ in requests]
+        urls = [self.child(r[0]) for r in requests]
+
+        async def gather() -> list[Any]:
+            return await asyncio.gather(*(self._range(u, s, n, e) for u, (_, s, n, e) in zip(urls, requests)),
+                                        return_exceptions=True)
+
         try:
-            if self.http:
-                async def gather() -> list[Any]:
-                    return await asyncio.gather(*(_http_range(self.fs, u, s, n, self.retry) for u, (_, s, n) in
-                                                  zip(urls, requests)), return_exceptions=True)
-                out = self._sync(gather())
-            else:
-                out = self.fs.cat_ranges(urls, [s for _, s, _ in requests], [s + n for _, s, n in requests],
-                                         on_error="return")
+            out = self._sync(gather(), sum(n for _, _, n, _ in requests))
         except Exception:  # noqa: BLE001 - only a prefetch: each read reports its own failure
             return [None] * len(requests)
-        return [d if isinstance(d, bytes) and len(d) == n else None for d, (_, _, n) in zip(out, requests)]
+        return [d[0] if isinstance(d, tuple) and len(d[0]) == r[2] else None for d, r in zip(out, requests)]
 
     def read_small(self, name: str, limit: int, what: str) -> bytes:
         """A whole file of at most ``limit`` bytes, refused before it is read when larger."""
@@ -214,26 +320,15 @@ class RemoteStore:
 
         def once() -> bytes:
             chunks: list[bytes] = []
-            if self.http:
-                self._sync(_http_get(self.fs, url, limit, chunks.append, what, self.retry))
-                return b"".join(chunks)
-            size = self.fs.size(url)
-            if size is not None and size > limit:
-                raise _Permanent(f"{what} has {size} bytes, more than the {limit} it can need")
-            with self.fs.open(url, "rb") as f:
-                got, pace = 0, _Pace(self.retry)
-                while chunk := f.read(min(CHUNK, limit + 1 - got)):
-                    got += len(chunk)
-                    pace.check(got)
-                    if got > limit:
-                        raise _Permanent(f"{what} has more than the {limit} bytes it can need")
-                    chunks.append(chunk)
+            self._sync(self._whole(url, limit, chunks.append, what, None), limit)
             return b"".join(chunks)
 
         return self._retrying(url, f"reading the {what}", once)
 
-    def download(self, name: str, dest: Path, size: int, sha256: str | None) -> None:
-        """``name`` into the file ``dest``: exactly ``size`` bytes, with that digest when given."""
+    def download(self, name: str, dest: Path, size: int, sha256: str | None,
+                 expect: ObjectVersion | None = None) -> None:
+        """``name`` into the file ``dest``: exactly ``size`` bytes, with that digest when given,
+        from the object ``expect`` when given."""
         url = self.child(name)
 
         def once() -> None:
@@ -243,42 +338,64 @@ class RemoteStore:
                     out.write(chunk)
                     digest.update(chunk)
 
-                if self.http:
-                    got = self._sync(_http_get(self.fs, url, size, sink, "shard", self.retry))
-                else:
-                    got, pace = 0, _Pace(self.retry)
-                    with self.fs.open(url, "rb") as f:
-                        while chunk := f.read(min(CHUNK, size + 1 - got)):
-                            got += len(chunk)
-                            if got > size:
-                                raise _Permanent(f"shard has more than the manifest's {size} bytes")
-                            pace.check(got)
-                            sink(chunk)
+                got = self._sync(self._whole(url, size, sink, "shard", expect), size)
             if got < size:  # the connection ended early (no length announced): another try
                 raise _Transient(f"the transfer ended after {got} of the manifest's {size} bytes")
             if sha256 is not None and digest.hexdigest() != sha256:
-                raise _Permanent(f"sha256 {digest.hexdigest()} differs from the manifest's {sha256}")
+                raise _Permanent(f"sha256 {digest.hexdigest()} differs from the manifest's {sha256}: the shard on "
+                                 f"the server is not the one the manifest describes (rewritten after the "
+                                 f"conversion, or damaged); {REWRITTEN_HINT}")
 
         self._retrying(url, "downloading", once)
+
+    def _whole(self, url: str, limit: int, sink: Callable[[bytes], Any], what: str,
+               expect: ObjectVersion | None) -> Any:
+        """The coroutine of one whole-file read of this store's protocol, streamed to ``sink``."""
+        if self.http:
+            return _http_get(self.fs, url, limit, sink, what, self.retry, expect)
+        return _pieces(lambda s, n: self._range(url, s, n, None, to_end=True), limit, sink, what, self.retry, expect)
 
     # -- writes ---------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
         url = self.child(name)
-        return bool(self._retrying(url, "checking", lambda: self.fs.exists(url)))
+        return bool(self._retrying(url, "checking", lambda: self._sync(self.fs._exists(url), 0)))
 
     def put_file(self, local: str | os.PathLike, name: str) -> None:
         url = self.child(name)
-        self._retrying(url, "uploading", lambda: self.fs.put_file(str(local), url))
+        size = os.path.getsize(local)
+        self._retrying(url, "uploading", lambda: self._sync(self.fs._put_file(str(local), url), size))
 
     def put_bytes(self, name: str, data: bytes) -> None:
         url = self.child(name)
-        self._retrying(url, "uploading", lambda: self.fs.pipe_file(url, data))
+        self._retrying(url, "uploading", lambda: self._sync(self.fs._pipe_file(url, data), len(data)))
 
-    def _sync(self, coro: Any) -> Any:
+    def _sync(self, coro: Any, nbytes: int, seconds: float | None = None) -> Any:
+        """Run ``coro`` on the file system's loop, abandoned past ``seconds`` (default: the
+        `Retry.deadline` of ``nbytes``)."""
         from fsspec.asyn import sync
 
         fs = self.fs
-        return sync(fs.loop, lambda: coro)
+        return sync(fs.loop, lambda: _bounded(coro, self.retry.deadline(nbytes) if seconds is None else seconds))
+
+
+async def _bounded(coro: Any, seconds: float) -> Any:
+    """``coro``'s result, or a transient failure once it has run ``seconds`` (it is cancelled)."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise _Transient(f"no complete answer within {seconds:.1f} s (2 x timeout, then min_rate for its bytes)")
+    return task.result()
+
+
+def _client_timeout(seconds: float) -> Any:
+    try:
+        import aiohttp
+    except ImportError as err:
+        raise ImportError(REMOTE_HINT) from err
+    return aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
 
 
 def _detail(err: BaseException) -> str:
@@ -287,16 +404,24 @@ def _detail(err: BaseException) -> str:
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
-    try:
+    """The protocol packages' errors worth another try (aiohttp's, botocore's connection and read errors)."""
+    errors: list[type[BaseException]] = []
+    with contextlib.suppress(ImportError):
         import aiohttp
-    except ImportError:
-        return ()
-    return (aiohttp.ClientError,)
+
+        errors.append(aiohttp.ClientError)
+    with contextlib.suppress(ImportError):
+        from botocore import exceptions
+
+        errors += [exceptions.HTTPClientError, exceptions.ConnectionError, exceptions.IncompleteReadError]
+    return tuple(errors)
 
 
 def _check_status(status: int, reason: str | None) -> None:
     if status in PERMANENT_STATUS:
         message = PERMANENT_STATUS[status]
+        if status == 416:
+            raise _Unsatisfiable(f"HTTP 416 {reason or message}")
         if status == 404:
             raise FileNotFoundError(message)
         if status in (401, 403):
@@ -364,22 +489,62 @@ def _declared_length(headers: Any) -> int | None:
     return int(text)
 
 
-async def _http_range(fs: Any, url: str, start: int, length: int, retry: Retry) -> bytes:
-    """One ranged GET: a 206 with exactly this range, read to exactly ``length`` bytes."""
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,19})-(\d{1,19})/(\d{1,19}|\*)$")
+
+
+def _ranged_answer(content_range: str | None, start: int, end: int, validators: tuple[tuple[str, str], ...],
+                   expect: ObjectVersion | None, *, to_end: bool = False) -> tuple[ObjectVersion, int]:
+    """The object a ranged answer came from (its Content-Range's total size, its validators),
+    refused when it is not ``expect``; and the bytes it carries: refused unless they are the
+    range ``start``-``end`` asked for (or, ``to_end``, that range cut at the file's end)."""
+    m = _CONTENT_RANGE.match(content_range or "")
+    wrong = _Permanent(f"the server answered the range {start}-{end} with Content-Range {(content_range or '')[:60]!r}")
+    if m is None:
+        raise wrong
+    version = ObjectVersion(None if m.group(3) == "*" else int(m.group(3)), validators)
+    _check_version(expect, version)
+    first, last = int(m.group(1)), int(m.group(2))
+    cut = to_end and version.size is not None and last == version.size - 1 < end
+    if first != start or (last != end and not cut):
+        raise wrong
+    return version, last + 1 - start
+
+
+@contextlib.asynccontextmanager
+async def _past_the_end(expect: ObjectVersion | None, start: int, end: int) -> Any:
+    """A 416 to a range inside the file ``expect`` is: that file is shorter now (rewritten)."""
+    try:
+        yield
+    except _Unsatisfiable as err:
+        if expect is None:
+            raise
+        raise _Changed(f"the file changed on the server since the dataset was opened: expected "
+                       f"{expect.describe()}, the server has fewer than {end + 1} bytes ({err} to the range "
+                       f"{start}-{end}); a dataset must not be rewritten while it is read: {REWRITTEN_HINT}") from None
+
+
+def _http_validators(headers: Any) -> tuple[tuple[str, str], ...]:
+    return tuple((k, headers[k][:200]) for k in ("ETag", "Last-Modified") if headers.get(k))
+
+
+IGNORED_RANGE = ("the server ignored the Range request ({}, not 206 Partial Content): ranged reads need a "
+                 "server that honours Range, or pass cache_dir= to download whole shards")
+
+
+async def _http_range(fs: Any, url: str, start: int, length: int, retry: Retry,
+                      expect: ObjectVersion | None = None) -> tuple[bytes, ObjectVersion]:
+    """One ranged GET: a 206 with exactly this range, of the object ``expect`` when given,
+    read to exactly ``length`` bytes."""
     end = start + length - 1
     headers = {"Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
     pace = _Pace(retry)
-    async with _http_response(fs, url, headers) as r:
+    async with _past_the_end(expect, start, end), _http_response(fs, url, headers) as r:
         if r.status != 206:
-            raise _Permanent(f"the server ignored the Range request (HTTP {r.status}, not 206 Partial Content): "
-                             "ranged reads need a server that honours Range, or pass cache_dir= to download "
-                             "whole shards")
+            raise _Permanent(IGNORED_RANGE.format(f"HTTP {r.status}"))
+        version, _ = _ranged_answer(r.headers.get("Content-Range"), start, end, _http_validators(r.headers), expect)
         declared = _declared_length(r.headers)
         if declared is not None and declared != length:
             raise _Permanent(f"the server announced {declared} bytes for a range of {length}")
-        content_range = r.headers.get("Content-Range", "")
-        if not content_range.startswith(f"bytes {start}-{end}/"):
-            raise _Permanent(f"the server answered the range {start}-{end} with Content-Range {content_range[:60]!r}")
         data = bytearray()
         while len(data) < length:
             chunk = await r.content.read(min(CHUNK, length - len(data)))
@@ -387,14 +552,30 @@ async def _http_range(fs: Any, url: str, start: int, length: int, retry: Retry) 
                 raise _Transient(f"the connection closed after {len(data)} of {length} bytes")
             data += chunk
             pace.check(len(data))
-        return bytes(data)
+        return bytes(data), version
 
 
-async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any], what: str, retry: Retry) -> int:
-    """One whole GET, streamed to ``sink``, refused once it announces or sends more than ``limit``."""
+async def _http_probe(fs: Any, url: str) -> ObjectVersion:
+    """The object at ``url`` now, from a GET of its first byte: a 206's total size, or a whole
+    answer's length (its body left unread), and its validators."""
+    async with _http_response(fs, url, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}) as r:
+        validators = _http_validators(r.headers)
+        if r.status != 206:
+            r.close()  # a whole file: not read for its size
+            return ObjectVersion(_declared_length(r.headers), validators)
+        version, _ = _ranged_answer(r.headers.get("Content-Range"), 0, 0, validators, None, to_end=True)
+        await r.read()
+        return version
+
+
+async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any], what: str, retry: Retry,
+                    expect: ObjectVersion | None = None) -> int:
+    """One whole GET, of the object ``expect`` when given, streamed to ``sink``, refused once
+    it announces or sends more than ``limit``."""
     pace = _Pace(retry)
     async with _http_response(fs, url, {"Accept-Encoding": "identity"}) as r:
         declared = _declared_length(r.headers)
+        _check_version(expect, ObjectVersion(declared, _http_validators(r.headers)))
         if declared is not None and declared > limit:
             raise _Permanent(f"{what} has {declared} bytes, more than the {limit} it can need")
         got = 0
@@ -407,6 +588,79 @@ async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any],
         if declared is not None and got != declared:
             raise _Transient(f"the connection closed after {got} of {declared} bytes")
         return got
+
+
+async def _s3_range(fs: Any, url: str, start: int, length: int, retry: Retry,
+                    expect: ObjectVersion | None = None, to_end: bool = False) -> tuple[bytes, ObjectVersion]:
+    """One ranged ``get_object`` through s3fs's client: its ContentRange gives the object's
+    size, its ETag the version (see `_ranged_answer`)."""
+    bucket, key, version_id = fs.split_path(url)
+    end = start + length - 1
+    extra = {"VersionId": version_id} if version_id else {}
+    async with _past_the_end(expect, start, end):
+        try:
+            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end}", **extra)
+        except OSError as err:
+            if getattr(err.__cause__, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
+                raise _Unsatisfiable(f"HTTP 416 {err}"[:200]) from None
+            raise
+    body = resp["Body"]
+    try:
+        if "ContentRange" not in resp:
+            raise _Permanent(IGNORED_RANGE.format("a whole object"))
+        etag = (("ETag", str(resp["ETag"])[:200]),) if resp.get("ETag") else ()
+        version, want = _ranged_answer(resp["ContentRange"], start, end, etag, expect, to_end=to_end)
+        data, pace = bytearray(), _Pace(retry)
+        while chunk := await body.read(min(CHUNK, want + 1 - len(data))):
+            data += chunk
+            pace.check(len(data))
+            if len(data) > want:
+                raise _Permanent(f"the server sent more than the {want} bytes of the range {start}-{end}")
+        if len(data) < want:
+            raise _Transient(f"the connection closed after {len(data)} of {want} bytes")
+        return bytes(data), version
+    finally:
+        body.close()
+
+
+async def _gs_range(fs: Any, url: str, start: int, length: int, expect: ObjectVersion | None = None,
+                    to_end: bool = False) -> tuple[bytes, ObjectVersion]:
+    """One ranged GET through gcsfs's requests: its Content-Range gives the object's size,
+    its ``x-goog-generation`` the version (see `_ranged_answer`)."""
+    end = start + length - 1
+    async with _past_the_end(expect, start, end):
+        headers, data = await fs._call("GET", fs.url(url), headers={"Range": f"bytes={start}-{end}"})
+    generation = headers.get("x-goog-generation")
+    validators = (("generation", str(generation)[:40]),) if generation else ()
+    version, want = _ranged_answer(headers.get("Content-Range"), start, end, validators, expect, to_end=to_end)
+    if len(data) != want:
+        raise _Transient(f"got {len(data)} bytes of the {want} of the range {start}-{end}")
+    return bytes(data), version
+
+
+async def _pieces(read_range: Callable[[int, int], Any], limit: int, sink: Callable[[bytes], Any], what: str,
+                  retry: Retry, expect: ObjectVersion | None) -> int:
+    """A whole file as ranged reads of `PIECE` bytes, streamed to ``sink``: all from one
+    object (``expect`` when given), refused once its size is more than ``limit``."""
+    pace = _Pace(retry)
+    first: ObjectVersion | None = None
+    got = 0
+    while True:
+        data, version = await read_range(got, min(PIECE, limit + 1 - got))
+        if first is None:
+            _check_version(expect, version)
+            if version.size is not None and version.size > limit:
+                raise _Permanent(f"{what} has {version.size} bytes, more than the {limit} it can need")
+            first = version
+        elif first.differs(version):
+            raise _Transient(f"the file changed while it was read ({first.describe()}, then {version.describe()})")
+        got += len(data)
+        if got > limit:
+            raise _Permanent(f"{what} has more than the {limit} bytes it can need")
+        pace.check(got)
+        sink(data)
+        if first.size is None or got >= first.size or not data:
+            return got
 
 
 # -- the local cache of whole shards ----------------------------------------------------------
@@ -427,18 +681,24 @@ class ShardCache:
             raise ValueError(f"cache_bytes={max_bytes}: expected > 0")
         self.directory, self.max_bytes = Path(directory), int(max_bytes)
 
-    def file_for(self, url: str, size: int, sha256: str | None) -> Path:
-        key = hashlib.sha256(f"{url}\0{size}\0{sha256}".encode()).hexdigest()[:32]
+    def file_for(self, url: str, size: int, sha256: str | None, version: ObjectVersion | None = None) -> Path:
+        """Where the copy of this shard lives: a name made of its URL, size, digest and the
+        validators its store gave (a shard rewritten on the server is another entry)."""
+        tag = version.tag() if version is not None else ""
+        text = f"{url}\0{size}\0{sha256}" + (f"\0{tag}" if tag else "")  # (no tag: the name it always had)
+        key = hashlib.sha256(text.encode()).hexdigest()[:32]
         return self.directory / f"{key}.tar"
 
     def fits(self, size: int) -> bool:
         return size <= self.max_bytes
 
-    def open(self, store: RemoteStore, name: str, size: int, sha256: str | None, *, verify: bool = False) -> int:
+    def open(self, store: RemoteStore, name: str, size: int, sha256: str | None, *, verify: bool = False,
+             version: ObjectVersion | None = None) -> int:
         """A descriptor on the cached copy of shard ``name`` (downloaded now when absent, of
         another size, or, with ``verify``, of another sha256: checked once per process),
-        marked as just used. The caller closes it."""
-        path = self.file_for(store.child(name), size, sha256)
+        marked as just used; ``version``: the object the store had when the dataset was
+        opened (a download from another is refused). The caller closes it."""
+        path = self.file_for(store.child(name), size, sha256, version)
         check = sha256 if verify else None
         fd = _open_entry(path, size, check)
         if fd is None:
@@ -446,21 +706,23 @@ class ShardCache:
             with _locked(path.with_suffix(".lock")):
                 fd = _open_entry(path, size, check)  # another process downloaded it meanwhile
                 if fd is None:
-                    fd = self._download(store, name, path, size, sha256)
+                    fd = self._download(store, name, path, size, sha256, version)
         _touch(fd)
         return fd
 
-    def get(self, store: RemoteStore, name: str, size: int, sha256: str | None) -> Path:
+    def get(self, store: RemoteStore, name: str, size: int, sha256: str | None,
+            version: ObjectVersion | None = None) -> Path:
         """The path of shard ``name``'s cached copy (see `open`); it may be evicted at any time."""
-        os.close(self.open(store, name, size, sha256))
-        return self.file_for(store.child(name), size, sha256)
+        os.close(self.open(store, name, size, sha256, version=version))
+        return self.file_for(store.child(name), size, sha256, version)
 
-    def _download(self, store: RemoteStore, name: str, path: Path, size: int, sha256: str | None) -> int:
+    def _download(self, store: RemoteStore, name: str, path: Path, size: int, sha256: str | None,
+                  version: ObjectVersion | None) -> int:
         """Download under the shard's lock: into "<key>.partial", opened, then renamed into place."""
         self.evict(keep=size)
         partial = path.with_suffix(".partial")
         try:
-            store.download(name, partial, size, sha256)
+            store.download(name, partial, size, sha256, version)
             fd = os.open(partial, _OPEN_FLAGS)
             try:
                 os.replace(partial, path)

@@ -350,7 +350,7 @@ def test_a_download_cut_short_is_tried_again(served, tmp_path):
 
 def _cached_path(source, index: int) -> Path:
     shard = source._remote[source.shard_of(index)]
-    return shard.cache.file_for(shard.url, shard.size, shard.sha256)
+    return shard.cache.file_for(shard.url, shard.size, shard.sha256, shard.version)
 
 
 def test_a_cache_shared_with_another_process_never_loses_a_download_or_a_read(served, tmp_path, monkeypatch):
@@ -361,8 +361,8 @@ def test_a_cache_shared_with_another_process_never_loses_a_download_or_a_read(se
     elsewhere = ShardCache(folder, 1)  # another process's cache on the same folder, with a tiny bound
     download = source.store.download
 
-    def evicted_while_downloading(name, dest, size, sha256):
-        download(name, dest, size, sha256)
+    def evicted_while_downloading(*args):
+        download(*args)
         elsewhere.evict(keep=1 << 40)  # the other process evicts all it can, mid-download
 
     monkeypatch.setattr(source.store, "download", evicted_while_downloading)
