@@ -379,7 +379,8 @@ def _holder(row: list[_CacheTable], wanted: list[str], start: int, where: str) -
             raise SourceError(where, f"column {name!r} is held in memory (add_column, a map kept in memory, "
                                      f"from_dict), not in a cache file: leave it out with columns=, or {FLATTEN_HINT}")
         if name in table.cast:
-            raise SourceError(where, f"column {name!r}: {table.cast[name]}: {FLATTEN_HINT}")
+            raise SourceError(where, f"column {name!r}: {table.cast[name]}: leave it out with columns=, or "
+                                     f"{FLATTEN_HINT}")
         holders[id(table)] = table
     if len(holders) > 1:
         raise SourceError(where, f"columns {sorted(wanted)} lie in different cache files (add_column, "
