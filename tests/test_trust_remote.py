@@ -305,6 +305,7 @@ def test_a_stalled_s3_server_ends_as_a_stalled_http_server_does(converted, moto_
     fs.put(str(converted) + "/", "bucket/ds/", recursive=True)
     url = "s3://bucket/ds"
     source = mp.loaders.shards(url, storage_options=options, retry=STALL)
+    cached = mp.loaders.shards(url, storage_options=options, retry=STALL, cache_dir=tmp_path / "cache")
     assert source.ref(0).blobs["jpg"].read()  # the first batch came
     shutil.copytree(converted, tmp_path / "www" / "ds")
     server = RangeServer(tmp_path / "www")
@@ -329,5 +330,89 @@ def test_a_stalled_s3_server_ends_as_a_stalled_http_server_does(converted, moto_
     with pytest.raises(SourceError) as err:  # opening too: the manifest read
         mp.loaders.shards(url, storage_options=options, retry=STALL)
     assert err.value.path == f"{url}/manifest.json" and time.monotonic() - t0 < STALL_BOUND
+    t0 = time.monotonic()
+    with pytest.raises(SourceError, match="downloading") as err:  # a whole shard into the cache
+        cached.ref(0).blobs["jpg"].read()
+    assert err.value.path == f"{url}/{source._remote[source.shard_of(0)].name}" and time.monotonic() - t0 < STALL_BOUND
     os.kill(proc.pid, signal.SIGCONT)
     assert source.ref(1).blobs["jpg"].read()  # resumed: read again
+
+
+def test_a_server_that_answers_a_range_with_the_whole_file_is_never_trusted_for_a_slice(dataset):
+    server = RangeServer(dataset.parent)
+    try:
+        source = mp.loaders.shards(f"{server.url}/ds", retry=FAST)
+        shard = first_shard(dataset)
+        indices = samples_of(source, shard.name)
+        server.fail(shard.name, *["ignore-range"] * (1 + FAST.attempts))  # the prefetch, then each try
+        source.prefetch(indices)
+        with pytest.raises(SourceError, match="ignored the Range request") as err:
+            source.ref(indices[0]).blobs["jpg"].read()
+        assert err.value.path.endswith(shard.name) and "cache_dir=" in err.value.reason
+    finally:
+        server.close()
+
+
+# -- GCS and the timeout rule's settings -------------------------------------------------------
+class FakeGCS:
+    """What `RemoteStore` uses of gcsfs: ``url`` and ``_call`` answering a ranged GET with
+    GCS's Content-Range and x-goog-generation headers."""
+
+    def __init__(self, data: bytes) -> None:
+        import fsspec.asyn
+
+        self.data, self.generation, self.loop, self.calls = data, 1, fsspec.asyn.get_loop(), 0
+
+    def url(self, path: str) -> str:
+        return path
+
+    async def _call(self, method: str, url: str, headers: dict) -> tuple[dict, bytes]:
+        self.calls += 1
+        start, end = (int(x) for x in headers["Range"][len("bytes="):].split("-"))
+        end = min(end, len(self.data) - 1)
+        answer = {"Content-Range": f"bytes {start}-{end}/{len(self.data)}", "x-goog-generation": str(self.generation)}
+        return answer, self.data[start:end + 1]
+
+
+def test_gcs_answers_are_held_to_the_generation_seen_at_open(monkeypatch, tmp_path):
+    from mediapipe import remote as remote_module
+    from mediapipe.remote import RemoteStore
+
+    data = bytes(range(256)) * 40
+    store = RemoteStore("gs://bucket/ds", retry=FAST)
+    fake = FakeGCS(data)
+    store._fs, store._pid = fake, os.getpid()
+    seen = store.version("shard.tar")
+    assert seen.size == len(data) and seen.validators == (("generation", "1"),)
+    assert store.read("shard.tar", 100, 300, seen) == data[100:400]
+    monkeypatch.setattr(remote_module, "PIECE", 4096)  # a whole file in three ranged reads
+    assert store.read_small("index", len(data), "index") == data
+    store.download("shard.tar", tmp_path / "copy", len(data), None, seen)
+    assert (tmp_path / "copy").read_bytes() == data and fake.calls == 1 + 1 + 3 + 3
+    with pytest.raises(SourceError, match="more than the"):
+        store.read_small("index", len(data) - 1, "index")
+    fake.generation = 2  # rewritten: the same size, another generation
+    with pytest.raises(SourceError, match="changed on the server") as err:
+        store.read("shard.tar", 100, 300, seen)
+    assert err.value.path == "gs://bucket/ds/shard.tar" and "generation 1" in err.value.reason
+    with pytest.raises(SourceError, match="changed on the server"):
+        store.download("shard.tar", tmp_path / "copy", len(data), None, seen)
+
+
+def test_every_store_takes_its_timeouts_from_the_retry_policy():
+    pytest.importorskip("s3fs")
+    from mediapipe.remote import RemoteStore
+
+    retry = Retry(attempts=3, timeout=7.0)
+    s3 = RemoteStore("s3://bucket/ds", {"key": "k", "secret": "s"}, retry)
+    config = s3._fs_options()["config_kwargs"]
+    assert config["connect_timeout"] == config["read_timeout"] == 7.0
+    assert config["retries"] == {"total_max_attempts": 1}  # retried here, `attempts` times
+    assert s3.fs.retries == 1 and s3.fs._prepare_config_kwargs()["read_timeout"] == 7.0
+    mine = RemoteStore("s3://bucket/ds", {"config_kwargs": {"read_timeout": 99}}, retry)._fs_options()
+    assert mine["config_kwargs"]["read_timeout"] == 99 and mine["config_kwargs"]["connect_timeout"] == 7.0
+    gcs = RemoteStore("gs://bucket/ds", retry=retry)._fs_options()["requests_timeout"]
+    http = RemoteStore("https://host/ds", retry=retry)._fs_options()["client_kwargs"]["timeout"]
+    for timeout in (gcs, http):
+        assert timeout.sock_connect == timeout.sock_read == 7.0 and timeout.total is None
+    assert retry.deadline(0) == 14.0 and retry.deadline(int(retry.min_rate) * 10) == 24.0
