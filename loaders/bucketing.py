@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mediapipe.loaders.samplers import PlannedBatch, check_resume
+from mediapipe.loaders.samplers import PlannedBatch, check_rank, check_resume, sampler_ranks
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,9 @@ class DurationBucketSampler:
     give every rank a batch, is re-split sample by sample so that every rank yields the same
     number of batches and each sample goes to exactly one rank ("drop_last" drops that round
     instead). A rank left without a sample gets one repeated sample with ``valid=0``, as with
-    fewer samples than ranks (``drop_last`` then gives every rank no batch).
+    fewer samples than ranks (``drop_last`` then gives every rank no batch). ``rank`` /
+    ``world_size`` not given: torch.distributed's, and a loader given this sampler sets them to
+    its own ranks (given ones must agree with the loader's, or it refuses them).
     """
 
     STATE_VERSION = 1
@@ -52,8 +54,8 @@ class DurationBucketSampler:
         max_batch_size: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         drop_last: bool = False,
     ) -> None:
         durations = np.asarray(durations, dtype=np.float64)
@@ -64,8 +66,7 @@ class DurationBucketSampler:
             raise ValueError(f"durations[{bad}] = {durations[bad]}: expected finite seconds >= 0")
         if max_duration <= 0:
             raise ValueError(f"max_duration={max_duration}: expected positive seconds per batch")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
+        rank, world_size, self.ranks_given = sampler_ranks(rank, world_size)
         if num_buckets < 1 or buffer_size < 1:
             raise ValueError(f"num_buckets={num_buckets}, buffer_size={buffer_size}: expected >= 1")
         if max_batch_size is not None and max_batch_size < 1:
@@ -93,6 +94,12 @@ class DurationBucketSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position = epoch, 0
+
+    def bind_ranks(self, rank: int, world_size: int) -> None:
+        """Plan ``rank``'s batches of ``world_size`` from now on (a loader's ranks, for a sampler
+        made without any)."""
+        check_rank(rank, world_size)
+        self.rank, self.world_size, self._cache = rank, world_size, None
 
     # -- the plan ---------------------------------------------------------------------
     def global_batches(self) -> list[np.ndarray]:

@@ -465,7 +465,8 @@ class RowGroupWindowSampler(EpochBatchSampler):
     """
 
     def __init__(self, groups: np.ndarray, batch_size: int, *, window: int = 8, shuffle: bool = True,
-                 seed: int = 0, rank: int = 0, world_size: int = 1, last_batch: str = "partial") -> None:
+                 seed: int = 0, rank: int | None = None, world_size: int | None = None,
+                 last_batch: str = "partial") -> None:
         if window < 1:
             raise ValueError(f"window={window}: expected >= 1 row groups")
         groups = np.asarray(groups)

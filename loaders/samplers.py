@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 LAST_BATCH = ("drop", "partial", "pad")
 
@@ -34,6 +35,31 @@ class BatchSampler(Protocol):
     def __len__(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def distributed_rank_and_size() -> tuple[int, int]:
+    """(rank, world size) of the initialised torch.distributed process group, else (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def check_rank(rank: int, world_size: int) -> None:
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
+
+
+def sampler_ranks(rank: int | None, world_size: int | None) -> tuple[int, int, bool]:
+    """A sampler's (rank, world size, whether either was given): what is not given is
+    torch.distributed's (0 of 1 without a process group), as DistributedSampler does; a loader
+    gives a sampler made without either its own ranks (`sampling.fit_sampler`)."""
+    given = rank is not None or world_size is not None
+    if rank is None or world_size is None:
+        auto_rank, auto_size = distributed_rank_and_size()
+        rank = auto_rank if rank is None else rank
+        world_size = auto_size if world_size is None else world_size
+    check_rank(rank, world_size)
+    return rank, world_size, given
 
 
 def check_resume(state: dict[str, Any], here: dict[str, Any], version: int) -> dict[str, Any]:
@@ -64,6 +90,8 @@ class EpochBatchSampler:
     - "pad": as "partial", and the short last batch is filled to full size by repeating its
       last sample; ``batch["valid"]`` (always present) flags the padding.
 
+    ``rank`` / ``world_size`` not given: torch.distributed's, and a loader given this sampler
+    sets them to its own ranks (given ones must agree with the loader's, or it refuses them).
     ``PlannedBatch.valid`` counts the real samples at the front of each batch.
 
     A source that is this rank's part already (shards read by rank) is read whole as rank 0 of
@@ -80,16 +108,17 @@ class EpochBatchSampler:
         *,
         shuffle: bool = True,
         seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         last_batch: str = "partial",
         part_sizes: Sequence[int] | None = None,
     ) -> None:
+        if part_sizes is not None and rank is None and world_size is None:
+            rank, world_size = 0, 1  # a part of the source already: read whole
+        rank, world_size, self.ranks_given = sampler_ranks(rank, world_size)
         if part_sizes is not None and (world_size != 1 or num_samples not in part_sizes):
             raise ValueError(f"part_sizes={list(part_sizes)}: for a source that is this rank's part already "
                              f"(read as rank 0 of 1), one of its sizes ({num_samples} samples)")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
         if batch_size <= 0:
             raise ValueError(f"batch_size={batch_size}: expected a positive int")
         if last_batch not in LAST_BATCH:
@@ -120,6 +149,15 @@ class EpochBatchSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position = epoch, 0
+
+    def bind_ranks(self, rank: int, world_size: int) -> None:
+        """Plan ``rank``'s batches of ``world_size`` from now on (a loader's ranks, for a sampler
+        made without any)."""
+        check_rank(rank, world_size)
+        if self.part_sizes is not None and world_size != 1:
+            raise ValueError(f"a sampler with part_sizes reads this rank's part whole: rank 0 of 1, "
+                             f"not rank {rank} of {world_size}")
+        self.rank, self.world_size = rank, world_size
 
     def order(self) -> np.ndarray:
         """All sample indices of this epoch, in the order they are read (every rank's)."""

@@ -3,27 +3,23 @@
 Resolves ``drop_last`` / ``last_batch``, this process's rank among the training processes
 (given, or torch.distributed's), and a source already split by rank (converted shards read
 by rank: its loader reads all of it, as rank 0 of 1, padded or cut to the other ranks' parts
-by ``source.rank_samples`` so that every rank gets the same number of batches).
+by ``source.rank_samples`` so that every rank gets the same number of batches). A sampler
+handed to a loader is fitted to the loader's ranks (`fit_sampler`): one made without ranks is
+given them, one whose ranks disagree is refused, so no rank silently reads every sample.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mediapipe.loaders.samplers import LAST_BATCH, BatchSampler, EpochBatchSampler
+from mediapipe.errors import PipelineError
+from mediapipe.loaders.samplers import LAST_BATCH, BatchSampler, EpochBatchSampler, distributed_rank_and_size
 
 if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
-
-
-def distributed_rank_and_size() -> tuple[int, int]:
-    """(rank, world size) of the initialised torch.distributed process group, else (0, 1)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def resolve_last_batch(last_batch: str = "partial", drop_last: bool | None = None) -> str:
@@ -40,6 +36,7 @@ class Ranks:
     rank: int  # keys what differs by rank (per-batch draws, DALI's seed)
     world_size: int
     split_by_source: bool = False  # the source holds this rank's part already
+    from_process_group: bool = field(default=False, compare=False)  # neither given: torch.distributed's
 
     @property
     def sampler_rank(self) -> int:
@@ -53,23 +50,66 @@ class Ranks:
 def resolve_ranks(source: Any, rank: int | None = None, world_size: int | None = None) -> Ranks:
     """The given rank and world size, else torch.distributed's (or 0 of 1), and whether
     ``source`` is already this rank's part (``source.split_by_rank``)."""
+    from_process_group = rank is None and world_size is None
     if rank is None or world_size is None:
         auto_rank, auto_size = distributed_rank_and_size()
         rank = auto_rank if rank is None else rank
         world_size = auto_size if world_size is None else world_size
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
-    return Ranks(rank, world_size, bool(getattr(source, "split_by_rank", False)))
+    return Ranks(rank, world_size, bool(getattr(source, "split_by_rank", False)), from_process_group)
+
+
+def check_process_group(ranks: Ranks) -> None:
+    """Refuse a pass whose ranks were torch.distributed's when the loader was made but are not now
+    (a loader made before ``init_process_group`` would read every sample on every rank)."""
+    if not ranks.from_process_group or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    now = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    if now != (ranks.rank, ranks.world_size):
+        raise PipelineError(
+            f"this loader took rank {ranks.rank} of {ranks.world_size} from torch.distributed when it was made "
+            f"(before init_process_group?), and this process is now rank {now[0]} of {now[1]}: make the loader "
+            "after init_process_group, or pass it rank= and world_size=")
+
+
+def fit_sampler(sampler: BatchSampler, ranks: Ranks) -> BatchSampler:
+    """``sampler``, planning this rank's part: a sampler made without ranks is given the loader's
+    (``bind_ranks``); one with other ranks, or one that has none to say under several ranks, is
+    refused, as every rank would read samples another one reads too."""
+    want = (ranks.sampler_rank, ranks.sampler_world_size)
+    has = (getattr(sampler, "rank", None), getattr(sampler, "world_size", None))
+    name = type(sampler).__name__
+    if has == want:
+        return sampler
+    if None in has:
+        if want[1] == 1:  # one process reads everything: nothing to split
+            return sampler
+        raise PipelineError(
+            f"sampler {name} does not say which rank's batches it plans (no rank and world_size attributes), and "
+            f"the loader runs as rank {ranks.rank} of {ranks.world_size}: every rank would read every sample. "
+            "Give it rank and world_size (and plan that rank's part), or use EpochBatchSampler or "
+            "DurationBucketSampler")
+    if getattr(sampler, "ranks_given", True) is False and hasattr(sampler, "bind_ranks"):
+        sampler.bind_ranks(*want)
+        return sampler
+    why = (f"the source is rank {ranks.rank}'s part already, read whole" if ranks.split_by_source
+           else "its rank= and world_size=, else torch.distributed's")
+    raise PipelineError(
+        f"sampler {name} plans rank {has[0]} of {has[1]}, and the loader reads as rank {want[0]} of {want[1]} "
+        f"({why}): samples would be read by several ranks, or by none. Make the sampler without rank and "
+        f"world_size (the loader gives it its own), or with rank={want[0]}, world_size={want[1]}")
 
 
 def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: str = "partial",
                   drop_last: bool | None = None, rank: int | None = None, world_size: int | None = None,
                   sampler: BatchSampler | None = None) -> BatchSampler:
-    """``sampler`` when given; else this rank's `EpochBatchSampler` over ``pipeline.source``,
-    with every rank getting the same number of batches (see its ``last_batch``)."""
-    if sampler is not None:
-        return sampler
+    """``sampler`` when given, fitted to this rank (`fit_sampler`); else this rank's
+    `EpochBatchSampler` over ``pipeline.source``, with every rank getting the same number of
+    batches (see its ``last_batch``)."""
     ranks = resolve_ranks(pipeline.source, rank, world_size)
+    if sampler is not None:
+        return fit_sampler(sampler, ranks)
     return EpochBatchSampler(
         len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
         rank=ranks.sampler_rank, world_size=ranks.sampler_world_size,

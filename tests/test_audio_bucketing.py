@@ -203,7 +203,7 @@ def test_a_rank_without_a_sample_gets_a_flagged_batch_from_the_loader(speech_fol
     seen = []
     for rank in range(2):
         sampler = DurationBucketSampler(durations, 30.0, seed=1, rank=rank, world_size=2)
-        batches = list(pipe.loader(sampler=sampler, num_workers=0))
+        batches = list(pipe.loader(sampler=sampler, rank=rank, world_size=2, num_workers=0))
         assert len(batches) == 1
         seen.append(batches[0]["valid"].tolist())
     assert sorted(seen) == [[False], [True]]
