@@ -41,6 +41,7 @@ import torch
 
 from mediapipe.collate import collate
 from mediapipe.errors import PipelineError
+from mediapipe.fields import MASK, OBJECTS
 from mediapipe.graph import StageStats
 from mediapipe.loaders.dali_buffers import RecycledBuffers
 from mediapipe.loaders.dali_lowering import (
@@ -53,7 +54,7 @@ from mediapipe.loaders.dali_lowering import (
 )
 from mediapipe.loaders.loader import SamplerDriven
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
-from mediapipe.loaders.sampling import build_sampler, may_pad, resolve_ranks
+from mediapipe.loaders.sampling import build_sampler, check_process_group, may_pad, resolve_ranks
 from mediapipe.plan import BatchField
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleRef
@@ -91,9 +92,15 @@ def import_dali() -> tuple[Any, Any, Any]:
 def check_lowerable(pipeline: Pipeline) -> None:
     """Raise `PipelineError` listing everything in the spec that DALI cannot run as specified."""
     problems = unsupported(pipeline.augment)
+    targets = [n for n, t in pipeline.plan.base_types.items()
+               if t.rows_are_objects and t.kind in (*OBJECTS, MASK) and n not in pipeline.decode]
     for name, spec in pipeline.decode.items():
         if (why := decode_problem(spec.kind, spec.options)) is not None:
             problems.append(f"decode[{name!r}] {spec.kind}({why})")
+        if targets and spec.options.get("exif_transpose"):  # DALI turns the image, not the source's targets
+            problems.append(f"decode[{name!r}] {spec.kind}(exif_transpose=True with the source's {targets})")
+    if getattr(pipeline.source, "picks_channels", False):  # DALI's audio decoder mixes every channel
+        problems.append("a source whose samples take some channels of their files (Lhotse cuts' channels)")
     sides = [f.name for f in pipeline.plan.batch_fields() if f.origin == "side"]
     if sides:
         problems.append(f"the decoders' side fields {sides} (DALI's decoders give none)")
@@ -301,7 +308,8 @@ class DaliLoader(SamplerDriven):
 
     # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's position and DALI's checkpoint (its generators' state) at that position."""
+        """The sampler's position and DALI's checkpoint (its generators' state) at that position;
+        where a new pass starts (the epoch's first batch unless loaded) is `Loader.state_dict`'s rule."""
         state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
         checkpoint = self._current_checkpoint()
         if checkpoint is not None:
@@ -313,6 +321,7 @@ class DaliLoader(SamplerDriven):
         state = dict(state)
         self.sampler.load_state_dict(state.pop("sampler"))
         self._live, self._checkpoint, self._current = None, None, None  # a running pass no longer moves it
+        self._loaded = True  # the next pass starts at the loaded position
         dali = state.pop("dali", None)
         if dali is not None:
             self._checkpoint = (dali["checkpoint"], dali["epoch"], dali["position"])
@@ -321,22 +330,18 @@ class DaliLoader(SamplerDriven):
 
     def set_epoch(self, epoch: int) -> None:
         self._current = None  # a running pass goes on with its own epoch, no longer moving the loader's
-        self.sampler.set_epoch(epoch)
+        super().set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """A pass from the loader's (epoch, position), as `Loader`'s: the newest pass is the
-        loader's current one (only it moves the position that `state_dict` describes), a pass
-        begun at an epoch's end is the next epoch, and a pass begun while an older one still runs
-        gets a DALI pipeline of its own (a pipeline is one stream: two passes never share one)."""
+        """A pass, as `Loader`'s: it starts where `begin_pass` says (its epoch's first batch unless
+        ``load_state_dict`` ran since the last pass began, the next epoch after one delivered to its
+        end); the newest pass is the loader's current one (only it moves the position that
+        `state_dict` describes), and a pass begun while an older one still runs gets a DALI
+        pipeline of its own (a pipeline is one stream: two passes never share one)."""
+        check_process_group(self.ranks)
         sampler = self.sampler
-        planned = sampler.batches()
-        if planned and sampler.position == len(planned):  # an epoch delivered to its end: the next one
-            self._roll_over(sampler.epoch, len(planned))
-            sampler.set_epoch(sampler.epoch + 1)
-            planned = sampler.batches()
+        planned = self.begin_pass()
         epoch, start = sampler.epoch, sampler.position
-        if start > len(planned):
-            raise PipelineError(f"resume position {start} is past the {len(planned)} batches of epoch {epoch}")
         live = self._live
         if live is None or live.busy or (live.epoch, live.position) != (epoch, start):
             # a fresh pipeline: at a checkpoint's position, or seeded by (seed, rank, epoch)
@@ -396,8 +401,9 @@ class DaliLoader(SamplerDriven):
             self._checkpoint = (self._checkpoint[0], epoch + 1, 0)
 
     def close(self) -> None:
-        """Let the DALI pipeline (its threads and memory) go now; a later pass starts a fresh
-        one where this one stopped (from its checkpoint). Closing twice does nothing more.
+        """Let the DALI pipeline (its threads and memory) go now; `state_dict` still carries its
+        checkpoint, and a later pass starts a fresh one (from that checkpoint when it starts where
+        this one stopped: after ``load_state_dict``, or at the next epoch). Closing twice does nothing more.
         Dropping the loader does the same: nothing but the loader holds its pipeline."""
         here = (self.sampler.epoch, self.sampler.position)
         if (checkpoint := self._current_checkpoint()) is not None:

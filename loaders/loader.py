@@ -6,7 +6,8 @@ hop per batch); the consumer pins, copies to the device on a side stream, and ru
 the batch-stage ops there, one batch ahead of the training loop.
 
 Each ``iter(loader)`` is a `LoaderIterator` of its own, with its own workers and queues,
-as torch's DataLoader does: two live iterators never mix their batches.
+as torch's DataLoader does: two live iterators never mix their batches, and each starts at
+its epoch's first batch (unless a ``load_state_dict`` set where the next pass starts).
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ from mediapipe.batch_stage import run_batch_ops
 from mediapipe.device_stage import finish_deferred
 from mediapipe.errors import PipelineError, WorkerError
 from mediapipe.host_batch import BatchTask, HostBatch
-from mediapipe.loaders.samplers import BatchSampler
-from mediapipe.loaders.sampling import build_sampler, distributed_rank_and_size, may_pad, resolve_ranks
+from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
+from mediapipe.loaders.sampling import (
+    build_sampler,
+    check_process_group,
+    distributed_rank_and_size,
+    may_pad,
+    resolve_ranks,
+)
 from mediapipe.loaders.workers import ProcessPool, refuse_daemonic_parent, run_inline, run_threads, warm_start
 from mediapipe.plan import Plan
 from mediapipe.stats import StageStats
@@ -44,9 +51,11 @@ __all__ = ["Loader", "LoaderIterator", "SamplerDriven", "distributed_rank_and_si
 
 
 class SamplerDriven:
-    """What every loader shares: its length, epoch and position come from its batch sampler."""
+    """What every loader shares: its length, epoch and position come from its batch sampler,
+    and one rule says where a new pass starts (`begin_pass`)."""
 
     sampler: BatchSampler
+    _loaded = False  # load_state_dict ran since the last pass began: the next one starts at its position
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -56,7 +65,30 @@ class SamplerDriven:
         return self.sampler.epoch
 
     def set_epoch(self, epoch: int) -> None:
+        self._loaded = False
         self.sampler.set_epoch(epoch)
+
+    def begin_pass(self) -> list[PlannedBatch]:
+        """Put the sampler where a new pass starts and return that epoch's batches: after an epoch
+        delivered to its last batch, the next epoch; after ``load_state_dict`` (since the last pass
+        began), the loaded position; else the current epoch's first batch, so a pass left early
+        (a peek, ``next(iter(loader))``) costs the next one nothing, as with torch's DataLoader."""
+        sampler = self.sampler
+        planned = sampler.batches()
+        if planned and sampler.position == len(planned):
+            self._roll_over(sampler.epoch, len(planned))
+            sampler.set_epoch(sampler.epoch + 1)
+            planned = sampler.batches()
+        elif not self._loaded:
+            sampler.position = 0
+        self._loaded = False
+        if sampler.position > len(planned):
+            raise PipelineError(f"resume position {sampler.position} is past the {len(planned)} batches of "
+                                f"epoch {sampler.epoch}")
+        return planned
+
+    def _roll_over(self, epoch: int, length: int) -> None:
+        """A pass begins after ``epoch`` was delivered to its end (a backend's hook)."""
 
 
 class Loader(SamplerDriven):
@@ -66,10 +98,13 @@ class Loader(SamplerDriven):
     ``state_dict()`` taken between batches resumes at the next batch: the batches after
     it equal an uninterrupted run's, and nothing before it is decoded again.
 
-    Iterators: each ``iter(loader)`` plans its own pass from the loader's (epoch, position)
-    at that moment and owns its workers. The most recent one is the loader's *current* pass:
-    only it moves the loader's position and epoch (what ``state_dict()`` describes); older
-    ones still deliver their own batches. Dropping or closing an iterator stops its workers.
+    Iterators: each ``iter(loader)`` plans its own pass and owns its workers. A pass starts at
+    the first batch of the loader's epoch, so a peek (``next(iter(loader))``) costs the next
+    pass nothing, unless ``load_state_dict`` ran since the last pass began (then at the loaded
+    position); only a pass delivered to its last batch advances the epoch. The most recent
+    iterator is the loader's *current* pass: only it moves the loader's position and epoch
+    (what ``state_dict()`` describes); older ones still deliver their own batches. Dropping or
+    closing an iterator stops its workers.
 
     Ranks: every rank gets ``len(loader)`` batches (see `EpochBatchSampler` for how each
     ``last_batch`` pads or drops); padding samples are flagged False in ``batch["valid"]``.
@@ -148,15 +183,22 @@ class Loader(SamplerDriven):
 
     # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The current pass's (epoch, batches delivered), mid-pass too. Loaded with
+        ``load_state_dict`` (into this loader or a new one), the next pass starts after the last
+        delivered batch; a pass begun without a load since the last one began starts at its
+        epoch's first batch instead (a peek costs nothing), and only a pass delivered to its end
+        advances the epoch."""
         return {"sampler": self.sampler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set where the next pass starts: the position of ``state`` (see `state_dict`)."""
         self._current = None  # a live iterator no longer moves the position that was set here
         self.sampler.load_state_dict(state["sampler"])
+        self._loaded = True
 
     def set_epoch(self, epoch: int) -> None:
         self._current = None
-        self.sampler.set_epoch(epoch)
+        super().set_epoch(epoch)
 
     def __iter__(self) -> LoaderIterator:
         it = LoaderIterator(self)
@@ -220,20 +262,17 @@ class Loader(SamplerDriven):
 
 
 class LoaderIterator:
-    """One pass over an epoch of a `Loader`, from the (epoch, position) the loader had when
-    the pass began: its own workers (or the loader's persistent ones, lent), queues and
-    bookkeeping of the shared buffers it holds. Closing it (or dropping it) stops them."""
+    """One pass over an epoch of a `Loader`, from where `Loader.begin_pass` puts it (the epoch's
+    first batch, the next epoch's, or a loaded position): its own workers (or the loader's
+    persistent ones, lent), queues and bookkeeping of the shared buffers it holds. Closing it
+    (or dropping it) stops them."""
 
     def __init__(self, loader: Loader) -> None:
         self.loader = loader
+        check_process_group(loader.ranks)
         sampler = loader.sampler
-        planned = sampler.batches()
-        if planned and sampler.position == len(planned):  # an epoch delivered to its end: the next one
-            sampler.set_epoch(sampler.epoch + 1)
-            planned = sampler.batches()
+        planned = loader.begin_pass()
         self.epoch, self.start, self.length = sampler.epoch, sampler.position, len(planned)
-        if self.start > self.length:
-            raise PipelineError(f"resume position {self.start} is past the {self.length} batches of epoch {self.epoch}")
         self.delivered = 0
         self._owner = os.getpid()  # a forked copy of this pass has no workers of its own
         self._threads = loader.num_workers > 0 and loader.worker_type == "thread"

@@ -168,9 +168,9 @@ def test_resume_mid_epoch_equals_uninterrupted_run(image_folder):
         assert torch.equal(a["index"], b["index"])
         assert torch.equal(a["image"], b["image"])  # DALI's generators restored from its checkpoint
     assert resumed.epoch == 1
-    # breaking out and iterating again continues where the last delivered batch left off
+    # iterating again, without a load_state_dict, is a fresh pass: from the epoch's first batch
     it2 = iter(loader)
-    assert torch.equal(next(it2)["image"], full[2]["image"])
+    assert torch.equal(next(it2)["image"], full[0]["image"])
 
 
 def test_resume_at_an_epoch_boundary(image_folder):
@@ -227,11 +227,11 @@ def test_two_live_passes_never_share_a_pipeline(image_folder):
     loader.set_epoch(0)
     a = iter(loader)
     first = next(a)
-    b = iter(loader)  # starts where the loader is (batch 1); a goes on with its own pipeline
+    b = iter(loader)  # a fresh pass from the epoch's first batch; a goes on with its own pipeline
     rest_a, from_b = list(a), list(b)
     assert [x["index"].tolist() for x in [first, *rest_a]] == [r["index"].tolist() for r in reference]
-    assert [x["index"].tolist() for x in from_b] == [r["index"].tolist() for r in reference[1:]]
-    assert all(torch.equal(x["image"], r["image"]) for x, r in zip(from_b, reference[1:]))
+    assert [x["index"].tolist() for x in from_b] == [r["index"].tolist() for r in reference]
+    assert all(torch.equal(x["image"], r["image"]) for x, r in zip(from_b, reference, strict=True))
 
 
 def test_set_epoch_while_a_pass_runs_leaves_that_pass_and_the_new_epoch_alone(image_folder):
@@ -727,7 +727,7 @@ def test_a_torch_loader_with_workers_started_after_a_dali_loader_works(image_fol
     assert next(it)["index"].tolist() == [4, 5, 6, 7]  # the DALI pass goes on
 
 
-def test_close_lets_the_pipeline_go_and_the_next_pass_goes_on_where_it_stopped(image_folder):
+def test_close_lets_the_pipeline_go_and_its_state_resumes_where_it_stopped(image_folder):
     augment = [A.RandomResizedCrop(40), A.HorizontalFlip(), A.Normalize()]
     full = list(_pipe(image_folder, augment, seed=3).loader(backend="dali"))
     loader = _pipe(image_folder, augment, seed=3).loader(backend="dali")
@@ -735,6 +735,9 @@ def test_close_lets_the_pipeline_go_and_the_next_pass_goes_on_where_it_stopped(i
     next(it), next(it)
     loader.close()
     assert loader._live is None
+    state = loader.state_dict()  # still carries the closed pipeline's checkpoint
+    assert "dali" in state and state["sampler"]["position"] == 2
+    loader.load_state_dict(state)
     for a, b in zip(loader, full[2:], strict=True):  # a fresh pipeline from the closed one's checkpoint
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
 
@@ -792,7 +795,7 @@ def test_close_is_idempotent_and_a_with_block_closes(image_folder):
         pipeline = weakref.ref(loader._live.pipe)
     assert loader._live is None and pipeline() is None
     loader.close()
-    assert [b["index"].tolist() for b in loader][0] == [4, 5, 6, 7] != first  # goes on after the delivered batch
+    assert [b["index"].tolist() for b in loader][0] == first == [0, 1, 2, 3]  # a new pass: the epoch's first batch
 
 
 def test_a_file_gone_mid_epoch_is_named_when_its_batch_is_due(image_folder, tmp_path):
