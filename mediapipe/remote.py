@@ -100,7 +100,8 @@ class _Transient(Exception):
 
 @dataclass(frozen=True)
 class Retry:
-    """How often and how patiently a failed request is tried again (exponential backoff with jitter)."""
+    """How often and how patiently a failed request is tried again (exponential backoff with
+    jitter), and how long one request may take: the same rule for every store."""
 
     attempts: int = 5
     backoff: float = 0.2  # seconds before the second try; doubled each time
@@ -150,8 +151,8 @@ def _check_version(expect: ObjectVersion | None, seen: ObjectVersion) -> None:
     """Refuse an answer from another object than ``expect`` (the one the dataset was opened with)."""
     if expect is not None and expect.differs(seen):
         raise _Changed(f"the file changed on the server since the dataset was opened: expected "
-                       f"{expect.describe()}, the server now has {seen.describe()}; a dataset must not be rewritten while "
-                       f"it is read: {REWRITTEN_HINT}")
+                       f"{expect.describe()}, the server now has {seen.describe()}; a dataset must not be "
+                       f"rewritten while it is read: {REWRITTEN_HINT}")
 
 
 def _import_fsspec() -> Any:
