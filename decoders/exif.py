@@ -11,6 +11,7 @@ from __future__ import annotations
 from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 
 ORIENTATION_TAG = 0x0112
+SWAPS_SIDES = frozenset({5, 6, 7, 8})  # orientations that turn a W x H frame into H x W
 _EXIF_ID = b"Exif\x00\x00"
 _XMP_ID = b"http://ns.adobe.com/xap/1.0/\x00"
 _SHORT = 3  # TIFF field type of the orientation value
@@ -62,3 +63,26 @@ def _tiff_orientation(tiff: bytes) -> int | None:
     if len(values) > 1:
         return None  # which one Pillow keeps is its own business
     return values[0] if values else 1
+
+
+def file_orientation(data: bytes) -> int:
+    """The EXIF orientation Pillow's ``exif_transpose`` applies to an image file (any format): 2 to
+    8, or 1 for none (no tag, a value outside 2..8, or a file Pillow cannot open: its decoder says
+    why). Read from a JPEG's header where `jpeg_orientation` vouches for it, else by Pillow."""
+    orientation = jpeg_orientation(data)
+    if orientation is None:
+        import io
+
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                orientation = im.getexif().get(ORIENTATION_TAG, 1)
+        except Exception:  # noqa: BLE001 - unreadable here is unreadable to the decoder, which raises
+            return 1
+    return orientation if orientation in range(2, 9) else 1
+
+
+def oriented_size(orientation: int, height: int, width: int) -> tuple[int, int]:
+    """(height, width) of a ``height`` x ``width`` stored frame once ``orientation`` turns it."""
+    return (width, height) if orientation in SWAPS_SIDES else (height, width)

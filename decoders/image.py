@@ -10,7 +10,7 @@ import torch
 
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
 from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
-from mediapipe.decoders.exif import jpeg_orientation
+from mediapipe.decoders.exif import file_orientation, jpeg_orientation
 from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 from mediapipe.decoders.jpeg_scans import COARSE_MARGIN, without_final_refinement
 from mediapipe.errors import DecodeError, LimitError
@@ -112,6 +112,11 @@ class ImageDecoder(Decoder):
         """Whether ``exif_transpose`` may turn or mirror this JPEG (then Pillow decodes it): False
         for a header that says upright, True where only Pillow can tell (see `jpeg_orientation`)."""
         return self.exif_transpose and jpeg_orientation(data) not in (0, 1)
+
+    def orientation(self, data: bytes) -> int:
+        """The EXIF orientation this decoder turns ``data`` by (2 to 8), 1 when it does not turn it
+        (``exif_transpose=False``, or an upright file): what a source's targets are turned by."""
+        return file_orientation(data) if self.exif_transpose else 1
 
     def check_jpeg(self, data: bytes, path: str, read: JpegFrame | None = None) -> None:
         """DecodeError for a JPEG whose header declares more than its bytes can hold (`jpeg_claim_error`)."""

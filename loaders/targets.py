@@ -256,23 +256,71 @@ def scale_targets(fields: dict[str, Any], types: Mapping[str, FieldType], before
     scaled, masks resized with nearest, as the image was (a conversion's --image-max-side)."""
     if before == after:
         return fields
-    sy, sx = after[0] / before[0], after[1] / before[1]
+    from mediapipe.augment.functional import objects
+
     out = dict(fields)
     for name, t in types.items():
         value = fields.get(name)
         if value is None:
             continue
         value = torch.as_tensor(value)
-        if t.kind == BOXES:
-            out[name] = value * torch.tensor([sx, sy, sx, sy], dtype=value.dtype)
+        if t.kind == BOXES:  # (an edge on the image's stays on the resized image's: `resize_boxes`)
+            out[name] = objects.resize_boxes(value, after, canvas_size=before, format=t.format)
         elif t.kind == KEYPOINTS:
-            out[name] = value * torch.tensor([sx, sy], dtype=value.dtype)
+            out[name] = objects.resize_keypoints(value, after, canvas_size=before)
         elif t.kind == MASK and value.numel():
             out[name] = torch.nn.functional.interpolate(value[None].float(), size=after, mode="nearest")[0].to(
                 value.dtype)
         elif t.kind == MASK:
             out[name] = value.new_zeros((value.shape[0], *after))
     return out
+
+
+def orient_targets(fields: Mapping[str, Any], types: Mapping[str, FieldType], orientation: int,
+                   stored: tuple[int, int]) -> dict[str, Any]:
+    """The targets of a ``stored`` (H, W) frame turned as EXIF ``orientation`` turns its image
+    (`decoders.image(exif_transpose=True)`): boxes, keypoints and masks per object; the fields of
+    ``types`` that ``fields`` holds, the others as they are."""
+    if orientation == 1:
+        return dict(fields)
+    from mediapipe.augment.functional import geometry, objects
+
+    out = dict(fields)
+    for name, t in types.items():
+        value = fields.get(name)
+        if value is None:
+            continue
+        if t.kind == BOXES:
+            out[name] = objects.orient_boxes(value, orientation, canvas_size=stored, format=t.format)
+        elif t.kind == KEYPOINTS:
+            out[name] = objects.orient_keypoints(value, orientation, canvas_size=stored)
+        elif t.kind == MASK:
+            out[name] = geometry.orient_image(torch.as_tensor(value), orientation)
+    return out
+
+
+def frame_problem(declared: tuple[int, int], decoded: tuple[int, int], orientation: int,
+                  file_orientation: int) -> str | None:
+    """Why an image that decodes to ``decoded`` (H, W), after its decoder turned it by ``orientation``
+    (1: not turned), is not the ``declared`` (H, W) frame its targets are in pixels of, or None.
+    The declared size is the stored frame's, as in the files COCO tools write: a size that is the
+    stored frame turned by the file's EXIF orientation (``file_orientation``) says its targets were
+    drawn on the turned image, which is refused rather than read in the wrong frame."""
+    from mediapipe.decoders.exif import SWAPS_SIDES, oriented_size
+
+    expected = oriented_size(orientation, *declared)
+    if tuple(decoded) == expected:
+        return None
+    stored = oriented_size(orientation, *decoded)  # the file's frame as stored
+    shown = f"the source declares the image {declared[1]}x{declared[0]}, the file decodes to {decoded[1]}x{decoded[0]}"
+    if orientation != 1:
+        shown += f" (turned by its EXIF orientation {orientation}: {stored[1]}x{stored[0]} as stored)"
+    if file_orientation in SWAPS_SIDES and tuple(declared) == stored[::-1]:
+        return (f"{shown}: the declared size is the image's as its EXIF orientation {file_orientation} turns it, so "
+                "its annotations were drawn on the turned image, but targets are read in the stored frame (the "
+                "image as torchvision's CocoDetection opens it); write the images upright with their annotations "
+                "(PIL.ImageOps.exif_transpose), or annotate the stored frame and declare its size")
+    return f"{shown}: its targets are in pixels of another image"
 
 
 def targets_from_json(obj: Any, types: Mapping[str, FieldType], where: str, *, num_classes: int | None = None,

@@ -15,9 +15,11 @@ import torch
 
 from mediapipe.augment.base import CanvasError, ObjectCountError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
+from mediapipe.decoders.exif import file_orientation, oriented_size
 from mediapipe.errors import DecodeError, LimitError
-from mediapipe.fields import BOXES, LABEL, OBJECTS
+from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK, OBJECTS, RASTER
 from mediapipe.host_batch import Deferred
+from mediapipe.loaders.targets import BAD_ANNOTATION, frame_problem, orient_targets
 from mediapipe.plan import Plan
 from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
 from mediapipe.sample import SampleRef
@@ -34,6 +36,12 @@ class SampleStage:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
+        # the source's fields in pixels (boxes, keypoints, masks per object) and the decoded image
+        # they are pixels of: the first raster field, as the ops on boxes take their canvas
+        types = plan.base_types
+        self.targets = {n: t for n, t in types.items() if n not in plan.decode and t.rows_are_objects
+                        and t.kind in (BOXES, KEYPOINTS, MASK)}
+        self.targets_canvas = next((n for n in plan.decode if types[n].kind in RASTER), None)
 
     def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
@@ -170,6 +178,7 @@ class SampleStage:
         stats.seconds["read"] += t1 - t0
         hint, fused = NO_HINT, plan.fused.get(name)
         meta = dict(ref.meta)
+        frame = self.targets_frame(ref, name, decoder, blob, data)
         if fused is None and name in plan.deferred:
             meta.update(decoder.probe(blob))  # reject a bad header in the worker, where on_error applies
         if fused is not None:
@@ -189,6 +198,8 @@ class SampleStage:
             hint = replace(hint, span=spans.get(source))
         elif hint.window is None and decoder.kind == "audio" and "segment" in ref.meta:
             hint = replace(hint, window=tuple(ref.meta["segment"]))  # a manifest's utterance within its file
+        if frame is not None and (fused is not None or name in plan.deferred) and "height" in meta and "width" in meta:
+            self.check_frame(blob, decoder, frame, (meta["height"], meta["width"]))  # the probed header
         if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
             data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
             return
@@ -206,6 +217,8 @@ class SampleStage:
             x = x.value
         if decoder.auto_fallback is not None:
             stats.count_fallback(decoder.name, decoder.auto_fallback)
+        if frame is not None and fused is None:
+            self.check_frame(blob, decoder, frame, tuple(x.shape[-2:]))
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1
         if fused is not None and hint is not NO_HINT:
@@ -218,3 +231,33 @@ class SampleStage:
             stats.seconds["sample_ops"] += time.perf_counter() - t2
         else:
             data[name] = x
+
+    def targets_frame(self, ref: SampleRef, name: str, decoder: Decoder, blob: Any,
+                      data: dict[str, Any]) -> tuple[tuple[int, int], int] | None:
+        """For the image the source's targets are in pixels of (`targets_canvas`), decoded by an image
+        decoder: its declared (H, W) and the EXIF orientation its decoder turns it by, with the
+        targets in ``data`` turned the same way (before any op draws on them: RandomIoUCrop's crop
+        is drawn from the boxes). None for another field, or a sample without targets or size."""
+        if name != self.targets_canvas or decoder.kind != "image" or not any(f in data for f in self.targets):
+            return None
+        height, width = ref.meta.get("height"), ref.meta.get("width")
+        orientation = decoder.orientation(blob.read()) if hasattr(decoder, "orientation") else 1
+        if orientation != 1:
+            stored = (height, width) if type(height) is int and type(width) is int else None
+            if stored is None:  # no declared size: the header's, turned back to the stored frame
+                probe = decoder.probe(blob)
+                stored = oriented_size(orientation, probe["height"], probe["width"])
+            data.update(orient_targets(data, self.targets, orientation, stored))
+        if type(height) is not int or type(width) is not int:
+            return None
+        return (height, width), orientation
+
+    @staticmethod
+    def check_frame(blob: Any, decoder: Decoder, frame: tuple[tuple[int, int], int], decoded: tuple[int, int]) -> None:
+        """A `DecodeError` naming the file where the decoded image is not the size the source declares
+        for its targets (turned by its EXIF orientation where the decoder turns it)."""
+        declared, orientation = frame
+        if oriented_size(orientation, *declared) == tuple(decoded):
+            return
+        problem = frame_problem(declared, decoded, orientation, file_orientation(blob.read()))
+        raise DecodeError(blob.name, decoder.name, problem, category=BAD_ANNOTATION)

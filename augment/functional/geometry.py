@@ -235,6 +235,20 @@ def _flip_selected(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tenso
     return out
 
 
+# -- EXIF orientation: the turns and mirrors of `PIL.ImageOps.exif_transpose` ----------------------------
+def orient_image(x: torch.Tensor, orientation: int) -> torch.Tensor:
+    """x (..., H, W) as EXIF ``orientation`` (1 to 8) shows it: mirrored, turned or transposed in its
+    last two dims, as Pillow's ``exif_transpose`` turns the pixels (a new contiguous tensor, or x for 1)."""
+    if orientation == 1:
+        return x
+    turns = {2: lambda t: t.flip(-1), 3: lambda t: t.flip(-2, -1), 4: lambda t: t.flip(-2),
+             5: lambda t: t.transpose(-2, -1), 6: lambda t: torch.rot90(t, -1, dims=(-2, -1)),
+             7: lambda t: t.transpose(-2, -1).flip(-2, -1), 8: lambda t: torch.rot90(t, 1, dims=(-2, -1))}
+    if orientation not in turns:
+        raise ValueError(f"EXIF orientation {orientation!r}: expected 1 to 8")
+    return turns[orientation](x).contiguous()
+
+
 # -- affine warps (batched: one matrix per sample) ------------------------------------------------
 def affine_matrix(
     angle: torch.Tensor,

@@ -4,9 +4,13 @@ Boxes are (M, 4) float rows in ``format`` ("xyxy", "xywh", "cxcywh"), keypoints 
 (x, y), both in pixels of a canvas of ``canvas_size`` = (height, width). Parameters are plain
 numbers, or one value per row (a tensor of M) when the rows belong to several samples of a
 batch. Each kernel follows torchvision v2's for the same parameters: boxes are clamped to the
-new canvas after a crop, a pad or a warp (not after a flip or a resize); keypoints are never
-clamped, and a keypoint flips about the last pixel (x -> W - 1 - x) where a box edge flips
-about the canvas (x -> W - x), as torchvision does.
+new canvas after a crop, a pad or a warp; keypoints are never clamped, and a keypoint flips
+about the last pixel (x -> W - 1 - x) where a box edge flips about the canvas (x -> W - x), as
+torchvision does. A resize scales by a rounded ratio, so a coordinate on the far edge can land a
+float step past the new one (x2 = 224.00002 on a 224 px image): what lay inside the canvas is
+clamped to the new one (what lay outside stays, as torchvision leaves it), so no coordinate
+crosses an edge by float drift. `orient_boxes` and `orient_keypoints` turn them as an EXIF
+orientation turns the image.
 """
 
 from __future__ import annotations
@@ -106,6 +110,53 @@ def _as_mask(flip: Number | bool, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(bool(flip), device=like.device)
 
 
+# -- EXIF orientation (one sample): the turn `ImageOps.exif_transpose` gives the pixels ------------------
+# where orientation k takes a point (x, y) of a W x H stored frame: for box edges W and H, for
+# keypoints (pixel positions, as the flips take them) W - 1 and H - 1
+ORIENTED_XY = {
+    1: lambda x, y, w, h: (x, y),
+    2: lambda x, y, w, h: (w - x, y),  # mirrored left-right
+    3: lambda x, y, w, h: (w - x, h - y),  # turned 180 degrees
+    4: lambda x, y, w, h: (x, h - y),  # mirrored top-bottom
+    5: lambda x, y, w, h: (y, x),  # transposed
+    6: lambda x, y, w, h: (h - y, x),  # turned 90 degrees clockwise
+    7: lambda x, y, w, h: (h - y, w - x),  # transversed
+    8: lambda x, y, w, h: (y, w - x),  # turned 90 degrees counter-clockwise
+}
+
+
+def _oriented(xy: torch.Tensor, orientation: int, width: float, height: float) -> torch.Tensor:
+    """(..., 2) points of a ``width`` x ``height`` frame where ``orientation`` takes them."""
+    if orientation not in ORIENTED_XY:
+        raise ValueError(f"EXIF orientation {orientation!r}: expected 1 to 8")
+    x, y = ORIENTED_XY[orientation](xy[..., 0], xy[..., 1], width, height)
+    return torch.stack((x, y), dim=-1)
+
+
+def orient_boxes(boxes: torch.Tensor, orientation: int, *, canvas_size: tuple[int, int], format: str,
+                 **_: object) -> torch.Tensor:
+    """The boxes of a ``canvas_size`` (H, W) stored frame in the frame ``orientation`` turns it to
+    (W x H for 5 to 8): the box holding both turned corners."""
+    if orientation == 1 or boxes.numel() == 0:
+        return boxes
+
+    def turn(xyxy: torch.Tensor) -> torch.Tensor:
+        corners = _oriented(xyxy.reshape(-1, 2, 2), orientation, canvas_size[1], canvas_size[0])
+        lo, hi = corners.aminmax(dim=1)
+        return torch.cat((lo, hi), dim=1)
+
+    return _in_xyxy(boxes, format, turn)
+
+
+def orient_keypoints(points: torch.Tensor, orientation: int, *, canvas_size: tuple[int, int],
+                     **_: object) -> torch.Tensor:
+    """The keypoints of a ``canvas_size`` (H, W) stored frame in the frame ``orientation`` turns it
+    to; a point's mirror is taken about the last pixel (x -> W - 1 - x), as `hflip_keypoints`."""
+    if orientation == 1 or points.numel() == 0:
+        return points
+    return _oriented(points, orientation, canvas_size[1] - 1, canvas_size[0] - 1).to(points.dtype)
+
+
 # -- crops, pads, resizes (one sample: plain numbers) -----------------------------------------------------
 def crop_boxes(boxes: torch.Tensor, top: Number, left: Number, height: int, width: int, *, format: str,
                **_: object) -> torch.Tensor:
@@ -137,21 +188,34 @@ def pad_keypoints(points: torch.Tensor, left: int, top: int, right: int, bottom:
     return crop_keypoints(points, -top, -left, 0, 0)
 
 
+def _scaled_within(xy: torch.Tensor, size: tuple[int, int], canvas_size: tuple[int, int]) -> torch.Tensor:
+    """(..., 2k) x, y columns scaled from ``canvas_size`` to ``size`` (both (H, W)); a coordinate
+    on the old canvas's far edge lands on the new one's, one inside stays inside (the rounded ratio
+    may carry it a float step past the edge), one outside is scaled as it is."""
+    ratios = torch.tensor([size[1] / canvas_size[1], size[0] / canvas_size[0]], device=xy.device)
+    columns = xy.shape[-1]
+    out = xy.mul(ratios.repeat(columns // 2))
+    old = torch.tensor(canvas_size[::-1], device=xy.device, dtype=xy.dtype).repeat(columns // 2)
+    new = torch.tensor(tuple(size)[::-1], device=xy.device, dtype=out.dtype).repeat(columns // 2)
+    inside = (xy >= 0) & (xy <= old)
+    return torch.where(xy == old, new, torch.where(inside, torch.minimum(out, new), out))
+
+
 def resize_boxes(boxes: torch.Tensor, size: tuple[int, int], *, canvas_size: tuple[int, int], format: str,
                  **_: object) -> torch.Tensor:
-    """The boxes scaled from ``canvas_size`` to ``size`` (both (H, W)); not clamped."""
+    """The boxes scaled from ``canvas_size`` to ``size`` (both (H, W)); edges inside the old canvas
+    stay inside the new one (`_scaled_within`), others are not clamped (torchvision's)."""
     if tuple(size) == tuple(canvas_size):
         return boxes
-    ratios = torch.tensor([size[1] / canvas_size[1], size[0] / canvas_size[0]] * 2, device=boxes.device)
-    return boxes.mul(ratios).to(boxes.dtype)  # every format scales coordinate by coordinate
+    return _in_xyxy(boxes, format, lambda xyxy: _scaled_within(xyxy, size, canvas_size))
 
 
 def resize_keypoints(points: torch.Tensor, size: tuple[int, int], *, canvas_size: tuple[int, int],
                      **_: object) -> torch.Tensor:
+    """The keypoints scaled; one inside the old canvas stays inside the new one (`_scaled_within`)."""
     if tuple(size) == tuple(canvas_size):
         return points
-    ratios = torch.tensor([size[1] / canvas_size[1], size[0] / canvas_size[0]], device=points.device)
-    return points.mul(ratios).to(points.dtype)
+    return _scaled_within(points, size, canvas_size).to(points.dtype)
 
 
 def resized_crop_boxes(boxes: torch.Tensor, top: int, left: int, height: int, width: int, size: tuple[int, int],
@@ -216,20 +280,30 @@ def affine_keypoints(points: torch.Tensor, inverse: torch.Tensor, *, canvas_size
 
 
 # -- detection: which boxes are objects, which crops hold them --------------------------------------------
+# how far past an edge a coordinate may read, as a fraction of the canvas's side: what float32
+# rounding of a box stored as xywh or cxcywh adds when its corners are computed (a few float
+# steps of the side), never a real part of a pixel
+EDGE_SLACK = 2.0**-20
+
+
 def valid_boxes(boxes: torch.Tensor, *, canvas_size: tuple[int, int] | torch.Tensor, format: str,
                 min_size: float = 1.0, min_area: float = 1.0) -> torch.Tensor:
     """bool (M,): the boxes torchvision's ``sanitize_bounding_boxes`` keeps: width and height at least
-    ``min_size``, area at least ``min_area``, no coordinate below 0 and none past the canvas.
+    ``min_size``, area at least ``min_area``, no coordinate below 0 and none past the canvas, where
+    a box on an edge passes it by no more than `EDGE_SLACK` of the side (its corners computed in
+    float64 from the stored format).
     ``canvas_size``: one (H, W), or one per row ((M, 2) tensor) for the rows of several samples."""
-    xyxy = convert_boxes(boxes.float(), format, "xyxy")
+    xyxy = convert_boxes(boxes.double(), format, "xyxy")
     ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
-    valid = (ws >= min_size) & (hs >= min_size) & (xyxy >= 0).all(dim=-1) & (ws * hs >= min_area)
+    valid = (ws >= min_size) & (hs >= min_size) & (ws * hs >= min_area)
     if isinstance(canvas_size, torch.Tensor):
         height, width = canvas_size[:, 0].to(xyxy), canvas_size[:, 1].to(xyxy)
     else:
-        height, width = canvas_size
-    valid &= (xyxy[:, 0] <= width) & (xyxy[:, 2] <= width)
-    return valid & (xyxy[:, 1] <= height) & (xyxy[:, 3] <= height)
+        height, width = (torch.tensor(float(v), dtype=xyxy.dtype, device=xyxy.device) for v in canvas_size)
+    for column, extent in ((0, width), (1, height), (2, width), (3, height)):
+        slack = extent * EDGE_SLACK
+        valid &= (xyxy[:, column] >= -slack) & (xyxy[:, column] <= extent + slack)
+    return valid
 
 
 def centres_within(boxes: torch.Tensor, format: str, top: Number, left: Number, height: Number,
