@@ -125,8 +125,9 @@ class SanitizeBoundingBoxes(_OnCanvas):
 
     A box is kept when its width and height are at least ``min_size``, its area at least
     ``min_area``, and no coordinate lies below 0 or past the image (clamp first with
-    `ClampBoundingBoxes` to keep boxes that only cross the border). Run it after `RandomIoUCrop`,
-    which marks the boxes it leaves out as all zeros.
+    `ClampBoundingBoxes` to keep boxes that only cross the border); a box on an edge stays on it
+    through every geometric op, and its xywh or cxcywh rounding is not taken for crossing it
+    (`valid_boxes`). Run it after `RandomIoUCrop`, which marks the boxes it leaves out as all zeros.
 
     Which fields lose rows: ``labels`` names them (a name or a tuple; ``()`` for none). Left
     unset, every per-object field the pipeline declares: the source's keypoints and its fields

@@ -15,6 +15,13 @@ pixels in ``box_format``), ``labels`` (int64 (N,): category ids sorted and numbe
 Images without annotations have no objects ((0, 4) boxes); ``drop_empty=True`` leaves them out.
 A box may pass the image's edge by up to ``BOX_TOLERANCE`` pixels (rounding in the file): it is
 clamped to the image; further out, it is an error.
+
+Targets are in pixels of the image as stored in its file, of the declared ``width`` x ``height``
+(the frame torchvision's ``CocoDetection`` reads: ``PIL.Image.open``, no EXIF turn). With
+``mp.decoders.image(exif_transpose=True)`` the sample stage turns boxes and masks with the image.
+An image that decodes to another size than its declared one is a `DecodeError` naming the file
+and both sizes (a bad annotation, which ``on_error="skip"`` skips); a declared size that is the
+image's EXIF-turned one says its annotations were drawn on the turned image, which is refused.
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ the image. Boxes become pixels once the image's size is known: `ref` reads the i
 (a few kilobytes, in the worker that then decodes the file), so the boxes are plain pixel boxes
 from there on and every op, a decoder-fused crop included, moves them as it moves any other.
 Keeping them normalised and applying a canvas at decode would go wrong wherever the decoded
-image is not the file's full frame (a fused crop). The size is the stored one: decode with
-``exif_transpose=False`` (the default), as the header is read.
+image is not the file's full frame (a fused crop). The size, and so the boxes, are the stored
+frame's (the header's); ``mp.decoders.image(exif_transpose=True)`` turns the boxes with the
+image. (Ultralytics reads labels on the EXIF-turned image: for such a dataset, write its turned
+files upright first.)
 
 Label files are read when their sample is read, so opening a dataset reads no label; a bad line
 is a `SourceError` naming the file and the line (``labels/0007.txt:3``), which ``on_error``
