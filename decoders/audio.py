@@ -3,6 +3,7 @@ the length check, and the resampler."""
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -13,7 +14,7 @@ import torch
 from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits, size_of
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
-from mediapipe.sample import Blob
+from mediapipe.sample import Blob, SampleMeta
 
 try:  # libsoxr: faster than swresample, and closer to an ideal filter
     import soxr as _soxr
@@ -26,6 +27,10 @@ MAX_SAMPLES_PER_BYTE = 1 << 16
 SHORTFALL_TOLERANCE = (0.05, 0.01)  # seconds, fraction: decoding may end this much early
 RESAMPLE_MARGIN = 0.02  # seconds decoded either side of a resampled window, for the filter to settle
 ABSENT_CHANNELS = 2  # channels of the empty result for a video without audio (1 with mono=True)
+# A source's meta key naming which channels of which files make a sample's audio (a Lhotse cut's
+# channels): ((path, channel indices in that file), ...), the first file being the sample's blob.
+# Absent: every channel of the blob.
+CHANNEL_SOURCES = "channel_sources"
 
 
 def audio(
@@ -82,6 +87,28 @@ def audio(
 
 
 @dataclass(frozen=True)
+class ChannelPick:
+    """The channels of one file a sample takes, in order (None: all of them), and whether they
+    are then averaged down to one (``mono``)."""
+
+    indices: tuple[int, ...] | None
+    mix: bool
+
+    def apply(self, x: np.ndarray, path: str, decoder: str) -> np.ndarray:
+        """(C, n) samples to the picked channels, averaged when ``mix``; a `DecodeError` where the
+        manifest names a channel the file does not have."""
+        if self.indices is not None:
+            if max(self.indices) >= x.shape[0]:
+                raise DecodeError(path, decoder, f"the manifest maps channel index {max(self.indices)} of this "
+                                                 f"file, which has {x.shape[0]} channel{'s' * (x.shape[0] != 1)}")
+            if self.indices != tuple(range(x.shape[0])):
+                x = x[list(self.indices)]
+        if self.mix and x.shape[0] > 1:
+            x = x.mean(axis=0, keepdims=True, dtype=np.float32)
+        return x
+
+
+@dataclass(frozen=True)
 class GridWindow:
     """Output samples [first, first + count) on the output rate's grid, sample 0 being the
     track's first sample: a window of a resampled decode is the same slice of the whole
@@ -121,6 +148,44 @@ class AudioDecoder(Decoder):
     @classmethod
     def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
         return ("present",) if options.get("from_field") else ()
+
+    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
+        """float32 (C, N) of the window (see `grid_windows`), of the channels the source names
+        (``meta[CHANNEL_SOURCES]``, else all); with ``from_field``, a `Decoded` with ``present``."""
+        parts = meta.get(CHANNEL_SOURCES)
+        if not parts:
+            return self.decode_file(blob, hint, rng, meta, ChannelPick(None, self.mono))
+        if len(parts) == 1:
+            return self.decode_file(blob, hint, rng, meta, ChannelPick(tuple(parts[0][1]), self.mono))
+        return self.decode_files(blob, parts, hint, rng, meta)
+
+    def decode_file(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta,
+                    pick: ChannelPick) -> Any:
+        """`decode` of one file's ``pick`` of channels: what each backend implements."""
+        raise NotImplementedError
+
+    def decode_files(self, blob: Blob, parts: Any, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
+        """A sample whose channels lie in several files (a recording of one file per microphone):
+        each file's channels over the same window, stacked in the source's order (a file that ends
+        a little early zero-padded, as Lhotse does), then averaged with ``mono``."""
+        if self.from_field is not None:
+            raise DecodeError(blob.name, self.name, f"audio(from_field={self.from_field!r}) reads one file; this "
+                                                    f"sample's channels lie in {len(parts)} files")
+        pieces = []
+        for i, (path, indices) in enumerate(parts):
+            part = blob if i == 0 else Blob(path, path=path)
+            part.check()
+            x = self.decode_file(part, hint, copy.copy(rng), meta, ChannelPick(tuple(indices), False))
+            pieces.append(x.numpy())
+        longest = max(p.shape[1] for p in pieces)
+        x = np.concatenate([np.pad(p, ((0, 0), (0, longest - p.shape[1]))) for p in pieces])
+        return torch.from_numpy(ChannelPick(None, self.mono).apply(x, blob.name, self.name))
+
+    def no_samples(self, path: str, windows: list[GridWindow], rate: int, duration: float | None) -> DecodeError:
+        """The error for a window that holds no sample: where it starts, and how long the file is."""
+        start = min(w.first for w in windows) / self.out_rate(rate)
+        length = "" if duration is None else f", past the end of the audio ({duration:.3f} s long)"
+        return DecodeError(path, self.name, f"no audio samples: the window starts at {start:.3f} s{length}")
 
     def check_duration(self, seconds: float | None, path: str, rate: int = 0, blob: Blob | None = None) -> None:
         """`LimitError` when the header declares more than ``max_duration``; a `DecodeError` saying
@@ -186,11 +251,9 @@ class AudioDecoder(Decoder):
         return lo, max(lo, -(-(window.first + window.count) * rate // out) + margin)
 
     def to_window(self, x: np.ndarray, lo: int, rate: int, window: GridWindow) -> np.ndarray:
-        """Native samples ``x`` (C, n) decoded from native sample ``lo`` (`native_range`) to the
-        window's output samples: down-mixed, resampled, cut on the output grid, zeros before the
-        track. Fewer than ``count`` where the track ends early."""
-        if self.mono and x.shape[0] > 1:
-            x = x.mean(axis=0, keepdims=True, dtype=np.float32)
+        """Native samples ``x`` (C, n) decoded from native sample ``lo`` (`native_range`), their
+        channels picked (`ChannelPick`), to the window's output samples: resampled, cut on the
+        output grid, zeros before the track. Fewer than ``count`` where the track ends early."""
         out = self.out_rate(rate)
         origin = lo
         if out != rate:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediapipe.decoders.audio import AudioDecoder
+from mediapipe.decoders.audio import AudioDecoder, ChannelPick
 from mediapipe.decoders.audio_pyav import PyAVAudioDecoder
 from mediapipe.decoders.base import DecodeHint, Limits
 from mediapipe.decoders.registry import register
@@ -106,10 +106,10 @@ class SoundfileAudioDecoder(AudioDecoder):
         with f:
             return self._header(f)
 
-    def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
+    def decode_file(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta, pick: ChannelPick) -> Any:
         f = self._open(blob)
         if f is None:
-            return self.fallback.decode(blob, hint, rng, meta)
+            return self.fallback.decode_file(blob, hint, rng, meta, pick)
         with f:
             header = self._header(f)
             rate, frames = header["sample_rate"], header["num_samples"]
@@ -133,10 +133,8 @@ class SoundfileAudioDecoder(AudioDecoder):
         if self.from_field is None:
             self.check_shortfall(blob.name, frames, rate, first, last, x.shape[0])
             if x.shape[0] == 0:
-                raise DecodeError(blob.name, self.name, f"no audio samples (window starts at {first / rate:.3f} s)")
-        if self.mono and x.shape[1] > 1:
-            x = x.mean(axis=1, dtype=np.float32)[:, None]
-        x = x.T  # (N, C) as read to (C, N)
+                raise self.no_samples(blob.name, windows, rate, header["duration"])
+        x = pick.apply(x.T, blob.name, self.name)  # (N, C) as read to (C, N)
         pieces = [self.to_window(x[:, r0 - first : None if r1 is None else r1 - first], r0, rate, w)
                   for w, (r0, r1) in zip(windows, ranges)]
         return self.result(pieces, stacked)

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mediapipe.decoders.audio import CHANNEL_SOURCES
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources import Source, json_lines
 from mediapipe.sample import Blob, SampleMeta, SampleRef
@@ -87,19 +88,72 @@ class NemoSource(_Segments):
         return {"kind": self.kind, "path": str(self.path)}
 
 
-def _recording_file(recording: dict[str, Any], base: Path, where: str) -> str:
+ChannelLayout = tuple[tuple[str, tuple[int, ...]], ...]  # (file, the recording's channel of each of its channels)
+
+
+def _recording_layout(recording: dict[str, Any], base: Path, where: str) -> ChannelLayout:
+    """A Lhotse recording's files, each with the recording channels its own channels carry
+    (``sources[*].channels``): one multichannel file, or one file per microphone."""
+    name = recording.get("id")
     sources = recording.get("sources")
-    if not isinstance(sources, list) or len(sources) != 1 or not isinstance(sources[0], dict):
-        raise SourceError(where, f"recording {recording.get('id')!r}: expected one audio source, got "
-                          f"{len(sources) if isinstance(sources, list) else sources!r}")
-    src = sources[0]
-    if src.get("type") != "file":
-        raise SourceError(where, f"recording {recording.get('id')!r}: source type {src.get('type')!r} is not "
-                          "supported (only 'file')")
+    if not isinstance(sources, list) or not sources or not all(isinstance(src, dict) for src in sources):
+        raise SourceError(where, f"recording {name!r}: expected a list of audio sources, got {sources!r}")
     if recording.get("transforms"):
-        raise SourceError(where, f"recording {recording.get('id')!r} has transforms (speed, resampling...), "
-                          "which are not supported")
-    return _resolve(src.get("source"), base, where, "source")
+        raise SourceError(where, f"recording {name!r} has transforms (speed, resampling...), which are not "
+                          "supported: save the transformed audio (lhotse's cuts.save_audios) and use that manifest")
+    layout = []
+    for src in sources:
+        if src.get("type") != "file":
+            raise SourceError(where, f"recording {name!r}: source type {src.get('type')!r} is not supported "
+                              "(only 'file')")
+        channels = _channel_list(src.get("channels", [0]), where, f"recording {name!r}: a source's channels")
+        layout.append((_resolve(src.get("source"), base, where, "source"), channels))
+    return tuple(layout)
+
+
+def _channel_list(value: Any, where: str, what: str) -> tuple[int, ...]:
+    """A Lhotse channel (an int) or channel list, as a tuple of distinct channel numbers."""
+    values = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if (not isinstance(values, list) or not values or len(set(values)) != len(values)
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in values)):
+        raise SourceError(where, f"{what} is {value!r}: expected a channel number or a list of distinct ones")
+    return tuple(values)
+
+
+def _pick(layout: ChannelLayout, wanted: tuple[int, ...], rec_id: Any, what: str, where: str
+          ) -> tuple[str, dict[str, Any]]:
+    """The sample's file and the meta that names its channels (`CHANNEL_SOURCES`), as Lhotse's
+    ``Recording.load_audio(channels=wanted)`` reads them: the sources in order, each source's
+    channels that are wanted in its own order. No meta where that is every channel of one file."""
+    have = sorted(c for _, channels in layout for c in channels)
+    for c in wanted:
+        if c not in have:
+            raise SourceError(where, f"{what} takes channel {c}, which recording {rec_id!r} does not have "
+                              f"(its channels: {have})")
+    parts = []
+    for path, channels in layout:
+        indices = tuple(i for i, c in enumerate(channels) if c in wanted)
+        if indices:
+            parts.append((path, indices, len(channels)))
+    if len(parts) == 1 and parts[0][1] == tuple(range(parts[0][2])):
+        return parts[0][0], {}
+    return parts[0][0], {CHANNEL_SOURCES: tuple((path, indices) for path, indices, _ in parts)}
+
+
+def _cut_channels(cut: dict[str, Any], layout: ChannelLayout, where: str) -> tuple[int, ...]:
+    """The channels a MonoCut or MultiCut takes. A MonoCut without one (written by hand) takes
+    its recording's only channel; of a recording with several, it must say which."""
+    kind, value = cut.get("type", "MonoCut"), cut.get("channel")
+    if value is None:
+        have = sorted(c for _, channels in layout for c in channels)
+        if len(have) != 1:
+            raise SourceError(where, f"cut {cut.get('id')!r} has no 'channel' and its recording has {len(have)} "
+                              f"channels {have}: add \"channel\" (a number for a MonoCut, a list for a MultiCut)")
+        return tuple(have)
+    if kind == "MonoCut" and not (isinstance(value, int) and not isinstance(value, bool)):
+        raise SourceError(where, f"cut {cut.get('id')!r} is a MonoCut with channel {value!r}: expected one "
+                          "channel number (a MultiCut takes a list)")
+    return _channel_list(value, where, f"cut {cut.get('id')!r}: channel")
 
 
 def _check_inside(start: float, duration: float, total: float, what: str, where: str) -> None:
@@ -109,10 +163,12 @@ def _check_inside(start: float, duration: float, total: float, what: str, where:
 
 
 class LhotseSource(_Segments):
-    """Lhotse manifests: a cut manifest (``cuts.jsonl.gz`` of ``MonoCut``s, one sample per
-    cut, its supervisions' texts joined by spaces), or a recording manifest with a
-    supervision manifest (one sample per supervision). Each segment must lie inside its
-    recording, and each supervision inside its cut."""
+    """Lhotse manifests: a cut manifest (``cuts.jsonl.gz`` of ``MonoCut``s and ``MultiCut``s,
+    one sample per cut, its supervisions' texts joined by spaces), or a recording manifest with
+    a supervision manifest (one sample per supervision). Each segment must lie inside its
+    recording, and each supervision inside its cut. A sample has the channels Lhotse's
+    ``load_audio`` gives it: its cut's ``channel`` (a supervision's), taken from the recording's
+    files by their ``sources[*].channels``, one file per microphone included."""
 
     kind = "lhotse"
 
@@ -130,16 +186,20 @@ class LhotseSource(_Segments):
             self._read_pairs(self.recordings, self.supervisions)  # type: ignore[arg-type]
         if not self._rows:
             raise SourceError(str(cuts or supervisions), "manifest lists no samples")
+        self.picks_channels = any(CHANNEL_SOURCES in row[5] for row in self._rows)  # not all of a file's
 
     def _read_cuts(self, path: Path) -> None:
         for lineno, cut in json_lines(path):
             where = f"{path}:{lineno}"
-            if cut.get("type", "MonoCut") != "MonoCut":
-                raise SourceError(where, f"cut type {cut.get('type')!r} is not supported (only MonoCut)")
+            if cut.get("type", "MonoCut") not in ("MonoCut", "MultiCut"):
+                raise SourceError(where, f"cut {cut.get('id')!r} is a {cut.get('type')}, which is not supported "
+                                  "(only MonoCut and MultiCut): save its audio first (lhotse's cuts.save_audios)")
             recording = cut.get("recording")
             if not isinstance(recording, dict):
                 raise SourceError(where, f"cut {cut.get('id')!r} has no recording")
-            audio = _recording_file(recording, path.parent, where)
+            layout = _recording_layout(recording, path.parent, where)
+            audio, picked = _pick(layout, _cut_channels(cut, layout, where), recording.get("id"),
+                                  f"cut {cut.get('id')!r}", where)
             start, duration = _seconds(cut, "start", where, 0.0), _seconds(cut, "duration", where)
             total = _seconds(recording, "duration", where)
             _check_inside(start, duration, total, f"cut {cut.get('id')!r}", where)
@@ -155,13 +215,14 @@ class LhotseSource(_Segments):
             fields = {"text": " ".join(texts), "id": str(cut.get("id", ""))}
             meta = {"sample_rate": recording["sampling_rate"]} if isinstance(recording.get("sampling_rate"), int) \
                 else {}
-            self._rows.append((audio, start, duration, str(cut.get("id", f"{path.name}:{lineno}")), fields, meta))
+            self._rows.append((audio, start, duration, str(cut.get("id", f"{path.name}:{lineno}")), fields,
+                               {**meta, **picked}))
 
     def _read_pairs(self, recordings: Path, supervisions: Path) -> None:
-        known: dict[str, tuple[str, float, dict[str, Any]]] = {}
+        known: dict[str, tuple[ChannelLayout, float, dict[str, Any]]] = {}
         for lineno, rec in json_lines(recordings):
             where = f"{recordings}:{lineno}"
-            known[str(rec.get("id"))] = (_recording_file(rec, recordings.parent, where),
+            known[str(rec.get("id"))] = (_recording_layout(rec, recordings.parent, where),
                                          _seconds(rec, "duration", where),
                                          {"sample_rate": rec["sampling_rate"]}
                                          if isinstance(rec.get("sampling_rate"), int) else {})
@@ -171,13 +232,16 @@ class LhotseSource(_Segments):
             if rec_id not in known:
                 raise SourceError(where, f"supervision {sup.get('id')!r} names recording {rec_id!r}, which "
                                   f"{recordings.name} does not list")
-            audio, total, meta = known[rec_id]
+            layout, total, meta = known[rec_id]
             start, duration = _seconds(sup, "start", where, 0.0), _seconds(sup, "duration", where)
             _check_inside(start, duration, total, f"supervision {sup.get('id')!r}", where)
+            what = f"supervision {sup.get('id')!r}"  # Lhotse's default channel is 0
+            audio, picked = _pick(layout, _channel_list(sup.get("channel", 0), where, f"{what}: channel"), rec_id,
+                                  what, where)
             text = sup.get("text")
             fields = {"text": text if isinstance(text, str) else "", "id": str(sup.get("id", ""))}
             self._rows.append((audio, start, duration, str(sup.get("id", f"{supervisions.name}:{lineno}")),
-                               fields, meta))
+                               fields, {**meta, **picked}))
 
     def to_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"kind": self.kind}
@@ -198,9 +262,11 @@ def lhotse(cuts: str | os.PathLike | None = None, *, recordings: str | os.PathLi
     return LhotseSource(cuts, recordings, supervisions)
 
 
-def segment_flac(data: bytes, name: str, start: float, duration: float) -> bytes:
-    """The segment [start, start + duration) s of an audio file as FLAC at its own rate and
-    channels (what `mediapipe convert` stores for a manifest's utterance)."""
+def segment_flac(data: bytes, name: str, start: float, duration: float,
+                 channel_sources: Any = None) -> bytes:
+    """The segment [start, start + duration) s of an audio file as FLAC at its own rate (what
+    `mediapipe convert` stores for a manifest's utterance): every channel, or those that
+    ``channel_sources`` (a sample's ``meta[CHANNEL_SOURCES]``) names."""
     import io
 
     import av
@@ -210,13 +276,14 @@ def segment_flac(data: bytes, name: str, start: float, duration: float) -> bytes
     from mediapipe.rng import SampleRNG
 
     decoder = create("audio", "auto", mono=False, offset=start, duration=duration)
-    x = decoder.decode(Blob(name, data=data), NO_HINT, SampleRNG(0, 0, 0, 0), {})
+    meta = {CHANNEL_SOURCES: channel_sources} if channel_sources else {}
+    x = decoder.decode(Blob(name, data=data), NO_HINT, SampleRNG(0, 0, 0, 0), meta)
     x = x.numpy() if hasattr(x, "numpy") else x
     rate = int(decoder.probe(Blob(name, data=data))["sample_rate"])
     pcm = (x.clip(-1.0, 1.0 - 2**-31) * 2**31).astype("<i4")  # 16- and 24-bit sources fit exactly
     out = io.BytesIO()
     with av.open(out, "w", format="flac") as container:
-        stream = container.add_stream("flac", rate=rate, layout="mono" if pcm.shape[0] == 1 else "stereo")
+        stream = container.add_stream("flac", rate=rate, layout=_flac_layout(pcm.shape[0], name))
         frame = av.AudioFrame.from_ndarray(pcm.T.reshape(1, -1).copy(), format="s32", layout=stream.layout.name)
         frame.sample_rate = rate
         for packet in stream.encode(frame):
@@ -224,3 +291,13 @@ def segment_flac(data: bytes, name: str, start: float, duration: float) -> bytes
         for packet in stream.encode(None):
             container.mux(packet)
     return out.getvalue()
+
+
+_FLAC_LAYOUTS = {1: "mono", 2: "stereo", 3: "3.0", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
+
+
+def _flac_layout(channels: int, name: str) -> str:
+    """FFmpeg's layout name for a FLAC of ``channels`` channels (FLAC stores 1 to 8)."""
+    if channels not in _FLAC_LAYOUTS:
+        raise SourceError(name, f"{channels} channels: FLAC stores 1 to 8; take fewer (a Lhotse cut's channel list)")
+    return _FLAC_LAYOUTS[channels]
