@@ -171,9 +171,10 @@ class PointManifest(ManifestSource):
         return ref
 
 
-def samples(source, ops: list, exif_transpose: bool = True, seed: int = 0, **kwargs) -> list[dict]:
-    pipe = mp.Pipeline(source, {"image": mp.decoders.image(exif_transpose=exif_transpose)}, ops, batch_size=1,
-                       seed=seed, device="cpu", **kwargs)
+def samples(source, ops: list, exif_transpose: bool = True, seed: int = 0, backend: str = "auto",
+            **options) -> list[dict]:
+    decode = {"image": mp.decoders.image(backend, exif_transpose=exif_transpose, **options)}
+    pipe = mp.Pipeline(source, decode, ops, batch_size=1, seed=seed, device="cpu")
     out = []
     for batch in pipe.loader(num_workers=0, shuffle=False):
         out.append({k: (v[0] if isinstance(v, (list, torch.Tensor)) and len(v) else v) for k, v in batch.items()})
@@ -209,17 +210,25 @@ def check_targets_on_their_pixels(sample: dict, complete: bool = True) -> int:
     return len(bxs)
 
 
+# the workers' decode, and the batched one in the training process (the workers probe the
+# header and turn the targets; the device stage decodes): on the CPU where nvImageCodec is there
+DECODERS = [{}] + ([{"backend": "nvimgcodec", "device_decode": True}]
+                   if "nvimgcodec" in mp.decoders.backends("image") and
+                   mp.decoders.backends("image")["nvimgcodec"].available(None) else [])
+
+
 def test_coco_boxes_and_masks_turn_with_the_image(turned_files):
     pytest.importorskip("pycocotools")
     source = mp.loaders.coco(turned_files / "instances.json", turned_files / "images", masks=True)
-    got = samples(source, [])
-    assert len(got) == 8
-    for o, sample in zip(range(1, 9), got):
-        data = (turned_files / "images" / f"o{o}.jpg").read_bytes()
-        assert torch.equal(sample["image"], turned_by_pillow(data))
-        h, w = SIZES[o]
-        assert tuple(sample["image"].shape[-2:]) == ((w, h) if o >= 5 else (h, w))
-        assert check_targets_on_their_pixels(sample) == 3
+    for options in DECODERS:
+        got = samples(source, [], **options)
+        assert len(got) == 8
+        for o, sample in zip(range(1, 9), got):
+            data = (turned_files / "images" / f"o{o}.jpg").read_bytes()
+            assert torch.equal(sample["image"], turned_by_pillow(data))
+            h, w = SIZES[o]
+            assert tuple(sample["image"].shape[-2:]) == ((w, h) if o >= 5 else (h, w))
+            assert check_targets_on_their_pixels(sample) == 3
     upright = samples(source, [], exif_transpose=False)  # the stored frame: boxes as the file has them
     for o, sample in zip(range(1, 9), upright):
         assert torch.equal(sample["boxes"], torch.tensor(scene(o)[1], dtype=torch.float32))
@@ -234,7 +243,7 @@ def test_a_crop_drawn_from_the_boxes_is_drawn_on_the_turned_ones(turned_files):
     ops = [A.RandomIoUCrop(min_scale=0.5, sampler_options=(0.1, 0.3, 0.5)), A.SanitizeBoundingBoxes()]
     kept = cropped = 0
     for seed in range(4):
-        for sample in samples(source, ops, seed=seed):
+        for sample in samples(source, ops, seed=seed, **DECODERS[seed % len(DECODERS)]):
             kept += check_targets_on_their_pixels(sample, complete=False)
             cropped += tuple(sample["image"].shape[-2:]) not in (SIZES[1], SIZES[1][::-1])
     assert kept > 20 and cropped > 10
