@@ -105,7 +105,7 @@ def _recording_layout(recording: dict[str, Any], base: Path, where: str) -> Chan
     for src in sources:
         if src.get("type") != "file":
             raise SourceError(where, f"recording {name!r}: source type {src.get('type')!r} is not supported "
-                              "(only 'file')")
+                              "(only 'file'): save the audio to files first (lhotse's cuts.save_audios)")
         channels = _channel_list(src.get("channels", [0]), where, f"recording {name!r}: a source's channels")
         layout.append((_resolve(src.get("source"), base, where, "source"), channels))
     return tuple(layout)
