@@ -20,9 +20,14 @@ Ray is an optional extra (``pip install "mediapipe-loader[ray]"``), imported onl
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 import warnings
 from collections import deque
@@ -149,6 +154,7 @@ class ActorPool:
     def __init__(self, *, num_cpus: float, spread: bool) -> None:
         ray = import_ray()
         self.ray, self.size = ray, 0
+        self.session = session_key(ray)
         self.users: set[int] = set()  # ids of the loaders using the pool
         options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 0, "max_concurrency": 1}
         if spread:
@@ -232,21 +238,24 @@ class ActorPool:
         return [a.node for a in self.live() if a.node is not None]
 
     def close(self) -> None:
+        """Stop the actors, if their Ray session is still the one connected (Ray would start a
+        new local Ray to kill a handle of a session gone)."""
         self.closed = True
-        for a in self.actors:
-            with contextlib.suppress(Exception):
-                self.ray.kill(a.handle, no_restart=True)
+        if self.ray.is_initialized() and session_key(self.ray) == self.session:
+            for a in self.actors:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(a.handle, no_restart=True)
         self.actors, self.size = [], 0
 
 
-_POOLS: dict[tuple[str, float, bool], ActorPool] = {}
+_POOLS: dict[tuple[tuple[str, str], float, bool], ActorPool] = {}
 
 
 def shared_pool(num_cpus: float, spread: bool, user: object) -> ActorPool:
     """This driver's pool for actors of ``num_cpus`` CPUs, in the Ray session now connected,
     used by ``user`` (a loader) until `leave_pool`."""
     ray = import_ray()
-    key = (ray.get_runtime_context().get_job_id(), num_cpus, spread)
+    key = (session_key(ray), num_cpus, spread)
     pool = _POOLS.get(key)
     if pool is None:
         for old in [k for k in _POOLS if k[0] != key[0]]:  # pools of an earlier session: gone with it
@@ -270,6 +279,202 @@ def stop_actors() -> None:
     for pool in _POOLS.values():
         pool.close()
     _POOLS.clear()
+
+
+# -- the Ray this library connected: shared by its users, let go of with the last -----------
+@dataclass
+class _OwnRay:
+    """A Ray this library connected (a local Ray it started, or the cluster at a ``ray_address``):
+    the users (loaders, a convert run) holding it, and the watchdog of a local one's processes."""
+
+    session: tuple[str, str]
+    users: set[int] = field(default_factory=set)
+    watchdog: subprocess.Popen | None = None
+
+
+_OWN_RAY: _OwnRay | None = None
+_OWN_RAY_LOCK = threading.RLock()  # (reentrant: a loader dropped by the collector may let go inside use_ray)
+WATCHDOG_GRACE = 5.0  # seconds Ray's processes get to exit by themselves after ray.shutdown()
+
+
+def session_key(ray: Any) -> tuple[str, str]:
+    """Tells one Ray session of this process from another (a local Ray started again reuses job ids)."""
+    context = ray.get_runtime_context()
+    try:
+        node = context.get_node_id()
+    except Exception:  # noqa: BLE001 (a client connection may not say)
+        node = ""
+    return context.get_job_id(), node
+
+
+def use_ray(user: object, *, address: str | None = None, num_cpus: int | None = None) -> Any:
+    """Ray, connected, for ``user`` until `release_ray`: the Ray this process already uses (its
+    own, never ours to stop; or one this library connected, shared), else a local Ray of
+    ``num_cpus`` CPUs (``address`` None; never the cluster ``RAY_ADDRESS`` names) or the
+    cluster at ``address``."""
+    global _OWN_RAY
+    ray = import_ray()
+    with _OWN_RAY_LOCK:
+        if ray.is_initialized():
+            if _OWN_RAY is not None and _OWN_RAY.session == session_key(ray):
+                _OWN_RAY.users.add(id(user))
+            return ray
+        if _OWN_RAY is not None:  # a Ray of ours that someone else shut down: its watchdog has no work left
+            _stop_watchdog(_OWN_RAY.watchdog)
+            _OWN_RAY = None
+        if address is None:
+            own = _start_local_ray(ray, num_cpus)
+        else:
+            check_reachable(address)
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            own = _OwnRay(session_key(ray))
+        own.users.add(id(user))
+        _OWN_RAY = own
+        return ray
+
+
+def release_ray(user: object) -> None:
+    """``user`` no longer uses Ray: the last user of a Ray this library connected shuts it down
+    (a local one) or disconnects from it (a cluster, which keeps running); a Ray this process
+    connected itself is left as it is."""
+    global _OWN_RAY
+    with _OWN_RAY_LOCK:
+        own = _OWN_RAY
+        if own is None or id(user) not in own.users:
+            return
+        own.users.discard(id(user))
+        if own.users:
+            return
+        _OWN_RAY = None
+        ray = import_ray()
+        if ray.is_initialized() and session_key(ray) == own.session:
+            stop_actors()
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+        _stop_watchdog(own.watchdog)
+
+
+def _start_local_ray(ray: Any, num_cpus: int | None) -> _OwnRay:
+    """A local Ray of this process, without the dashboard, and a watchdog that stops its
+    processes if this process dies without shutting it down (Ray's agents outlive it otherwise)."""
+    before = _children(os.getpid())
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    daemons = _children(os.getpid()) - before
+    return _OwnRay(session_key(ray), watchdog=_start_watchdog(sorted(daemons)))
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc, else ps)."""
+    if os.path.isdir("/proc/self"):
+        found = set()
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        if int(f.read().rpartition(b")")[2].split()[1]) == pid:
+                            found.add(int(name))
+        return found
+    try:
+        out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {int(p) for p, pp in (line.split()[:2] for line in out.splitlines() if line.strip()) if int(pp) == pid}
+
+
+def _start_watchdog(daemons: list[int]) -> subprocess.Popen | None:
+    """`_watchdog` in a process of its own session (a signal to this process's group does not stop it)."""
+    if not daemons:
+        return None
+    code = f"{inspect.getsource(_watchdog)}\n_watchdog({os.getpid()}, {daemons!r}, {WATCHDOG_GRACE!r})\n"
+    return subprocess.Popen([sys.executable, "-I", "-c", code], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """Ray was shut down: the watchdog stops what is left of its processes after the grace, and exits."""
+    if watchdog is None:
+        return
+    with contextlib.suppress(OSError):
+        watchdog.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        watchdog.wait(timeout=WATCHDOG_GRACE + 5)
+
+
+def _watchdog(driver: int, roots: list[int], grace: float) -> None:
+    """Run alone in a process (standard library only): track Ray's daemons ``roots`` and their
+    descendants; SIGKILL those still running as soon as ``driver`` dies, or ``grace`` seconds
+    after a SIGTERM (Ray was shut down: they exit by themselves)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    def processes() -> dict[int, tuple[int, bytes]]:
+        """pid -> (parent pid, start time) of every running process (a zombie has exited)."""
+        if os.path.isdir("/proc/self"):
+            table = {}
+            for name in os.listdir("/proc"):
+                if name.isdigit():
+                    try:
+                        with open(f"/proc/{name}/stat", "rb") as f:
+                            fields = f.read().rpartition(b")")[2].split()
+                        if fields[0] != b"Z":
+                            table[int(name)] = (int(fields[1]), fields[19])
+                    except (OSError, IndexError, ValueError):
+                        continue
+            return table
+        out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat=,lstart="], capture_output=True, timeout=10).stdout
+        rows = [line.split() for line in out.splitlines()]
+        return {int(f[0]): (int(f[1]), b" ".join(f[3:])) for f in rows if len(f) > 3 and not f[2].startswith(b"Z")}
+
+    table = processes()
+    tracked = {pid: table[pid][1] for pid in roots if pid in table}  # pid -> start time (a pid reused is another)
+
+    def refresh() -> None:
+        """Forget the tracked processes that exited; add every descendant of those still running."""
+        table = processes()
+        for pid in [pid for pid, start in tracked.items() if table.get(pid, (0, None))[1] != start]:
+            del tracked[pid]
+        found = True
+        while found:
+            found = {pid: start for pid, (ppid, start) in table.items() if ppid in tracked and pid not in tracked}
+            tracked.update(found)
+
+    def kill_tracked() -> None:
+        for _ in range(3):  # a daemon may start a process while the others are killed
+            refresh()
+            if not tracked:
+                return
+            for pid in tracked:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.1)
+
+    class Stop(BaseException):
+        """SIGTERM: Ray was shut down (raised to end the sleep at once)."""
+
+    def on_term(*_: object) -> None:
+        raise Stop
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        while tracked:
+            time.sleep(0.5)
+            refresh()
+            if os.getppid() != driver:  # the driver died without shutting Ray down
+                kill_tracked()
+                return
+    except Stop:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        deadline = time.monotonic() + grace
+        while tracked and time.monotonic() < deadline:
+            time.sleep(0.1)
+            refresh()
+        kill_tracked()
 
 
 def check_reachable(address: str, seconds: float = CONNECT_SECONDS) -> None:
@@ -308,9 +513,11 @@ class RayLoader(Loader):
     (``max_in_flight`` overrides the total). ``ray_address``: "auto", "host:6379" or
     "ray://host:10001" joins a running cluster (an address where nothing answers is refused
     within `CONNECT_SECONDS`); None joins the one this process already initialised, else
-    starts a local Ray of its own with ``num_cpus`` CPUs (default: one per actor), shut down
-    with the loader. The actors stop when the loader is closed or dropped (unless another
-    live Ray loader of this process shares them). The batch stage runs on this process's device (on a CPU device, in the actors,
+    starts a local Ray of its own with ``num_cpus`` CPUs (default: one per actor). A Ray the
+    library connected is shared by this process's Ray loaders and let go of with the last of
+    them (see `use_ray`); one this process initialised itself is never shut down. The actors
+    stop when the loader is closed or dropped (unless another live Ray loader of this process
+    shares them). The batch stage runs on this process's device (on a CPU device, in the actors,
     as the local loader runs it in its workers; ``batch_ops_in_workers`` decides).
 
     A batch lost with its actor or node is built again on a live actor, at most
@@ -344,23 +551,15 @@ class RayLoader(Loader):
         self.spread = spread
         self._actors: ActorPool | None = None
         self._builder_ref: Any = None  # the builder, put in the object store once per loader
-        self._started_ray = False
         self.rebuilt = 0  # batches asked for again after their actor or node was lost
 
     # -- the cluster ------------------------------------------------------------------------
     def _connect(self) -> Any:
-        ray = import_ray()
-        if not ray.is_initialized():
-            t0 = time.perf_counter()
-            if self.ray_address is None:  # a Ray of its own, whatever RAY_ADDRESS or `ray start` says
-                cpus = self.num_cpus or int(-(-self.num_workers * self.num_cpus_per_worker // 1))
-                ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            else:
-                check_reachable(self.ray_address)
-                ray.init(address=self.ray_address, log_to_driver=False, configure_logging=False)
-            self._started_ray = True
-            self.stats.seconds["startup"] += time.perf_counter() - t0
+        """Ray for this loader: the Ray this process uses, else one this loader connects (shared)."""
+        t0 = time.perf_counter()
+        cpus = self.num_cpus or int(-(-self.num_workers * self.num_cpus_per_worker // 1))
+        ray = use_ray(self, address=self.ray_address, num_cpus=cpus)
+        self.stats.seconds["startup"] += time.perf_counter() - t0
         return ray
 
     def actors(self) -> ActorPool:
@@ -387,15 +586,11 @@ class RayLoader(Loader):
 
     def close(self) -> None:
         """Let go of the actors (they stop unless another live Ray loader of this driver uses
-        them), and shut down the local Ray this loader started, if it did."""
+        them) and of the Ray this library connected (shut down with the last loader using it)."""
         pool, self._actors, self._builder_ref = self._actors, None, None
         if pool is not None:
             leave_pool(pool, self)
-        if self._started_ray:
-            self._started_ray = False
-            stop_actors()
-            with contextlib.suppress(Exception):
-                import_ray().shutdown()
+        release_ray(self)
 
     # -- the iterator's batches ----------------------------------------------------------------
     def _host_batches(self, tasks: Iterator[BatchTask]) -> tuple[Iterator[HostBatch], ProcessPool | None, bool]:

@@ -24,19 +24,19 @@ def run_ray(out: Path, tasks: list[ShardTask], options: TranscodeOptions, *, add
     """Run one Ray task per shard; yield each shard's result as it finishes (any order).
 
     ``address``: an existing cluster ("auto", "ray://host:10001"); None starts a local Ray
-    with ``num_cpus`` CPUs, shut down when done. At most ``max_in_flight`` tasks (default:
-    twice the cluster's CPUs) are queued, so a huge plan does not flood the scheduler.
+    with ``num_cpus`` CPUs. A Ray this process already uses is joined; one the library
+    connected is let go of with its last user (this run or a Ray loader), as `use_ray` says.
+    At most ``max_in_flight`` tasks (default: twice the cluster's CPUs) are queued, so a huge
+    plan does not flood the scheduler.
     """
     try:
-        import ray
+        from mediapipe.loaders.ray_loader import import_ray, release_ray, use_ray
+
+        import_ray()
     except ImportError as err:
         raise RuntimeError('--engine ray needs Ray: pip install "ray[default]"') from err
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address is None:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+    run = object()  # this run, as a user of the Ray it connects or joins
+    ray = use_ray(run, address=address, num_cpus=num_cpus)
     try:
         remote = ray.remote(num_cpus=1, max_retries=2)(convert_shard)
         limit = max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
@@ -50,5 +50,4 @@ def run_ray(out: Path, tasks: list[ShardTask], options: TranscodeOptions, *, add
             log.info("ray: shard %d done (%d samples)", result.entry["shard"], result.entry["samples"])
             yield result
     finally:
-        if started_here:
-            ray.shutdown()
+        release_ray(run)
