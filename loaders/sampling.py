@@ -10,6 +10,7 @@ given them, one whose ranks disagree is refused, so no rank silently reads every
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,19 @@ def fit_sampler(sampler: BatchSampler, ranks: Ranks) -> BatchSampler:
     want = (ranks.sampler_rank, ranks.sampler_world_size)
     has = (getattr(sampler, "rank", None), getattr(sampler, "world_size", None))
     name = type(sampler).__name__
-    if has == want:
+    bindable = getattr(sampler, "ranks_given", True) is False and hasattr(sampler, "bind_ranks")
+    bound = getattr(sampler, "_loader_ranks", None)  # the ranks a loader fitted it to
+    if bindable and bound is not None and bound != want:  # rebinding would move the other loader's rank too
+        raise PipelineError(
+            f"sampler {name} plans rank {bound[0]} of {bound[1]} for the loader it was handed to first, and this "
+            f"loader reads as rank {want[0]} of {want[1]}: one sampler plans one rank's batches (rebinding it would "
+            "make the first loader read this rank's samples). Give each loader a sampler of its own")
+    if has == want or (bindable and None not in has):
+        if has != want:
+            sampler.bind_ranks(*want)
+        if bindable:
+            with contextlib.suppress(AttributeError):  # (a sampler with __slots__: not remembered)
+                sampler._loader_ranks = want  # type: ignore[attr-defined]
         return sampler
     if None in has:
         if want[1] == 1:  # one process reads everything: nothing to split
@@ -90,9 +103,6 @@ def fit_sampler(sampler: BatchSampler, ranks: Ranks) -> BatchSampler:
             f"the loader runs as rank {ranks.rank} of {ranks.world_size}: every rank would read every sample. "
             "Give it rank and world_size (and plan that rank's part), or use EpochBatchSampler or "
             "DurationBucketSampler")
-    if getattr(sampler, "ranks_given", True) is False and hasattr(sampler, "bind_ranks"):
-        sampler.bind_ranks(*want)
-        return sampler
     why = (f"the source is rank {ranks.rank}'s part already, read whole" if ranks.split_by_source
            else "its rank= and world_size=, else torch.distributed's")
     raise PipelineError(

@@ -459,6 +459,9 @@ async def _http_response(fs: Any, url: str, headers: dict[str, str]) -> Any:
     (a redirect to another host is refused: the dataset's files come from where it lies)."""
     session = await fs.set_session()
     kwargs = {**fs.kwargs, "allow_redirects": False}
+    # storage_options={"headers": {...}} (credentials) go with every request, as fsspec sends them;
+    # this request's own (Range, Accept-Encoding) win over them
+    headers = {**dict(kwargs.pop("headers", None) or {}), **headers}
     for _ in range(MAX_REDIRECTS + 1):
         r = await session.get(fs.encode_url(url), headers=headers, **kwargs)
         if r.status not in _REDIRECTS:
@@ -524,6 +527,25 @@ async def _past_the_end(expect: ObjectVersion | None, start: int, end: int) -> A
                        f"{start}-{end}); a dataset must not be rewritten while it is read: {REWRITTEN_HINT}") from None
 
 
+DECODED = ("gzip", "x-gzip", "deflate")  # encodings aiohttp always decodes
+
+
+def _encoding(headers: Any) -> str | None:
+    """The Content-Encoding of an answer (asked for identity), None when there is none."""
+    text = (headers.get("Content-Encoding") or "").strip().lower()
+    return None if text in ("", "identity") else text[:40]
+
+
+def _refuse_encoded_range(headers: Any, start: int, end: int) -> None:
+    """A range of an encoded (compressed) answer: its Content-Range counts the encoded bytes,
+    never the file's; refused so, not as a damaged or rewritten file."""
+    encoding = _encoding(headers)
+    if encoding is not None:
+        raise _Permanent(f"the server answered the range {start}-{end} with Content-Encoding {encoding!r} although "
+                         "identity was asked: those are not the file's bytes; serve the dataset's files without "
+                         "compression (no gzip for .tar), or pass cache_dir= to download whole shards")
+
+
 def _http_validators(headers: Any) -> tuple[tuple[str, str], ...]:
     return tuple((k, headers[k][:200]) for k in ("ETag", "Last-Modified") if headers.get(k))
 
@@ -542,6 +564,7 @@ async def _http_range(fs: Any, url: str, start: int, length: int, retry: Retry,
     async with _past_the_end(expect, start, end), _http_response(fs, url, headers) as r:
         if r.status != 206:
             raise _Permanent(IGNORED_RANGE.format(f"HTTP {r.status}"))
+        _refuse_encoded_range(r.headers, start, end)
         version, _ = _ranged_answer(r.headers.get("Content-Range"), start, end, _http_validators(r.headers), expect)
         declared = _declared_length(r.headers)
         if declared is not None and declared != length:
@@ -561,6 +584,9 @@ async def _http_probe(fs: Any, url: str) -> ObjectVersion:
     answer's length (its body left unread), and its validators."""
     async with _http_response(fs, url, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}) as r:
         validators = _http_validators(r.headers)
+        if _encoding(r.headers) is not None:  # its lengths are the encoded answer's, not the file's
+            r.close()
+            return ObjectVersion(None, validators)
         if r.status != 206:
             r.close()  # a whole file: not read for its size
             return ObjectVersion(_declared_length(r.headers), validators)
@@ -575,7 +601,12 @@ async def _http_get(fs: Any, url: str, limit: int, sink: Callable[[bytes], Any],
     it announces or sends more than ``limit``."""
     pace = _Pace(retry)
     async with _http_response(fs, url, {"Accept-Encoding": "identity"}) as r:
-        declared = _declared_length(r.headers)
+        encoding = _encoding(r.headers)
+        if encoding is not None and encoding not in DECODED:
+            raise _Permanent(f"the server sent {what} with Content-Encoding {encoding!r} although identity was "
+                             "asked; serve the dataset's files without compression")
+        # an encoded answer's Content-Length is the compressed size: the file's bytes (decoded) are counted
+        declared = _declared_length(r.headers) if encoding is None else None
         _check_version(expect, ObjectVersion(declared, _http_validators(r.headers)))
         if declared is not None and declared > limit:
             raise _Permanent(f"{what} has {declared} bytes, more than the {limit} it can need")
