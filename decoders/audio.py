@@ -31,6 +31,14 @@ ABSENT_CHANNELS = 2  # channels of the empty result for a video without audio (1
 # channels): ((path, channel indices in that file), ...), the first file being the sample's blob.
 # Absent: every channel of the blob.
 CHANNEL_SOURCES = "channel_sources"
+# A source's meta key giving the rate its manifest declares for the sample's audio (a Lhotse
+# recording's sampling_rate). With sample_rate=None the sample is decoded at that rate, as
+# cut.load_audio() gives it: an Opus file, which FFmpeg decodes at 48 kHz, comes at the 16 kHz
+# its recording says. Absent: the file's own rate.
+SOURCE_RATE = "source_sample_rate"
+# seconds by which one file of a sample whose channels lie in several may end before the others
+# and be zero-padded (Lhotse's default audio duration mismatch tolerance); more is an error
+CHANNEL_LENGTH_TOLERANCE = 0.5
 
 
 def audio(
@@ -152,12 +160,41 @@ class AudioDecoder(Decoder):
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
         """float32 (C, N) of the window (see `grid_windows`), of the channels the source names
         (``meta[CHANNEL_SOURCES]``, else all); with ``from_field``, a `Decoded` with ``present``."""
+        declared = meta.get(SOURCE_RATE)
+        if self.sample_rate is None and isinstance(declared, int) and declared > 0:
+            return self.at_rate(declared).decode(blob, hint, rng, {k: v for k, v in meta.items() if k != SOURCE_RATE})
         parts = meta.get(CHANNEL_SOURCES)
         if not parts:
-            return self.decode_file(blob, hint, rng, meta, ChannelPick(None, self.mono))
-        if len(parts) == 1:
-            return self.decode_file(blob, hint, rng, meta, ChannelPick(tuple(parts[0][1]), self.mono))
-        return self.decode_files(blob, parts, hint, rng, meta)
+            out = self.decode_file(blob, hint, rng, meta, ChannelPick(None, self.mono))
+        elif len(parts) == 1:
+            out = self.decode_file(blob, hint, rng, meta, ChannelPick(tuple(parts[0][1]), self.mono))
+        else:
+            out = self.decode_files(blob, parts, hint, rng, meta)
+        segment = meta.get("segment")
+        if segment is not None and hint.window is not None and tuple(hint.window) == tuple(segment) \
+                and self.from_field is None:
+            self.check_segment(blob, out, segment)
+        return out
+
+    def check_segment(self, blob: Blob, out: torch.Tensor, segment: tuple[float, float]) -> None:
+        """A manifest's utterance (``meta["segment"]``: start, duration s) that its file ends well
+        before is a `DecodeError` naming both ends: its transcript would go with less audio than
+        it was written for. (A window of ``audio(offset=, duration=)`` may pass a file's end.)"""
+        start, length = segment
+        rate = self.sample_rate or int(self.probe(blob)["sample_rate"])
+        expected = round((start + length) * rate) - round(start * rate)
+        seconds, fraction = SHORTFALL_TOLERANCE
+        if out.shape[-1] < expected - max(seconds * rate, fraction * expected):
+            raise DecodeError(blob.name, self.name, f"the manifest's segment [{start:.3f}, {start + length:.3f}) s "
+                                                    f"passes the end of the audio, which ends at "
+                                                    f"{start + out.shape[-1] / rate:.3f} s (a truncated file, or "
+                                                    f"a manifest written for another one)")
+
+    def at_rate(self, rate: int) -> AudioDecoder:
+        """This decoder with ``sample_rate=rate`` (for a sample whose source declares its rate)."""
+        twin = copy.copy(self)
+        twin.sample_rate = rate
+        return twin
 
     def decode_file(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta,
                     pick: ChannelPick) -> Any:
@@ -166,19 +203,33 @@ class AudioDecoder(Decoder):
 
     def decode_files(self, blob: Blob, parts: Any, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
         """A sample whose channels lie in several files (a recording of one file per microphone):
-        each file's channels over the same window, stacked in the source's order (a file that ends
-        a little early zero-padded, as Lhotse does), then averaged with ``mono``."""
+        each file's channels over the same window at one rate, stacked in the source's order (a
+        file that ends up to `CHANNEL_LENGTH_TOLERANCE` early zero-padded, as Lhotse does; more, or
+        files of different rates with ``sample_rate=None``, a `DecodeError`), then averaged with ``mono``."""
         if self.from_field is not None:
             raise DecodeError(blob.name, self.name, f"audio(from_field={self.from_field!r}) reads one file; this "
                                                     f"sample's channels lie in {len(parts)} files")
-        pieces = []
+        pieces, rates = [], []
         for i, (path, indices) in enumerate(parts):
             part = blob if i == 0 else Blob(path, path=path)
             part.check()
+            if self.sample_rate is None:  # each file at its own rate: they must share one
+                rates.append((part.name, int(self.probe(part)["sample_rate"])))
+                if rates[-1][1] != rates[0][1]:
+                    raise DecodeError(part.name, self.name, f"this file is {rates[-1][1]} Hz and {rates[0][0]} of "
+                                                            f"the same sample {rates[0][1]} Hz: pass "
+                                                            f"audio(sample_rate=...) to decode both at one rate")
             x = self.decode_file(part, hint, copy.copy(rng), meta, ChannelPick(tuple(indices), False))
-            pieces.append(x.numpy())
-        longest = max(p.shape[1] for p in pieces)
-        x = np.concatenate([np.pad(p, ((0, 0), (0, longest - p.shape[1]))) for p in pieces])
+            pieces.append((part.name, x.numpy()))
+        longest_name, longest = max(((name, p.shape[1]) for name, p in pieces), key=lambda item: item[1])
+        rate = self.sample_rate or rates[0][1]
+        for name, p in pieces:
+            if longest - p.shape[1] > CHANNEL_LENGTH_TOLERANCE * rate:
+                raise DecodeError(name, self.name, f"this file gives {p.shape[1] / rate:.3f} s of the sample's window "
+                                                   f"and {longest_name} {longest / rate:.3f} s: the files of one "
+                                                   f"recording's channels differ in length by more than "
+                                                   f"{CHANNEL_LENGTH_TOLERANCE:g} s")
+        x = np.concatenate([np.pad(p, ((0, 0), (0, longest - p.shape[1]))) for _, p in pieces])
         return torch.from_numpy(ChannelPick(None, self.mono).apply(x, blob.name, self.name))
 
     def no_samples(self, path: str, windows: list[GridWindow], rate: int, duration: float | None) -> DecodeError:

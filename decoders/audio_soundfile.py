@@ -57,6 +57,11 @@ class SoundfileAudioDecoder(AudioDecoder):
     def available(cls, device: torch.device | None) -> bool:
         return _sf is not None
 
+    def at_rate(self, rate: int) -> AudioDecoder:
+        twin = super().at_rate(rate)
+        twin.fallback = self.fallback.at_rate(rate)  # type: ignore[attr-defined]
+        return twin
+
     def _head(self, blob: Blob) -> bytes:
         if blob.data is not None:
             return blob.data[:_HEAD_BYTES]

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mediapipe.decoders.audio import CHANNEL_SOURCES
+from mediapipe.decoders.audio import CHANNEL_SOURCES, SOURCE_RATE
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources import Source, json_lines
 from mediapipe.sample import Blob, SampleMeta, SampleRef
@@ -156,6 +156,15 @@ def _cut_channels(cut: dict[str, Any], layout: ChannelLayout, where: str) -> tup
     return _channel_list(value, where, f"cut {cut.get('id')!r}: channel")
 
 
+def _rate_meta(recording: dict[str, Any]) -> dict[str, Any]:
+    """A recording's declared rate as a sample's meta: its audio is decoded at it (`SOURCE_RATE`),
+    as Lhotse's ``load_audio`` gives it (an Opus file at its recording's rate, not FFmpeg's 48 kHz)."""
+    rate = recording.get("sampling_rate")
+    if isinstance(rate, int) and not isinstance(rate, bool) and rate > 0:
+        return {"sample_rate": rate, SOURCE_RATE: rate}
+    return {}
+
+
 def _check_inside(start: float, duration: float, total: float, what: str, where: str) -> None:
     if start < -TOLERANCE or start + duration > total + TOLERANCE:
         raise SourceError(where, f"{what} [{start:g}, {start + duration:g}] s lies outside its recording "
@@ -213,8 +222,7 @@ class LhotseSource(_Segments):
                 if isinstance(sup.get("text"), str):
                     texts.append(sup["text"])
             fields = {"text": " ".join(texts), "id": str(cut.get("id", ""))}
-            meta = {"sample_rate": recording["sampling_rate"]} if isinstance(recording.get("sampling_rate"), int) \
-                else {}
+            meta = _rate_meta(recording)
             self._rows.append((audio, start, duration, str(cut.get("id", f"{path.name}:{lineno}")), fields,
                                {**meta, **picked}))
 
@@ -224,8 +232,7 @@ class LhotseSource(_Segments):
             where = f"{recordings}:{lineno}"
             known[str(rec.get("id"))] = (_recording_layout(rec, recordings.parent, where),
                                          _seconds(rec, "duration", where),
-                                         {"sample_rate": rec["sampling_rate"]}
-                                         if isinstance(rec.get("sampling_rate"), int) else {})
+                                         _rate_meta(rec))
         for lineno, sup in json_lines(supervisions):
             where = f"{supervisions}:{lineno}"
             rec_id = str(sup.get("recording_id"))
@@ -263,9 +270,10 @@ def lhotse(cuts: str | os.PathLike | None = None, *, recordings: str | os.PathLi
 
 
 def segment_flac(data: bytes, name: str, start: float, duration: float,
-                 channel_sources: Any = None) -> bytes:
-    """The segment [start, start + duration) s of an audio file as FLAC at its own rate (what
-    `mediapipe convert` stores for a manifest's utterance): every channel, or those that
+                 channel_sources: Any = None, source_rate: int | None = None) -> bytes:
+    """The segment [start, start + duration) s of an audio file as FLAC (what `mediapipe convert`
+    stores for a manifest's utterance) at the rate its manifest declares (``source_rate``, a
+    sample's ``meta[SOURCE_RATE]``), else its own: every channel, or those that
     ``channel_sources`` (a sample's ``meta[CHANNEL_SOURCES]``) names."""
     import io
 
@@ -276,10 +284,12 @@ def segment_flac(data: bytes, name: str, start: float, duration: float,
     from mediapipe.rng import SampleRNG
 
     decoder = create("audio", "auto", mono=False, offset=start, duration=duration)
-    meta = {CHANNEL_SOURCES: channel_sources} if channel_sources else {}
+    meta: dict[str, Any] = {CHANNEL_SOURCES: channel_sources} if channel_sources else {}
+    if source_rate:
+        meta[SOURCE_RATE] = int(source_rate)
     x = decoder.decode(Blob(name, data=data), NO_HINT, SampleRNG(0, 0, 0, 0), meta)
     x = x.numpy() if hasattr(x, "numpy") else x
-    rate = int(decoder.probe(Blob(name, data=data))["sample_rate"])
+    rate = int(source_rate) if source_rate else int(decoder.probe(Blob(name, data=data))["sample_rate"])
     pcm = (x.clip(-1.0, 1.0 - 2**-31) * 2**31).astype("<i4")  # 16- and 24-bit sources fit exactly
     out = io.BytesIO()
     with av.open(out, "w", format="flac") as container:

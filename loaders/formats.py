@@ -169,9 +169,9 @@ def read_input(item: InputItem) -> Input:
         raise SourceError(item.path, f"no media {item.blob!r} in this sample")
     data = ref.blobs[item.blob].read()
     if item.segment is not None:
-        from mediapipe.loaders.asr import CHANNEL_SOURCES, segment_flac
+        from mediapipe.loaders.asr import CHANNEL_SOURCES, SOURCE_RATE, segment_flac
 
-        data = segment_flac(data, item.path, *item.segment, ref.meta.get(CHANNEL_SOURCES))
+        data = segment_flac(data, item.path, *item.segment, ref.meta.get(CHANNEL_SOURCES), ref.meta.get(SOURCE_RATE))
     targets = {name: ref.fields[name] for name in target_types(item) if name in ref.fields}
     size = (ref.meta.get("height"), ref.meta.get("width"))
     return Input(data, targets, size if all(isinstance(v, int) for v in size) else None)
