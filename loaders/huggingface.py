@@ -173,7 +173,7 @@ class ArrowSource(FileRecords):
     def ref(self, index: int) -> SampleRef:
         path, row = self.locate(index)
         where = f"{path}: row {row}"
-        label, fields = row_numbers(self._numbers, self.columns, index, where)
+        label, fields = row_numbers(self._numbers, self.columns, index, where, self._classes)
         blobs: dict[str, Blob] = {}
         for field, sides in self._ranges.items():
             column = self._kinds[field]
@@ -477,6 +477,13 @@ def huggingface(name_or_path: Any, split: str | None = None, columns: Mapping[st
         name_or_path = _one_split(name_or_path, split)
     if hasattr(name_or_path, "cache_files") and hasattr(name_or_path, "features"):
         return _dataset_source(name_or_path, columns, media_root)
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        kind = type(name_or_path).__name__
+        if kind.startswith("Iterable"):  # datasets' IterableDataset(Dict): a stream, no rows to index
+            raise SourceError(f"datasets.{kind}", "a streamed dataset has no random access (no row can be read "
+                              "by its number): load it without streaming=True (a Dataset backed by its cache "
+                              "files), or save the rows you need with save_to_disk() and open that folder")
+        raise TypeError(f"huggingface(): expected a path, a datasets.Dataset or a DatasetDict, got {kind}")
     root = Path(name_or_path)
     if not root.exists():
         raise SourceError(str(name_or_path), "no such dataset on this machine (nothing is downloaded at run time): "

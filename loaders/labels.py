@@ -15,8 +15,21 @@ from mediapipe.errors import SourceError
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def class_label(value: Any, where: str) -> int:
-    """``value`` as an integer class; ``where`` names the file and row for the error."""
+def class_label(value: Any, where: str, num_classes: int | None = None) -> int:
+    """``value`` as an integer class; ``where`` names the file and row for the error. With
+    ``num_classes`` (the source names its classes) the class is one of them, from 0: a Hugging
+    Face ``ClassLabel``'s -1 (no label, as in the test split of many datasets) is refused, not
+    delivered as a class (``classes[-1]`` would name the last one)."""
+    label = _integer_label(value, where)
+    if num_classes is not None and not 0 <= label < num_classes:
+        missing = " (-1 is ClassLabel's missing label: read an unlabelled split without its label column, "\
+                  "columns=)" if label == -1 else ""
+        raise SourceError(where, f"label {label} is not one of the {num_classes} classes (0 to {num_classes - 1})"
+                                 f"{missing}")
+    return label
+
+
+def _integer_label(value: Any, where: str) -> int:
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         value = value.item()
     if isinstance(value, bool):

@@ -18,7 +18,8 @@ of every sample). The field ``label`` is the sample's class: an integer, never a
 
 A folder of Parquet files whose names or folders name several splits (a Hub snapshot's
 ``data/train-00000-of-00002.parquet`` beside ``data/test-00000-of-00001.parquet``, or
-``default/<split>/0000.parquet``) is refused rather than read as one dataset (`split_of`).
+``default/<split>/0000.parquet``), or one split in the folders of several configs, is refused
+rather than read as one dataset (`split_place`).
 """
 
 from __future__ import annotations
@@ -157,33 +158,54 @@ def null_number(where: str, column: str) -> SourceError:
 
 # -- the splits of a Hub-style snapshot --------------------------------------------------------
 SPLIT_WORDS = ("train", "training", "validation", "valid", "val", "dev", "test", "testing", "eval", "evaluation")
-_SHARD_NAME = re.compile(r"(?P<split>.+?)-\d+-of-\d+\.parquet")
+_SHARD_NAME = re.compile(r"(?P<split>.+?)-\d+-of-\d+(?:-[^.]*)?\.parquet")  # an older push_to_hub's -<hash> too
 _NUMBERED_NAME = re.compile(r"\d+\.parquet")
-_SPLIT_WORD = re.compile(rf"(?P<split>{'|'.join(SPLIT_WORDS)})(?:[-._ 0-9].*)?", re.IGNORECASE)
+_SPLIT_TOKEN = re.compile(rf"(?:^|[-._ ])(?:{'|'.join(SPLIT_WORDS)})(?=$|[-._ 0-9])", re.IGNORECASE)
+_WORD_AND_NUMBER = re.compile(rf"(?P<split>{'|'.join(SPLIT_WORDS)})[-._ ]?\d+", re.IGNORECASE)
 
 
-def split_of(relative: Path) -> str | None:
-    """The split a Parquet file of a Hub-style snapshot belongs to, from its path below the
-    snapshot: ``<split>-00000-of-00002.parquet``, ``<config>/<split>/0000.parquet``, or a file
-    or folder named as the usual splits are (``train``, ``validation``, ``test.parquet``...)."""
+def split_place(relative: Path) -> tuple[str, tuple[str, ...]] | None:
+    """(the split, the folders above the part of the path that names it) of a Parquet file of a
+    Hub-style snapshot, from its path below the snapshot: ``<split>-00000-of-00002[-<hash>].parquet``,
+    ``<config>/<split>/0000.parquet``, or a file or folder whose name holds a usual split word
+    (``train``, ``validation``, ``test``...) as a word: ``test.parquet``, ``train_3.parquet`` (split
+    ``train``), ``validation_matched.parquet`` (split ``validation_matched``: a name that says more
+    than the word is its own split, never merged into the word's), ``imdb-train.parquet``."""
     name, folders = relative.name, relative.parts[:-1]
     if shard := _SHARD_NAME.fullmatch(name):
-        return shard["split"]
+        return shard["split"], folders
     if folders and _NUMBERED_NAME.fullmatch(name):
-        return folders[-1]
-    for part in (name.removesuffix(".parquet"), *reversed(folders)):
-        if word := _SPLIT_WORD.fullmatch(part):
-            return word["split"]
+        return folders[-1], folders[:-1]
+    for depth, part in ((len(folders), name.removesuffix(".parquet")), *reversed(list(enumerate(folders)))):
+        if _SPLIT_TOKEN.search(part):
+            numbered = _WORD_AND_NUMBER.fullmatch(part)
+            return (numbered["split"] if numbered else part), folders[:depth]
     return None
 
 
+def split_of(relative: Path) -> str | None:
+    """The split a Parquet file of a Hub-style snapshot belongs to (`split_place`), or None."""
+    place = split_place(relative)
+    return None if place is None else place[0]
+
+
 def parquet_splits(root: Path, files: Iterable[Path]) -> dict[str, list[Path]]:
-    """The files of each split named below ``root`` (files that name no split are left out)."""
+    """The files of each split named below ``root`` (files that name no split are left out). A
+    split named in several folders (one per config of a snapshot: ``en/train/0000.parquet`` and
+    ``fr/train/0000.parquet``) is refused rather than merged."""
     splits: dict[str, list[Path]] = {}
+    places: dict[str, set[tuple[str, ...]]] = {}
     for f in files:
-        split = split_of(f.relative_to(root))
-        if split is not None:
-            splits.setdefault(split, []).append(f)
+        place = split_place(f.relative_to(root))
+        if place is not None:
+            splits.setdefault(place[0], []).append(f)
+            places.setdefault(place[0], set()).add(place[1])
+    for split, folders in places.items():
+        if len(folders) > 1:
+            shown = sorted(str(Path(*p)) if p else "." for p in folders)
+            raise SourceError(str(root), f"split {split!r} is in several folders {shown} (configs of a snapshot?), "
+                                         "which reading them together would merge: pass the folder of one (or its "
+                                         "files, to mp.loaders.parquet)")
     return splits
 
 
@@ -206,8 +228,8 @@ def several_splits(root: Path, splits: Mapping[str, list[Path]]) -> str:
     example = "train" if "train" in names else names[0]
     hints = "; ".join(f"{name}: {_split_files_hint(name, sorted(splits[name]))}" for name in names)
     return (f"its Parquet files are of splits {names}, which reading them together would merge: pass split= "
-            f"(mp.loaders.huggingface({str(root)!r}, split={example!r})), or give one split's files "
-            f"(to mp.loaders.parquet or mediapipe convert): {hints}")
+            f"(mp.loaders.huggingface({str(root)!r}, split={example!r}); mediapipe convert --split {example}), "
+            f"or give one split's files (to mp.loaders.parquet or mediapipe convert): {hints}")
 
 
 def check_one_split(folder: str | os.PathLike) -> None:
@@ -223,15 +245,16 @@ def _python_number(value: Any) -> Any:
 
 
 def row_numbers(numbers: Mapping[str, np.ndarray], columns: Iterable[Column], index: int, where: str,
-                ) -> tuple[int | None, dict[str, Any]]:
-    """(label, other numbers) of row ``index``: the label an integer class, every number present
-    (a null, or a label that is not a class, is a `SourceError` naming ``where``)."""
+                classes: list[str] | None = None) -> tuple[int | None, dict[str, Any]]:
+    """(label, other numbers) of row ``index``: the label an integer class (one of ``classes``
+    when they are named), every number present (a null, or a label that is not a class, is a
+    `SourceError` naming ``where``)."""
     names = {c.field: c.name for c in columns}
     label, out = None, {}
     for field, values in numbers.items():
         value = values[index]
         if field == "label":
-            label = class_label(value, where)
+            label = class_label(value, where, None if classes is None else len(classes))
         elif value is None:
             raise null_number(where, names.get(field, field))
         else:
@@ -424,7 +447,7 @@ class ParquetSource(Source):
     def ref(self, index: int) -> SampleRef:
         path, rg, row, file_row = self.locate(index)
         where = f"{path}: row {file_row}"
-        label, fields = row_numbers(self._numbers, self.columns or [], index, where)
+        label, fields = row_numbers(self._numbers, self.columns or [], index, where, self._classes)
         blobs: dict[str, Blob] = {}
         for c in self.columns or []:
             if c.kind == "media":

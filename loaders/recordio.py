@@ -171,7 +171,7 @@ class RecordIOSource(FileRecords):
             fields["labels"] = torch.tensor(label, dtype=torch.float32)
             label_value = None
         else:
-            label_value = class_label(label, where)
+            label_value = class_label(label, where, None if self._classes is None else len(self._classes))
         key = f"{os.path.basename(path)}:{int(self._keys[index])}"
         return SampleRef(index, key, {"image": Blob(f"{where}: image", data=image)}, label_value, {}, fields)
 

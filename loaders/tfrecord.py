@@ -159,11 +159,12 @@ def read_record(path: str, offset: int, size: int, number: int, verify: bool = T
 
 
 def example_fields(features: Mapping[str, Any], wanted: Mapping[str, str | tuple[str, ...]], where: str,
-                   ) -> tuple[dict[str, Blob], int | None, dict[str, Any]]:
+                   num_classes: int | None = None) -> tuple[dict[str, Blob], int | None, dict[str, Any]]:
     """(blobs, label, fields) of one parsed Example: each wanted name from its feature. Bytes
     holding media become blobs; other bytes are UTF-8 text; one number is a number, more
     are a 1-d tensor; a tuple of features stacks into an (n, k) float tensor. The class
-    ``label`` is a whole number (`class_label`: 2.9 is refused, not class 2). Objects are
+    ``label`` is a whole number (`class_label`: 2.9 is refused, not class 2), one of the
+    ``num_classes`` classes when the source names them. Objects are
     `object_fields`' job."""
     blobs: dict[str, Blob] = {}
     label, fields = None, {}
@@ -185,7 +186,7 @@ def example_fields(features: Mapping[str, Any], wanted: Mapping[str, str | tuple
         if name == "label":
             if kind == "bytes" or len(values) != 1:
                 raise SourceError(where, f"label feature {feature!r}: expected one number, got {len(values)} {kind}")
-            label = class_label(values[0], f"{where}: {feature}")
+            label = class_label(values[0], f"{where}: {feature}", num_classes)
         elif kind == "bytes":
             if len(values) == 1 and (name in ("image", "video", "audio") or kind_of_bytes(bytes(values[0][:16]))):
                 blobs[name] = Blob(f"{where}: {feature}", data=bytes(values[0]))
@@ -403,7 +404,8 @@ class TFRecordSource(FileRecords):
         except ValueError as err:
             raise SourceError(where, f"not a tf.train.Example: {err}") from None
         untyped = {k: v for k, v in self.features.items() if k not in self._types}
-        blobs, label, fields = example_fields(features, untyped, where)
+        blobs, label, fields = example_fields(features, untyped, where,
+                                              None if self._classes is None else len(self._classes))
         meta: SampleMeta = {}
         if any(t.kind == BOX_KIND for t in self._types.values()):
             if "image" not in blobs:

@@ -16,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                "file (.json) or, with --labels-dir, a folder of images with YOLO labels")
     p.add_argument("out", help="the output folder (new, or the one to --resume), or a URL (s3://bucket/out, gs://...; "
                                "credentials and endpoint from the environment, as the store's own tools read them)")
+    p.add_argument("--split", default=None,
+                   help="Hugging Face: the split to convert, of a save_to_disk DatasetDict folder or of a Parquet "
+                        "snapshot whose files name several (data/<split>-*.parquet, <config>/<split>/0000.parquet)")
     g = p.add_argument_group("shards")
     g.add_argument("--shard-size", default="256MB",
                    help="per shard: a size of input bytes (256MB, 1GB) or a sample count (1000); default 256MB")
@@ -56,9 +59,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def detection_source(args: argparse.Namespace) -> object:
-    """The COCO or YOLO source the detection options ask for, or SRC itself."""
+    """The Hugging Face split (--split), or the COCO or YOLO source the detection options ask
+    for, or SRC itself."""
     from mediapipe import loaders
 
+    if getattr(args, "split", None) is not None:
+        if args.labels_dir is not None or args.images_dir is not None or args.masks:
+            raise ValueError("--split picks a split of a Hugging Face dataset; it does not go with the COCO or "
+                             "YOLO options")
+        return loaders.huggingface(args.src, split=args.split)
     if args.labels_dir is not None:
         return loaders.yolo(args.src, labels_dir=args.labels_dir, classes=args.classes)
     if args.images_dir is not None or args.masks:
