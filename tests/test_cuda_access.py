@@ -236,7 +236,7 @@ def test_nvdec_named_on_a_gpu_without_av1_is_refused_when_the_pipeline_is_built(
     gpu("NVIDIA H200", (9, 0))
     with pytest.raises(RuntimeError, match="nvdec.*has no AV1 NVDEC.*backend='auto'"):
         mp.Pipeline(mp.loaders.folder(clips), {"video": mp.decoders.video(clip_len=4, backend="nvdec")},
-                    batch_size=2, device="cuda").plan
+                    batch_size=2, device="cuda").loader()
 
 
 def test_a_process_that_chose_nvdec_before_cuda_started_asks_the_gpu_before_probing(clips, gpu):
