@@ -226,24 +226,24 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
 def targets_json(item: InputItem, data: bytes, targets: dict[str, Any], canvas: tuple[int, int] | None,
                  written: tuple[int, int]) -> dict[str, Any]:
     """An input's targets as JSON values, in pixels of the image as written: scaled when the
-    image was resized (``image_max_side``). An image turned by its EXIF orientation when written,
-    or whose size is not the one its annotations give, is refused: its targets would not match."""
+    image was resized (``image_max_side``), and turned with it where the image is written turned
+    by its EXIF orientation (the annotations are in the stored frame, as COCO tools write them).
+    An image whose size is not the one its annotations give is refused: its targets would not match."""
     from PIL import Image
 
+    from mediapipe.decoders.exif import file_orientation, oriented_size
     from mediapipe.loaders.formats import target_types
-    from mediapipe.loaders.targets import scale_targets, targets_to_json
+    from mediapipe.loaders.targets import orient_targets, scale_targets, targets_to_json
 
     with Image.open(io.BytesIO(data)) as im:
         stored = (im.size[1], im.size[0])
-        orientation = im.getexif().get(0x0112, 1)
-    if orientation not in (0, 1):
-        raise ValueError(f"EXIF orientation {orientation}: the image would be turned when written, its boxes "
-                         "and masks not")
     if canvas is not None and canvas != stored:
         raise ValueError(f"the annotations are for a {canvas[1]}x{canvas[0]} image, the file is "
                          f"{stored[1]}x{stored[0]}")
     types = target_types(item)
-    return targets_to_json(scale_targets(targets, types, stored, written), types)
+    orientation = file_orientation(data)  # what transcode_image's exif_transpose turns the image by
+    turned = orient_targets(targets, types, orientation, stored)
+    return targets_to_json(scale_targets(turned, types, oriented_size(orientation, *stored), written), types)
 
 
 @dataclass

@@ -8,6 +8,9 @@
   to an 8 kHz one, or seconds of zeros) without a word.
 * A manifest's utterance that its file ends well before is a DecodeError naming both ends (the
   transcript went with a fraction of its audio).
+* `mediapipe convert` of a COCO dataset whose images carry an EXIF orientation writes them upright
+  and turns their boxes and masks with them (it refused every such image, "its boxes and masks
+  not", though the loader turns them).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import mediapipe as mp
 from mediapipe.decoders.audio import resample
@@ -165,3 +169,53 @@ def test_a_nemo_utterance_past_its_files_end_is_refused(tmp_path, backend):
     plain = mp.Pipeline(source=mp.loaders.folder(tmp_path),
                         decode={"audio": mp.decoders.audio(offset=0.6, duration=2.0, backend=backend)}, batch_size=1)
     assert int(next(iter(plain.loader(shuffle=False)))["audio_lengths"][0]) == round(0.4 * RATE)
+
+
+# ---------------------------------------------------------------------------------------------
+# convert: EXIF-turned images with targets
+
+
+@pytest.fixture(scope="module")
+def turned_coco(tmp_path_factory):
+    """One JPEG per EXIF orientation (red rectangles), with COCO boxes and polygons in the stored frame."""
+    from tests import test_trust_boxes as TB
+
+    root = tmp_path_factory.mktemp("turned_coco")
+    (root / "images").mkdir()
+    images, annotations = [], []
+    for o in range(1, 9):
+        photo, rects = TB.scene(o)
+        h, w = photo.shape[:2]
+        (root / "images" / f"o{o}.jpg").write_bytes(TB.jpeg(photo, o))
+        images.append({"id": o, "file_name": f"o{o}.jpg", "width": w, "height": h})
+        for k, (x0, y0, x1, y1) in enumerate(rects):
+            annotations.append({"id": 10 * o + k, "image_id": o, "category_id": 1, "iscrowd": 0,
+                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0),
+                                "segmentation": [[x0, y0, x1, y0, x1, y1, x0, y1]]})
+    (root / "instances.json").write_text(json.dumps({"images": images, "annotations": annotations,
+                                                     "categories": [{"id": 1, "name": "box"}]}))
+    return root
+
+
+@pytest.mark.parametrize("max_side", [None, 40])
+def test_converting_exif_turned_images_turns_their_targets(turned_coco, tmp_path, max_side):
+    pytest.importorskip("pycocotools")
+    from mediapipe.convert import convert
+    from mediapipe.transcode import TranscodeOptions
+    from tests import test_trust_boxes as TB
+
+    source = mp.loaders.coco(turned_coco / "instances.json", turned_coco / "images", masks=True)
+    result = convert(source, tmp_path / "out", options=TranscodeOptions(image_max_side=max_side))
+    assert result.failures == [] and result.num_samples == 8  # 7 of 8 were refused
+    shards = mp.loaders.shards(tmp_path / "out")
+    for exif_transpose in (False, True):  # written upright: nothing left to turn
+        pipe = mp.Pipeline(shards, {"image": mp.decoders.image(exif_transpose=exif_transpose)}, [], batch_size=1,
+                           seed=0, device="cpu")
+        seen = 0
+        for batch in pipe.loader(num_workers=0, shuffle=False):
+            sample = {k: (v[0] if isinstance(v, (list, torch.Tensor)) and len(v) else v) for k, v in batch.items()}
+            if max_side is not None:  # masks resized with nearest: their extent is not the scaled box's
+                sample.pop("masks")
+                assert max(sample["image"].shape[-2:]) == max_side
+            seen += TB.check_targets_on_their_pixels(sample)
+        assert seen == 24
