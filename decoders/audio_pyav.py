@@ -258,7 +258,7 @@ def _seek_on_grid(container: Any, stream: Any, rate: int, tb: Fraction, seek_to:
     """Frames placed exactly under coarse timestamps. The stream's first frames are decoded to
     an anchor (the second frame that holds samples: any samples the codec skips at the start are
     behind it), whose index is counted. Every packet of the codecs in `_grid` holds a multiple of
-    a fixed number of samples, wider than two ticks, so after a seek a frame's stamp, measured from
+    a fixed number of samples, wider than two ticks, so after a seek a frame's stamp, counted from
     the anchor's, is rounded onto that grid, and the frames after it are counted on from there.
     A frame whose stamp strays from its counted place by more than a tick, or a seek that lands
     after sample ``first``, raises `_Misplaced`.
@@ -302,8 +302,8 @@ def _seek_on_grid(container: Any, stream: Any, rate: int, tb: Fraction, seek_to:
 
 
 # codecs whose every packet holds a multiple of a fixed number of samples: that number from the
-# anchor frame's size (a stream's frames all have it), or as a function of the rate (Opus frames
-# last multiples of 2.5 ms)
+# anchor frame's size (a stream's frames all have it), or as a function of the rate (an Opus frame
+# holds a multiple of rate / 400 samples)
 _FIXED_FRAMES = {"aac", "aac_fixed", "aac_latm", "libfdk_aac", "mp1", "mp1float", "mp2", "mp2float", "mp3",
                  "mp3float", "ac3", "ac3_fixed"}
 
