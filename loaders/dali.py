@@ -323,7 +323,7 @@ class DaliLoader(SamplerDriven):
         state = dict(state)
         self.sampler.load_state_dict(state.pop("sampler"))
         self._live, self._checkpoint, self._current = None, None, None  # a running pass no longer moves it
-        self._loaded = True  # the next pass starts at the loaded position
+        self._loaded, self._resumed = True, False  # the next pass starts at the loaded position
         dali = state.pop("dali", None)
         if dali is not None:
             self._checkpoint = (dali["checkpoint"], dali["epoch"], dali["position"])

@@ -56,6 +56,7 @@ class SamplerDriven:
 
     sampler: BatchSampler
     _loaded = False  # load_state_dict ran since the last pass began: the next one starts at its position
+    _resumed = False  # and set_epoch named the loaded epoch since: a loaded end of epoch stays that epoch's
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -65,7 +66,13 @@ class SamplerDriven:
         return self.sampler.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        self._loaded = False
+        """Start the next pass at ``epoch``'s first batch; after ``load_state_dict``, the epoch it
+        loaded keeps its position (``for epoch in ...: loader.set_epoch(epoch)``, the
+        DistributedSampler habit, resumes mid-epoch instead of delivering its batches again)."""
+        if self._loaded and epoch == self.sampler.epoch:
+            self._resumed = True  # (a loaded epoch's end: its pass is empty, then the next epoch's)
+            return
+        self._loaded = self._resumed = False
         self.sampler.set_epoch(epoch)
 
     def begin_pass(self) -> list[PlannedBatch]:
@@ -75,13 +82,13 @@ class SamplerDriven:
         (a peek, ``next(iter(loader))``) costs the next one nothing, as with torch's DataLoader."""
         sampler = self.sampler
         planned = sampler.batches()
-        if planned and sampler.position == len(planned):
+        if planned and sampler.position == len(planned) and not self._resumed:
             self._roll_over(sampler.epoch, len(planned))
             sampler.set_epoch(sampler.epoch + 1)
             planned = sampler.batches()
         elif not self._loaded:
             sampler.position = 0
-        self._loaded = False
+        self._loaded = self._resumed = False
         if sampler.position > len(planned):
             raise PipelineError(f"resume position {sampler.position} is past the {len(planned)} batches of "
                                 f"epoch {sampler.epoch}")
@@ -194,7 +201,7 @@ class Loader(SamplerDriven):
         """Set where the next pass starts: the position of ``state`` (see `state_dict`)."""
         self._current = None  # a live iterator no longer moves the position that was set here
         self.sampler.load_state_dict(state["sampler"])
-        self._loaded = True
+        self._loaded, self._resumed = True, False
 
     def set_epoch(self, epoch: int) -> None:
         self._current = None

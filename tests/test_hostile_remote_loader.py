@@ -115,3 +115,39 @@ def test_a_sampler_fitted_to_one_loader_is_not_moved_to_another_loaders_rank(tmp
         assert [b["index"].tolist() for b in a] == expected  # the first loader still reads its own part
         again = _pipeline(root).loader(sampler=sampler, **first)  # the same ranks: shared, as before
         assert again.sampler is sampler
+
+
+@pytest.mark.parametrize("backend", ["torch", "dali"])
+def test_set_epoch_every_epoch_after_a_resume_goes_on_where_the_checkpoint_stopped(tmp_path, backend):
+    """The DistributedSampler habit, ``for epoch in ...: loader.set_epoch(epoch)``, after a
+    ``load_state_dict``: the resumed epoch goes on after the last delivered batch (it started
+    again at its first batch, training on the delivered ones twice); a checkpoint taken at an
+    epoch's last batch (the pass not ended) gives that epoch no batch, then the next one whole."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    root = write_image_folder(tmp_path / "imgs", 10, scale=0.2)
+
+    def loader():
+        return _pipeline(root).loader(backend=backend)
+
+    ref = loader()
+    whole = {e: [b["index"].tolist() for b in ref] for e in range(3)}  # 4 batches an epoch
+    for stop in (1, 4):  # mid-epoch 1, and at its last batch
+        run = loader()
+        run.set_epoch(1)
+        it = iter(run)
+        for _ in range(stop):
+            next(it)
+        state = run.state_dict()
+        del it, run
+        resumed = loader()
+        resumed.load_state_dict(state)
+        got = {}
+        for epoch in range(resumed.epoch, 3):
+            resumed.set_epoch(epoch)
+            got[epoch] = [b["index"].tolist() for b in resumed]
+        assert got == {1: whole[1][stop:], 2: whole[2]}
+    again = loader()  # without a load, set_epoch starts the epoch at its first batch
+    next(iter(again))
+    again.set_epoch(0)
+    assert [b["index"].tolist() for b in again] == whole[0]
