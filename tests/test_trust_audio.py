@@ -210,6 +210,23 @@ def test_dali_refuses_a_source_that_takes_some_channels_of_its_files(manifests):
         check_lowerable(pipe)
 
 
+def test_dali_refuses_lhotse_audio_at_the_files_own_rate(manifests):
+    """A Lhotse recording states its rate (an Opus file decodes at 48 kHz whatever it says); DALI's
+    decoder keeps the file's, so it needs sample_rate= to give what cut.load_audio() gives."""
+    from mediapipe.errors import PipelineError
+    from mediapipe.loaders.dali import check_lowerable
+
+    out, _ = manifests
+    source = mp.loaders.lhotse(recordings=out / "recordings.jsonl.gz", supervisions=out / "supervisions.jsonl.gz")
+    with pytest.raises(PipelineError, match=r"sample_rate=None\) with recordings that declare their rate"):
+        check_lowerable(mp.Pipeline(source=source, decode={"audio": mp.decoders.audio(mono=True)}, batch_size=2,
+                                    seed=0))
+    with pytest.raises(PipelineError) as err:  # still refused (the cuts take channels), but not for the rate
+        check_lowerable(mp.Pipeline(source=source, decode={"audio": mp.decoders.audio(mono=True, sample_rate=16000)},
+                                    batch_size=2, seed=0))
+    assert "declare their rate" not in str(err.value)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_source_that_maps_more_channels_than_its_file_has_is_a_decode_error(manifests, tmp_path, backend):
     cut = cut_line(manifests, "mic1")
