@@ -47,6 +47,29 @@ def to_8_bits(im: Image.Image) -> Image.Image:
     return Image.fromarray((values >> 8).astype(np.uint8))
 
 
+def declared_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) that an image file's header declares, read by Pillow's format plugins
+    without its decompression-bomb guard (only to say how large a refused image is), or None."""
+    fp = io.BytesIO(data)
+    prefix = fp.read(16)
+    try:
+        Image.init()
+        for name in Image.ID:
+            factory, accept = Image.OPEN[name]
+            accepted = accept is None or accept(prefix)
+            if not accepted or isinstance(accepted, str):  # (as Image.open tells a format)
+                continue
+            fp.seek(0)
+            try:
+                width, height = factory(fp, "").size
+            except Exception:  # noqa: BLE001, S112 (not this format: the next one may read it)
+                continue
+            return int(width), int(height)
+    except Exception:  # noqa: BLE001 (Pillow's internals changed: the message goes without the size)
+        return None
+    return None
+
+
 @register("image", "pillow")
 class PillowImageDecoder(ImageDecoder):
     """Pillow on the CPU: the fallback for every format; JPEG downscaled in the DCT domain
@@ -59,10 +82,8 @@ class PillowImageDecoder(ImageDecoder):
         on ``data`` itself, as the other backends check them."""
         try:
             im = Image.open(io.BytesIO(data if decoded is None else decoded))
-        except Image.DecompressionBombError as err:
-            raise LimitError(path, self.name, f"{err} (Pillow's process-wide Image.MAX_IMAGE_PIXELS, which this "
-                                              "library leaves as the program set it; raise it to decode larger "
-                                              "images through Pillow)") from err
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+            raise LimitError(path, self.name, self._guard_refusal(err, data, path)) from err
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise DecodeError(path, self.name, f"not a readable image ({err})") from err
         if im.format in JPEG_FORMATS:
@@ -71,6 +92,30 @@ class PillowImageDecoder(ImageDecoder):
                                                  factors, 0))
         self.check_pixels(*im.size, path)
         return im
+
+    def _guard_refusal(self, err: Exception, data: bytes, path: str) -> str:
+        """Why Pillow's decompression-bomb guard refused a file: this pipeline's own ``max_pixels``
+        where it refuses the image too (raising Pillow's limit would not help: `check_pixels`
+        raises; a JPEG declaring more than its bytes hold is corrupt first, as when opened), else
+        Pillow's process-wide ``Image.MAX_IMAGE_PIXELS`` (an error above twice it;
+        a warning above it, which the program's warnings filter made an error), which this library
+        leaves as the program set it."""
+        size = declared_size(data)
+        guard, limit = Image.MAX_IMAGE_PIXELS, self.limits.max_pixels
+        warned = isinstance(err, Image.DecompressionBombWarning)
+        self.check_jpeg(data, path)  # the checks of an opened image, in its order: a JPEG's claim first
+        if size is not None:
+            self.check_pixels(*size, path)
+        elif limit is not None and limit <= (guard if warned else 2 * guard):  # (the image has more pixels)
+            return f"image above max_pixels={limit} ({err})"
+        image = f"image is {size[0]}x{size[1]} = {size[0] * size[1]} pixels: " if size is not None else ""
+        if warned:
+            return (f"{image}{err} (Pillow's DecompressionBombWarning, above its process-wide Image.MAX_IMAGE_PIXELS="
+                    f"{guard}, which this program's warnings filter turns into an error; max_pixels={limit} allows "
+                    "the image: raise Image.MAX_IMAGE_PIXELS or let that warning through)")
+        return (f"{image}{err} (Pillow's process-wide Image.MAX_IMAGE_PIXELS={guard} refuses images above twice "
+                f"it; max_pixels={limit} allows this one, but this library leaves Pillow's guard as the program "
+                "set it: raise Image.MAX_IMAGE_PIXELS, or set it to None, to decode larger images through Pillow)")
 
     def _oriented(self, im: Image.Image) -> bool:
         """Whether EXIF orientation will swap or flip this image."""

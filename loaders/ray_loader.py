@@ -155,6 +155,7 @@ class ActorPool:
         ray = import_ray()
         self.ray, self.size = ray, 0
         self.session = session_key(ray)
+        self.pid = os.getpid()  # the process whose Ray connection the handles belong to
         self.users: set[int] = set()  # ids of the loaders using the pool
         options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 0, "max_concurrency": 1}
         if spread:
@@ -239,9 +240,12 @@ class ActorPool:
 
     def close(self) -> None:
         """Stop the actors, if their Ray session is still the one connected (Ray would start a
-        new local Ray to kill a handle of a session gone)."""
+        new local Ray to kill a handle of a session gone) in this process (a process forked
+        from the driver has a copy of its connection, which hangs: its actors are not its own)."""
         self.closed = True
-        if self.ray.is_initialized() and session_key(self.ray) == self.session:
+        if self.pid != os.getpid():
+            _FORKED_KEEP.append(self.actors)  # (dropping a handle here would stop the driver's actor)
+        elif self.ray.is_initialized() and session_key(self.ray) == self.session:
             for a in self.actors:
                 with contextlib.suppress(Exception):
                     self.ray.kill(a.handle, no_restart=True)
@@ -249,6 +253,9 @@ class ActorPool:
 
 
 _POOLS: dict[tuple[tuple[str, str], float, bool], ActorPool] = {}
+# Ray objects (actor handles, object refs) a process forked from the driver let go of: kept, as
+# their release in the fork goes through the driver's connection and stops the driver's actors
+_FORKED_KEEP: list[Any] = []
 
 
 def shared_pool(num_cpus: float, spread: bool, user: object) -> ActorPool:
@@ -290,6 +297,16 @@ class _OwnRay:
     session: tuple[str, str]
     users: set[int] = field(default_factory=set)
     watchdog: subprocess.Popen | None = None
+    pid: int = field(default_factory=os.getpid)  # the process that connected it
+
+
+def check_not_forked() -> None:
+    """Refuse Ray in a process forked from the one that connected it: the copy of the connection
+    a forked process has hangs on its first call (Ray is not fork-safe)."""
+    if _OWN_RAY is not None and _OWN_RAY.pid != os.getpid():
+        raise WorkerError(f"a Ray loader used in process {os.getpid()}, forked from the process that connected "
+                          f"Ray ({_OWN_RAY.pid}): Ray cannot be used from a forked copy of its driver (its calls "
+                          "hang); make the loader in this process before Ray starts, or use it in the driver")
 
 
 _OWN_RAY: _OwnRay | None = None
@@ -315,6 +332,7 @@ def use_ray(user: object, *, address: str | None = None, num_cpus: int | None = 
     global _OWN_RAY
     ray = import_ray()
     with _OWN_RAY_LOCK:
+        check_not_forked()
         if ray.is_initialized():
             if _OWN_RAY is not None and _OWN_RAY.session == session_key(ray):
                 _OWN_RAY.users.add(id(user))
@@ -340,8 +358,8 @@ def release_ray(user: object) -> None:
     global _OWN_RAY
     with _OWN_RAY_LOCK:
         own = _OWN_RAY
-        if own is None or id(user) not in own.users:
-            return
+        if own is None or id(user) not in own.users or own.pid != os.getpid():
+            return  # (a forked copy of the driver: its Ray is the driver's to let go of)
         own.users.discard(id(user))
         if own.users:
             return
@@ -360,26 +378,36 @@ def _start_local_ray(ray: Any, num_cpus: int | None) -> _OwnRay:
     before = _children(os.getpid())
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
-    daemons = _children(os.getpid()) - before
-    return _OwnRay(session_key(ray), watchdog=_start_watchdog(sorted(daemons)))
+    # Ray's daemons: the children started meanwhile that run Ray's programs (another thread's
+    # subprocess or worker started during ray.init is not Ray's, and outlives it)
+    ray_dir = os.path.dirname(os.path.abspath(ray.__file__))
+    daemons = [pid for pid, args in _children(os.getpid()).items() if pid not in before and ray_dir in args]
+    try:
+        watchdog = _start_watchdog(sorted(daemons))
+    except OSError:  # (no interpreter to run it with: Ray still shuts down with its last user)
+        watchdog = None
+    return _OwnRay(session_key(ray), watchdog=watchdog)
 
 
-def _children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (from /proc, else ps)."""
+def _children(pid: int) -> dict[int, str]:
+    """The processes whose parent is ``pid``, with their command lines (from /proc, else ps)."""
     if os.path.isdir("/proc/self"):
-        found = set()
+        found = {}
         for name in os.listdir("/proc"):
             if name.isdigit():
                 with contextlib.suppress(OSError, IndexError, ValueError):
                     with open(f"/proc/{name}/stat", "rb") as f:
                         if int(f.read().rpartition(b")")[2].split()[1]) == pid:
-                            found.add(int(name))
+                            with open(f"/proc/{name}/cmdline", "rb") as f:
+                                found[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
         return found
     try:
-        out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(["ps", "-A", "-ww", "-o", "pid=,ppid=,args="], capture_output=True, text=True,
+                             timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
-        return set()
-    return {int(p) for p, pp in (line.split()[:2] for line in out.splitlines() if line.strip()) if int(pp) == pid}
+        return {}
+    rows = [line.split(None, 2) for line in out.splitlines() if line.strip()]
+    return {int(r[0]): r[2] if len(r) > 2 else "" for r in rows if len(r) > 1 and int(r[1]) == pid}
 
 
 def _start_watchdog(daemons: list[int]) -> subprocess.Popen | None:
@@ -564,6 +592,10 @@ class RayLoader(Loader):
 
     def actors(self) -> ActorPool:
         """The actor pool (this driver's, shared with its other Ray loaders), started on first use."""
+        if self._actors is not None and self._actors.pid != os.getpid():
+            check_not_forked()
+            raise WorkerError(f"a Ray loader used in process {os.getpid()}, forked from its driver "
+                              f"({self._actors.pid}): Ray cannot be used from a forked copy of its driver")
         if self._actors is None:
             ray = self._connect()
             t0 = time.perf_counter()
@@ -587,7 +619,10 @@ class RayLoader(Loader):
     def close(self) -> None:
         """Let go of the actors (they stop unless another live Ray loader of this driver uses
         them) and of the Ray this library connected (shut down with the last loader using it)."""
-        pool, self._actors, self._builder_ref = self._actors, None, None
+        pool, builder, self._actors, self._builder_ref = self._actors, self._builder_ref, None, None
+        if pool is not None and pool.pid != os.getpid():  # a forked copy of the driver's loader
+            _FORKED_KEEP.append(builder)  # (its release would go through the driver's connection)
+        del builder
         if pool is not None:
             leave_pool(pool, self)
         release_ray(self)

@@ -34,5 +34,6 @@ def quiet_svt() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _set_by_us:
-                os.environ.pop("SVT_LOG", None)
+                if os.environ.get("SVT_LOG") == SVT_LOG_LEVEL:  # (a value the user set meanwhile is theirs)
+                    os.environ.pop("SVT_LOG", None)
                 _set_by_us = False
