@@ -1,5 +1,7 @@
 """Augmentation ops: parameters drawn per sample from a keyed RNG, applied by batched kernels."""
 
+from mediapipe.augment import audio as _audio
+from mediapipe.augment import video as _video
 from mediapipe.augment.audio import *  # noqa: F403  (audio ops: Gain, MelSpectrogram, SpecAugment...)
 from mediapipe.augment.base import Op, Stage, op_from_config, registered_ops
 from mediapipe.augment.color import (
@@ -40,5 +42,5 @@ __all__ = [
     "HorizontalFlip", "Letterbox", "MixUp", "Normalize", "Op", "Pad", "RandomAffine", "RandomCrop", "RandomErasing",
     "RandomGrayscale", "RandomIoUCrop", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut",
     "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
-    "registered_ops",
+    "registered_ops", *_audio.__all__, *_video.__all__,
 ]

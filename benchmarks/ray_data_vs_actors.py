@@ -38,10 +38,10 @@ def main() -> None:
 
     import ray
 
-    from mediapipe.batch_builder import BatchBuilder
     from mediapipe.bench import datasets
     from mediapipe.bench.images import TRAIN, mediapipe_pipeline
-    from mediapipe.host_batch import BatchTask
+    from mediapipe.stages.batch_builder import BatchBuilder
+    from mediapipe.stages.host_batch import BatchTask
 
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     data = datasets.prepare("sample-images", progress=False)

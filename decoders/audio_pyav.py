@@ -23,11 +23,11 @@ import numpy as np
 from mediapipe.decoders.audio import AudioDecoder, ChannelPick, audio, resample  # noqa: F401  (re-exported)
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import register
+from mediapipe.decoders.streams import main_stream
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.reasons import reason
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
-from mediapipe.streams import main_stream
 
 # Containers whose header length is exact (stream info, sample counts, last granule), so a
 # decode that comes out shorter means a truncated or corrupt file. MP3 and ADTS durations

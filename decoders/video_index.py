@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from mediapipe.decoders.base import Limits, size_of
+from mediapipe.decoders.streams import main_stream
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.reasons import reason
 from mediapipe.sample import Blob, SampleMeta
-from mediapipe.streams import main_stream
 
 # AVColorSpace / AVColorRange values (libavutil/pixfmt.h), as PyAV reports them.
 _BT709_SPACES = {1}  # AVCOL_SPC_BT709

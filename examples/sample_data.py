@@ -45,9 +45,9 @@ def sample_audio(root: Path | None = None, count: int = 24) -> Path:
 
 
 def sample_detection(root: Path | None = None, count: int = 64):
-    """A COCO-format set of ``count`` photos with 1-8 objects each (`mediapipe.synthetic_detection`):
+    """A COCO-format set of ``count`` photos with 1-8 objects each (`mediapipe.synthetic.detection`):
     ``.annotations`` (the COCO file) and ``.images`` (its folder)."""
     from mediapipe.bench.datasets import sample_detection as make
-    from mediapipe.synthetic_detection import dataset_at
+    from mediapipe.synthetic.detection import dataset_at
 
     return dataset_at(make(Path(root or default_root()), count, seed=0, progress=False))

@@ -22,11 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mediapipe import cuda_access
-from mediapipe.batch_builder import BatchBuilder
-from mediapipe.batch_stage import run_batch_ops
-from mediapipe.device_stage import finish_deferred
 from mediapipe.errors import PipelineError, WorkerError
-from mediapipe.host_batch import BatchTask, HostBatch
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import (
     build_sampler,
@@ -37,7 +33,11 @@ from mediapipe.loaders.sampling import (
 )
 from mediapipe.loaders.workers import ProcessPool, refuse_daemonic_parent, run_inline, run_threads, warm_start
 from mediapipe.plan import Plan
-from mediapipe.stats import StageStats
+from mediapipe.stages.batch_builder import BatchBuilder
+from mediapipe.stages.batch_stage import run_batch_ops
+from mediapipe.stages.device_stage import finish_deferred
+from mediapipe.stages.host_batch import BatchTask, HostBatch
+from mediapipe.stages.stats import StageStats
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from mediapipe import memory
-from mediapipe.batch_builder import BatchBuilder
 from mediapipe.errors import WorkerError
-from mediapipe.host_batch import BatchTask, HostBatch
 from mediapipe.loaders.loader import Loader
+from mediapipe.stages import memory
+from mediapipe.stages.batch_builder import BatchBuilder
+from mediapipe.stages.host_batch import BatchTask, HostBatch
 
 if TYPE_CHECKING:
     from mediapipe.loaders.workers import ProcessPool

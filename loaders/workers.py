@@ -46,8 +46,9 @@ import torch
 import torch.multiprocessing as tmp
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from mediapipe import cuda_access, memory
+from mediapipe import cuda_access
 from mediapipe.errors import WorkerError
+from mediapipe.stages import memory
 
 Task = Any
 RELEASE = "release"  # a message, not a task: the consumer is done with these shared buffers
@@ -55,8 +56,8 @@ _POLL_SECONDS = 0.5
 WATCHDOG_SECONDS = 1.0  # a worker waiting for a task checks its parent this often
 JOIN_SECONDS = 2.0
 # What a forkserver imports once, before it forks any worker: the modules every worker runs.
-FORKSERVER_PRELOAD = ("mediapipe.loaders.workers", "mediapipe.batch_builder", "mediapipe.augment",
-                      "mediapipe.decoders.registry", "mediapipe.loaders.sources")
+FORKSERVER_PRELOAD = ("mediapipe.loaders.workers", "mediapipe.stages.batch_builder", "mediapipe.augment",
+                      "mediapipe.decoders.registry", "mediapipe.loaders.sources.folder")
 PR_SET_PDEATHSIG = 1
 
 

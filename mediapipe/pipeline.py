@@ -13,9 +13,9 @@ import torch
 from mediapipe.augment.base import Op, op_from_config
 from mediapipe.decoders.base import DecoderSpec, Limits
 from mediapipe.loaders.loader import Loader
-from mediapipe.loaders.sources import Source, source_from_config
+from mediapipe.loaders.sources.folder import Source, source_from_config
 from mediapipe.plan import Plan
-from mediapipe.stats import StageStats
+from mediapipe.stages.stats import StageStats
 
 CONFIG_VERSION = 1
 
@@ -105,7 +105,7 @@ class Pipeline:
             return RayLoader(self, num_workers=num_workers or 2, shuffle=shuffle, drop_last=drop_last,
                              last_batch=last_batch, **kwargs)
         if backend == "dali":
-            from mediapipe.loaders.dali import DaliLoader
+            from mediapipe.loaders.dali.loader import DaliLoader
 
             return DaliLoader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
                               last_batch=last_batch, **kwargs)
@@ -182,7 +182,7 @@ class PipelineDataset(torch.utils.data.Dataset):
     (applied to a batch of one, on the CPU): the same values the loader would give."""
 
     def __init__(self, pipeline: Pipeline) -> None:
-        from mediapipe.batch_builder import BatchBuilder
+        from mediapipe.stages.batch_builder import BatchBuilder
 
         self.pipeline, self.plan, self.epoch = pipeline, pipeline.plan, 0
         self.builder = BatchBuilder(self.plan)
@@ -196,9 +196,9 @@ class PipelineDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         import numpy as np
 
-        from mediapipe.batch_stage import run_batch_ops
-        from mediapipe.device_stage import finish_deferred
-        from mediapipe.host_batch import BatchTask
+        from mediapipe.stages.batch_stage import run_batch_ops
+        from mediapipe.stages.device_stage import finish_deferred
+        from mediapipe.stages.host_batch import BatchTask
 
         host = self.builder(BatchTask(0, self.epoch, np.array([index]), 1))
         if self.plan.deferred:

@@ -27,7 +27,7 @@ from mediapipe.augment.base import Op, Stage
 from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
 from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
-from mediapipe.loaders.sources import Source
+from mediapipe.loaders.sources.folder import Source
 from mediapipe.sample import Blob, SampleRef
 
 ON_ERROR = ("raise", "skip", "replace")

@@ -52,8 +52,8 @@ def image_manifest(image_folder: Path, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="session")
 def detection_dataset(tmp_path_factory: pytest.TempPathFactory):
     """16 photos with 1-5 flat-coloured objects each (some none, some crowd), as COCO
-    annotations (polygons and RLE) and YOLO label files (`mediapipe.synthetic_detection`)."""
-    from mediapipe.synthetic_detection import write_detection_dataset
+    annotations (polygons and RLE) and YOLO label files (`mediapipe.synthetic.detection`)."""
+    from mediapipe.synthetic.detection import write_detection_dataset
 
     return write_detection_dataset(tmp_path_factory.mktemp("detection"), count=16, seed=3, flat=True, yolo=True,
                                    empty=0.15, crowd=0.2)

@@ -166,7 +166,7 @@ def test_loader_resume_mid_epoch_equals_an_uninterrupted_run(speech_folder):
 
 def test_pad_collate_writes_zeros_past_each_length_even_on_a_reused_buffer(monkeypatch):
     """A worker's recycled buffer holds an old batch: padding must be written, not assumed."""
-    from mediapipe import collate as collate_module
+    from mediapipe.stages import collate as collate_module
 
     monkeypatch.setattr(collate_module.memory, "empty", lambda shape, dtype: torch.full(shape, 7.0, dtype=dtype))
     waves = [torch.arange(1, 1 + 2 * n, dtype=torch.float32).reshape(2, n) for n in (5, 3, 8)]

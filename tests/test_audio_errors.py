@@ -21,7 +21,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe.bench.audio import encode_audio, speech_like
-from mediapipe.stats import normalise_reason
+from mediapipe.stages.stats import normalise_reason
 
 BAD = {
     "truncated.flac": "truncated or corrupt",

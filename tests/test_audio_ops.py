@@ -11,8 +11,8 @@ import torch
 from mediapipe import augment as A
 from mediapipe.augment.functional import audio as F
 from mediapipe.fields import FieldType
-from mediapipe.graph import stack_params
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import stack_params
 
 SR = 16000
 LENGTHS = (4000, 3217, 1600, 801)

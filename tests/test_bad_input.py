@@ -374,7 +374,7 @@ def test_a_fifo_among_files_a_decoder_opens_itself(tmp_path):
 def test_convert_reports_a_fifo_and_a_device_in_a_folder_and_finishes(tmp_path):
     """`mediapipe convert` read each input whole with open().read(): a FIFO blocked it for ever,
     and a link to /dev/zero read until the machine ran out of memory."""
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
 
     src = tmp_path / "src"
     _hostile_folder(src)

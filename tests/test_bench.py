@@ -69,7 +69,7 @@ def test_every_installed_backend_ran(bench_run: dict) -> None:
             assert by[scenario, "dali"]["error"] is None, by[scenario, "dali"]["error"]
         else:
             assert by[scenario, "dali"]["error"].startswith("not installed")
-        if _installed("mediapipe.loaders.dali") and _installed("nvidia.dali"):
+        if _installed("mediapipe.loaders.dali.loader") and _installed("nvidia.dali"):
             assert by[scenario, "mediapipe-dali"]["error"] is None, by[scenario, "mediapipe-dali"]["error"]
     ratios = {(r["scenario"], r["peer"]) for r in bench_run["report"]["ratios"]}
     assert ("image-train", "torchvision") in ratios
@@ -286,7 +286,7 @@ def test_manifest_converted_and_flat_datasets_feed_every_image_backend(image_fol
 
 def test_small_datasets_are_repeated_as_one_long_epoch(image_folder: Path) -> None:
     from mediapipe.bench import images
-    from mediapipe.loaders.sources import folder
+    from mediapipe.loaders.sources.folder import folder
 
     assert images.passes({"max_batches": 10}, 8, 24) == 5  # 80 samples needed: 4 passes, and one spare
     assert images.passes({"max_batches": 10, "repeat": False}, 8, 24) == 1
@@ -334,7 +334,7 @@ def converted_images(image_folder: Path, tmp_path_factory: pytest.TempPathFactor
 
 def test_two_datasets_alternate_in_one_run_with_cold_cache(image_folder: Path, converted_images: Path,
                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mediapipe import convert as conversion
+    from mediapipe.dataset import convert as conversion
 
     evicted: list[list[Path]] = []
     real_evict = conversion.evict_from_page_cache
@@ -386,7 +386,7 @@ def test_two_datasets_alternate_in_one_run_with_cold_cache(image_folder: Path, c
 
 
 def test_without_cold_cache_nothing_is_evicted(image_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mediapipe import convert as conversion
+    from mediapipe.dataset import convert as conversion
 
     calls: list[object] = []
     monkeypatch.setattr(conversion, "evict_from_page_cache", calls.append)

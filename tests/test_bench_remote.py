@@ -12,8 +12,8 @@ from conftest import write_image_folder
 
 from mediapipe.bench import scenarios
 from mediapipe.cli import main
-from mediapipe.commands.bench import add_arguments, settings_from_args
-from mediapipe.convert import convert
+from mediapipe.cli.bench import add_arguments, settings_from_args
+from mediapipe.dataset.convert import convert
 
 
 def test_backend_ray_runs_the_local_loader_and_the_ray_one_on_request_only():

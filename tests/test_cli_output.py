@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from conftest import write_image_folder
 
-import mediapipe.convert as convert_module
-from mediapipe import shard_format as sf
+import mediapipe.dataset.convert as convert_module
 from mediapipe.bench.video import render_frames, write_video
 from mediapipe.cli import main
-from mediapipe.convert import KILL_HOOK_ENV
-from mediapipe.inspect_dataset import format_summary, gop_lengths, summarize
-from mediapipe.progress import Progress
+from mediapipe.cli.progress import Progress
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import KILL_HOOK_ENV
+from mediapipe.dataset.inspect import format_summary, gop_lengths, summarize
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 
@@ -92,7 +92,7 @@ def test_inspect_gop_wording_for_one_length_several_lengths_and_none() -> None:
 def test_inspect_histograms_run_in_ascending_order() -> None:
     from collections import Counter
 
-    from mediapipe.inspect_dataset import _ascending
+    from mediapipe.dataset.inspect import _ascending
 
     assert list(_ascending(Counter({"<=512px": 1, ">4096px": 1, "<=256px": 2}))) == ["<=256px", "<=512px", ">4096px"]
     assert list(_ascending(Counter({"30": 4, "24": 1, "29.97": 2}))) == ["24", "29.97", "30"]

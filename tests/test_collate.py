@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.collate import collate
 from mediapipe.errors import PipelineError
+from mediapipe.stages.collate import collate
 
 
 def test_a_text_field_absent_from_the_first_sample_reaches_the_batch() -> None:

@@ -14,11 +14,11 @@ from conftest import write_image_folder
 from PIL import Image
 
 import mediapipe as mp
-from mediapipe import shard_format as sf
 from mediapipe.cli import main as cli
-from mediapipe.convert import convert, measure_conversion, parse_shard_size, plan_conversion
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import convert, measure_conversion, parse_shard_size, plan_conversion
+from mediapipe.dataset.transcode import TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like
-from mediapipe.transcode import TranscodeOptions, transcode_image
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,7 @@ def _png(array: np.ndarray) -> bytes:
 
 
 def test_progress_draws_a_bar_on_a_terminal_and_logs_lines_elsewhere() -> None:
-    from mediapipe.progress import Progress
+    from mediapipe.cli.progress import Progress
 
     tty, log = io.StringIO(), io.StringIO()
     bar = Progress(4, unit="files", desc="convert", stream=tty, tty=True)

@@ -12,12 +12,12 @@ import pytest
 from conftest import write_image_folder
 
 import mediapipe as mp
-from mediapipe import shard_format as sf
 from mediapipe.cli import main as cli
-from mediapipe.convert import convert
-from mediapipe.inspect_dataset import verify
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.inspect import verify
+from mediapipe.dataset.transcode import TranscodeError, TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like
-from mediapipe.transcode import TranscodeError, TranscodeOptions, transcode_image
 
 
 def damaged_jpegs(good: bytes) -> dict[str, bytes]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mediapipe as mp
-from mediapipe.convert import convert
+from mediapipe.dataset.convert import convert
 
 pytest.importorskip("tfrecord")
 datasets = pytest.importorskip("datasets")

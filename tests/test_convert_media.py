@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.convert import convert
-from mediapipe.inspect_dataset import summarize, verify
-from mediapipe.transcode import TranscodeOptions
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.inspect import summarize, verify
+from mediapipe.dataset.transcode import TranscodeOptions
 
 av = pytest.importorskip("av")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import write_image_folder
 
-from mediapipe.convert import convert
-from mediapipe.transcode import TranscodeOptions
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.transcode import TranscodeOptions
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import write_image_folder
 
-from mediapipe import shard_format as sf
-from mediapipe.convert import KILL_HOOK_ENV, convert
-from mediapipe.transcode import TranscodeOptions
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import KILL_HOOK_ENV, convert
+from mediapipe.dataset.transcode import TranscodeOptions
 
 OPTIONS = ["--shard-size", "3", "--seed", "7", "--image-max-side", "64", "--no-progress"]
 

@@ -20,12 +20,12 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.convert import convert
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.transcode import TranscodeOptions
 from mediapipe.errors import SourceError
 from mediapipe.fields import FieldType
-from mediapipe.loaders.targets import masks_to_rle, targets_from_json
-from mediapipe.synthetic_detection import find_flat_objects
-from mediapipe.transcode import TranscodeOptions
+from mediapipe.loaders.sources.targets import masks_to_rle, targets_from_json
+from mediapipe.synthetic.detection import find_flat_objects
 from tests.test_source_coco import miss
 
 

@@ -20,7 +20,7 @@ from mediapipe.errors import PipelineError
 
 pytest.importorskip("nvidia.dali")
 
-from mediapipe.loaders.dali import DaliLoader, dali_available, lowering_table  # noqa: E402
+from mediapipe.loaders.dali.loader import DaliLoader, dali_available, lowering_table  # noqa: E402
 
 # Deterministic ops: DALI's libjpeg-turbo decode and antialiased linear resize differ from
 # ours by rounding only. In normalised units (x / 255 - mean) / std with std >= 0.224, one
@@ -39,7 +39,7 @@ def _both(pipe, **kwargs):
 
 
 def test_importing_the_library_does_not_import_dali():
-    code = "import sys, mediapipe, mediapipe.loaders.dali; print('nvidia.dali' in sys.modules)"
+    code = "import sys, mediapipe, mediapipe.loaders.dali.loader; print('nvidia.dali' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert dali_available()
@@ -61,7 +61,7 @@ def test_deterministic_pipeline_equals_torch_backend(image_folder):
 
 def test_converted_shards_feed_the_same_samples(image_folder, tmp_path):
     # tar members are read as byte ranges by our source and fed in our sampler's order
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
 
     convert(image_folder, tmp_path / "shards", shard_size=8)
     pipe = _pipe(None, [A.Resize(128), A.CenterCrop(112), A.Normalize()], batch_size=6,
@@ -516,7 +516,7 @@ def _mask_pipe(manifest, augment, batch_size=4, seed=3):
 
 def test_a_source_split_by_rank_is_not_split_again(image_folder, tmp_path):
     # main: DaliLoader built its own sampler and split the rank's shards again (half the batches)
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
 
     convert(image_folder, tmp_path / "shards", shard_size=6)
     whole = mp.loaders.shards(tmp_path / "shards")
@@ -643,7 +643,7 @@ def test_nearest_exact_lowers_on_the_resize_and_crop_paths(image_folder):
 
 
 def test_an_argument_the_lowering_does_not_consume_is_named_at_build_time(image_folder, monkeypatch):
-    from mediapipe.loaders import dali_lowering
+    from mediapipe.loaders.dali import lowering as dali_lowering
 
     entry = dali_lowering.LOWERINGS["Resize"]
     monkeypatch.setitem(dali_lowering.LOWERINGS, "Resize",
@@ -655,7 +655,7 @@ def test_an_argument_the_lowering_does_not_consume_is_named_at_build_time(image_
 
 
 def test_resume_mid_epoch_on_a_rank_of_split_shards(image_folder, tmp_path):
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
 
     convert(image_folder, tmp_path / "shards", shard_size=4)
     part = mp.loaders.shards(tmp_path / "shards").for_rank(1, 2)

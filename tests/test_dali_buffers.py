@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mediapipe.loaders.dali_buffers import RecycledBuffers
+from mediapipe.loaders.dali.buffers import RecycledBuffers
 
 
 def test_a_buffer_is_reused_only_when_every_tensor_on_it_is_gone():

@@ -12,7 +12,7 @@ import torch
 from mediapipe.bench import datasets, detection, scenarios
 from mediapipe.bench.scenarios import _installed
 from mediapipe.cli import main
-from mediapipe.synthetic_detection import write_detection_dataset
+from mediapipe.synthetic.detection import write_detection_dataset
 
 
 @pytest.fixture(scope="module")

@@ -240,7 +240,7 @@ def test_a_device_decoded_batch_stays_on_the_device(image_folder, workers):
 
 
 def test_collate_allocates_on_the_samples_device():
-    from mediapipe.collate import collate
+    from mediapipe.stages.collate import collate
 
     samples = [{"image": torch.empty(3, 8, 8, dtype=torch.uint8, device="meta"), "audio": torch.empty(1, n, device="meta"),
                 "label": 1} for n in (5, 7)]
@@ -252,7 +252,7 @@ def test_collate_allocates_on_the_samples_device():
 
 
 def test_collate_takes_rows_of_one_batch_without_a_copy():
-    from mediapipe.collate import collate
+    from mediapipe.stages.collate import collate
 
     batch = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)
     out = collate([{"image": batch[0]}, {"image": batch[1]}], {})["image"]
@@ -264,7 +264,7 @@ def test_collate_takes_rows_of_one_batch_without_a_copy():
 def test_the_batch_stage_runs_on_the_batch_device(image_folder):
     """The batch-stage ops on a batch on another device than the CPU keep it there (a flip needs
     no count of its flips read back, which the meta device could not give)."""
-    from mediapipe.batch_stage import run_batch_ops
+    from mediapipe.stages.batch_stage import run_batch_ops
 
     pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image("turbo")},
                        [A.HorizontalFlip(), A.VerticalFlip(), A.Normalize()], batch_size=4, seed=0, device="meta")

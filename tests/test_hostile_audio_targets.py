@@ -82,7 +82,7 @@ def test_an_explicit_rate_still_wins_over_the_recordings(opus_cut):
 
 
 def test_a_converted_opus_cut_is_stored_at_its_recordings_rate(opus_cut):
-    from mediapipe.loaders.formats import describe_inputs, read_input
+    from mediapipe.loaders.sources.formats import describe_inputs, read_input
 
     path, cut = opus_cut
     (item,) = describe_inputs(mp.loaders.lhotse(path))
@@ -200,8 +200,8 @@ def turned_coco(tmp_path_factory):
 @pytest.mark.parametrize("max_side", [None, 40])
 def test_converting_exif_turned_images_turns_their_targets(turned_coco, tmp_path, max_side):
     pytest.importorskip("pycocotools")
-    from mediapipe.convert import convert
-    from mediapipe.transcode import TranscodeOptions
+    from mediapipe.dataset.convert import convert
+    from mediapipe.dataset.transcode import TranscodeOptions
     from tests import test_trust_boxes as TB
 
     source = mp.loaders.coco(turned_coco / "instances.json", turned_coco / "images", masks=True)

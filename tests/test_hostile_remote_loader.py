@@ -15,7 +15,7 @@ from conftest import write_image_folder
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.bench.http_server import RangeServer
-from mediapipe.convert import convert
+from mediapipe.dataset.convert import convert
 from mediapipe.errors import PipelineError, SourceError
 from mediapipe.loaders.samplers import EpochBatchSampler
 from mediapipe.remote import Retry

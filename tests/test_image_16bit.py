@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 
 import mediapipe as mp
-from mediapipe.convert import convert
-from mediapipe.transcode import TranscodeOptions
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.transcode import TranscodeOptions
 
 RAMP = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)  # every 16-bit value once
 EXPECTED = (RAMP >> 8).astype(np.uint8)

@@ -207,7 +207,7 @@ def test_a_worker_keeps_freed_batch_sized_blocks_instead_of_faulting_them_in_aga
 
     script = """
 import resource, sys, torch
-from mediapipe import memory
+from mediapipe.stages import memory
 if sys.argv[1] == "keep" and not memory.keep_freed_memory():
     print("unsupported"); sys.exit()
 def faults():
@@ -248,7 +248,7 @@ def test_folder_keys_are_paths_relative_to_the_root_however_it_is_spelled(image_
 
 def test_a_given_back_buffer_serves_a_slightly_longer_batch_but_not_a_much_shorter_one(monkeypatch):
     """Padded batches (audio) change length every time: reuse must not need the exact size."""
-    from mediapipe import memory
+    from mediapipe.stages import memory
 
     for name, value in (("_worker", 0), ("_free", []), ("_lent", {}), ("_ours", set())):
         monkeypatch.setattr(memory, name, value)

@@ -13,8 +13,8 @@ import torchvision.transforms.v2.functional as TF
 from mediapipe import augment as A
 from mediapipe.augment.base import op_from_config
 from mediapipe.augment.functional import color as FC
-from mediapipe.collate import stack_params
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import photo_like
 
 TV_ADJUST = {"brightness": TF.adjust_brightness, "contrast": TF.adjust_contrast,

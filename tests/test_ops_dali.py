@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from mediapipe import augment as A
-from mediapipe.collate import stack_params
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import photo_like
 
 dali = pytest.importorskip("nvidia.dali")
@@ -152,7 +152,7 @@ def test_every_argument_of_every_registered_op_is_consumed_or_named():
     from dataclasses import fields
 
     from mediapipe.augment.base import registered_ops
-    from mediapipe.loaders.dali_lowering import LOWERINGS, changed_args, unconsumed
+    from mediapipe.loaders.dali.lowering import LOWERINGS, changed_args, unconsumed
 
     ops = registered_ops()
     assert set(LOWERINGS) <= set(ops)

@@ -21,10 +21,10 @@ from torchvision.transforms import InterpolationMode
 from mediapipe import augment as A
 from mediapipe.augment.base import ObjectCountError, Stage
 from mediapipe.augment.functional.objects import convert_boxes
-from mediapipe.collate import TensorList, collate, stack_params
 from mediapipe.errors import PipelineError
 from mediapipe.fields import FieldType, boxes, per_object
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import TensorList, collate, stack_params
 from tests.test_ops_targets import H, W, check, sample, sample_types, some_boxes, some_points, tv
 
 FORMATS = ["xyxy", "xywh", "cxcywh"]

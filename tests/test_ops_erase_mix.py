@@ -13,9 +13,9 @@ import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.augment.base import op_from_config
 from mediapipe.augment.functional import mix as FM
-from mediapipe.collate import stack_params
 from mediapipe.errors import PipelineError
 from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import photo_like
 
 

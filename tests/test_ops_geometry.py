@@ -13,9 +13,9 @@ from torchvision.transforms import InterpolationMode
 
 from mediapipe import augment as A
 from mediapipe.augment.base import Stage, op_from_config
-from mediapipe.collate import stack_params
 from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import photo_like
 
 

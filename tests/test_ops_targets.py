@@ -16,9 +16,9 @@ from torchvision.transforms import InterpolationMode
 
 from mediapipe import augment as A
 from mediapipe.augment.functional.objects import convert_boxes
-from mediapipe.collate import TensorList, stack_params
 from mediapipe.fields import FieldType, boxes, keypoints
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import TensorList, stack_params
 from mediapipe.synthetic import photo_like
 
 H, W = 48, 64

@@ -20,8 +20,8 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.collate import stack_params
 from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 PINNED = json.loads((Path(__file__).parent / "data" / "pinned_outputs.json").read_text())

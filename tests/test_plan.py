@@ -11,7 +11,7 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import DecodeError, SampleUnavailableError, SourceError
-from mediapipe.stats import StageStats, normalise_reason, reason_class
+from mediapipe.stages.stats import StageStats, normalise_reason, reason_class
 
 
 def image_pipeline(root, ops=None, **kwargs) -> mp.Pipeline:
@@ -37,7 +37,7 @@ def test_the_plan_compiles_without_reading_anything_and_pickles_without_decoders
 
 
 def test_the_sample_stage_alone_gives_the_loaders_samples(image_folder):
-    from mediapipe.sample_stage import SampleStage
+    from mediapipe.stages.sample_stage import SampleStage
 
     pipe = image_pipeline(image_folder, [A.RandomResizedCrop(24)])  # the sample stage only
     stage = SampleStage(pipe.plan)
@@ -62,7 +62,7 @@ class _Flaky:
 
 
 def test_the_error_policy_alone():
-    from mediapipe.error_policy import MAX_REPLACEMENT_TRIES, ErrorPolicy
+    from mediapipe.stages.error_policy import MAX_REPLACEMENT_TRIES, ErrorPolicy
 
     stats = StageStats()
     with pytest.raises(DecodeError):
@@ -84,8 +84,8 @@ def test_the_error_policy_alone():
 
 
 def test_the_batch_stage_alone(image_folder):
-    from mediapipe.batch_stage import batch_params, run_batch_ops
     from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+    from mediapipe.stages.batch_stage import batch_params, run_batch_ops
 
     pipe = image_pipeline(image_folder, [A.Resize((16, 16)), A.HorizontalFlip(p=1.0), A.MixUp(num_classes=3)])
     plan = pipe.plan
@@ -101,8 +101,8 @@ def test_the_batch_stage_alone(image_folder):
 
 
 def test_the_batch_builder_alone(image_folder):
-    from mediapipe.batch_builder import BatchBuilder
-    from mediapipe.host_batch import BatchTask
+    from mediapipe.stages.batch_builder import BatchBuilder
+    from mediapipe.stages.host_batch import BatchTask
 
     pipe = image_pipeline(image_folder)
     host = BatchBuilder(pipe.plan)(BatchTask(0, 0, np.array([1, 2, 2]), 2, with_valid=True))
@@ -130,11 +130,13 @@ def test_reason_classes():
 
 
 def test_older_imports_from_graph_still_work():
-    from mediapipe.collate import stack_params
-    from mediapipe.graph import HostBatch, Plan, StageStats
-    from mediapipe.graph import stack_params as graph_stack_params
-    from mediapipe.host_batch import HostBatch as NewHostBatch
+    from mediapipe.plan import Plan
     from mediapipe.plan import Plan as NewPlan
-    from mediapipe.stats import StageStats as NewStats
+    from mediapipe.stages.collate import stack_params
+    from mediapipe.stages.collate import stack_params as graph_stack_params
+    from mediapipe.stages.host_batch import HostBatch
+    from mediapipe.stages.host_batch import HostBatch as NewHostBatch
+    from mediapipe.stages.stats import StageStats
+    from mediapipe.stages.stats import StageStats as NewStats
 
     assert (Plan, HostBatch, StageStats, graph_stack_params) == (NewPlan, NewHostBatch, NewStats, stack_params)

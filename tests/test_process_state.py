@@ -26,9 +26,9 @@ import os
 from PIL import Image
 before, env = Image.MAX_IMAGE_PIXELS, dict(os.environ)
 import mediapipe as mp
-import mediapipe.decoders.image_pillow, mediapipe.transcode, mediapipe.bench.video, mediapipe.decoders.video_nvdec
+import mediapipe.decoders.image_pillow, mediapipe.dataset.transcode, mediapipe.bench.video, mediapipe.decoders.video_nvdec
 from mediapipe.synthetic import jpeg_bytes, photo_like
-from mediapipe.transcode import TranscodeOptions, transcode_image
+from mediapipe.dataset.transcode import TranscodeOptions, transcode_image
 transcode_image(jpeg_bytes(photo_like(40, 60, seed=1)), TranscodeOptions(reencode=True))
 assert Image.MAX_IMAGE_PIXELS == before, Image.MAX_IMAGE_PIXELS
 changed = {k for k in set(env) | set(os.environ) if env.get(k) != os.environ.get(k)}

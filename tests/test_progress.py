@@ -12,7 +12,7 @@ import time
 import pytest
 
 from mediapipe.bench.progress import NoProgress, make_progress
-from mediapipe.progress import Progress
+from mediapipe.cli.progress import Progress
 
 
 class FakeClock:
@@ -96,7 +96,7 @@ def test_disabled_bench_progress_writes_nothing(capsys):
 
 SCRIPT = """
 import time
-from mediapipe.progress import Progress
+from mediapipe.cli.progress import Progress
 bar = Progress(6, unit="files", desc="job", log_every=0.2)
 for _ in range(6):
     time.sleep(0.1)

@@ -111,7 +111,7 @@ def test_shards_read_by_rank_give_every_rank_the_same_number_of_batches(image_fo
     """3 shards of 8 on 2 ranks: rank 0 reads 16 samples, rank 1 reads 8. Each loader used to plan
     its own part alone (4 batches and 2): DDP's all-reduce at step 3 waited for ever. Now every
     rank reads the largest part's slots (the smallest with "drop"), padding flagged invalid."""
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
 
     convert(image_folder, tmp_path / "shards", shard_size=8)
     whole = mp.loaders.shards(tmp_path / "shards")
@@ -141,9 +141,9 @@ def _mix_pipeline(image_folder) -> mp.Pipeline:
 
 
 def test_per_batch_draws_differ_by_rank_and_repeat(image_folder):
-    from mediapipe.batch_builder import BatchBuilder
-    from mediapipe.host_batch import BatchTask
     from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+    from mediapipe.stages.batch_builder import BatchBuilder
+    from mediapipe.stages.host_batch import BatchTask
 
     pipe = _mix_pipeline(image_folder)
     builder = BatchBuilder(pipe.plan)  # the batch ops' parameters stay in the host batch

@@ -47,7 +47,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "data").mkdir()
     made.rename(root / "data" / "train")
     write_other_formats(root / "data")
-    from mediapipe.synthetic_detection import write_detection_dataset
+    from mediapipe.synthetic.detection import write_detection_dataset
 
     write_detection_dataset(root / "data" / "coco", count=16, yolo=True)
     return root

@@ -19,9 +19,9 @@ from conftest import write_image_folder
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe import remote as remote_module
-from mediapipe import shard_format as sf
 from mediapipe.bench.http_server import RangeServer
-from mediapipe.convert import convert
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import convert
 from mediapipe.errors import SourceError
 from mediapipe.remote import Retry, ShardCache, is_remote, remote_name
 

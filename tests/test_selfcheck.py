@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from mediapipe import gpu_checks, selfcheck
 from mediapipe.bench import scenarios
+from mediapipe.checks import gpu as gpu_checks
+from mediapipe.checks import selfcheck
 
 pytest.importorskip("nvidia.nvimgcodec")
 pytest.importorskip("torchvision")

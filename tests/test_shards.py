@@ -12,11 +12,11 @@ import pytest
 from conftest import write_image_folder
 
 import mediapipe as mp
-from mediapipe import shard_format as sf
 from mediapipe.cli import main as cli
-from mediapipe.convert import convert
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.inspect import verify
 from mediapipe.errors import SourceError
-from mediapipe.inspect_dataset import verify
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +79,9 @@ def test_shards_meta_and_rank_split(dataset: Path) -> None:
     assert [r.num_shards for r in ranks] == [2, 1]
     keys = sorted(r.ref(i).key for r in ranks for i in range(len(r)))
     assert keys == sorted(source.ref(i).key for i in range(len(source)))
-    from mediapipe.loaders import remote_shards  # noqa: F401  (a subclass of the same kind must not take its name)
+    from mediapipe.loaders.sources import remote_shards  # noqa: F401  (a subclass of the same kind must not take its name)
 
-    again = mp.loaders.sources.source_from_config(ranks[1].to_config())
+    again = mp.loaders.sources.folder.source_from_config(ranks[1].to_config())
     assert [again.ref(i).key for i in range(len(again))] == [ranks[1].ref(i).key for i in range(len(ranks[1]))]
 
 
@@ -121,7 +121,7 @@ def test_links_are_refused_by_the_scan_and_the_reader(tmp_path: Path) -> None:
     path.write_bytes(_tar_with([("ok.jpg", b"x"), link]))
     with pytest.raises(SourceError, match=r"'a\.jpg' at offset 1024 is a symlink"):
         list(sf.scan_tar(path))
-    from mediapipe.loaders.shards import ShardBlob
+    from mediapipe.loaders.sources.shards import ShardBlob
 
     blob = ShardBlob("link.tar:a.jpg", path=str(path), offset=1536, size=0)  # an index pointing at the link
     with pytest.raises(SourceError, match="link"):
@@ -144,7 +144,7 @@ def test_truncated_shard_is_named_with_its_offset(dataset: Path, tmp_path: Path)
     with pytest.raises(SourceError, match=r"shard-000001\.tar.*truncated"):
         mp.loaders.shards(broken)
     # the reader itself names shard and offset when a member is cut short behind its back
-    from mediapipe.loaders.shards import ShardBlob
+    from mediapipe.loaders.sources.shards import ShardBlob
 
     blob = ShardBlob(f"shard-000001.tar:{last.name}", path=str(tar), offset=last.offset, size=last.size)
     with pytest.raises(SourceError, match=rf"shard-000001\.tar:{last.name}.*offset {last.offset}"):
@@ -169,7 +169,7 @@ def test_verify_finds_a_flipped_byte_and_a_bad_image(dataset: Path, tmp_path: Pa
 
 
 def test_open_shard_files_are_bounded_and_reads_stay_correct(dataset: Path) -> None:
-    from mediapipe.loaders.shards import _OpenShards
+    from mediapipe.loaders.sources.shards import _OpenShards
 
     files = _OpenShards(limit=2)
     tars = sorted(str(p) for p in dataset.glob("shard-*.tar"))
@@ -197,7 +197,7 @@ def test_shards_by_rank_follow_torch_distributed(dataset: Path, monkeypatch: pyt
 def test_a_source_split_by_rank_is_not_split_again_by_the_loader(tmp_path):
     import mediapipe as mp
     from mediapipe import augment as A
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
     from tests.conftest import write_image_folder
 
     write_image_folder(tmp_path / "src", 12, classes=2, seed=1)

@@ -22,11 +22,11 @@ import pytest
 from conftest import write_image_folder
 
 import mediapipe as mp
-from mediapipe import shard_format as sf
 from mediapipe.cli import main as cli
-from mediapipe.convert import convert
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.inspect import verify
 from mediapipe.errors import SourceError
-from mediapipe.inspect_dataset import verify
 
 
 @pytest.fixture(scope="module")
@@ -493,7 +493,7 @@ def _flip_a_data_byte(ds: Path) -> sf.Member:
 
 
 def test_verify_sha256_checks_each_shard_once_per_process(ds: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    shards_module = importlib.import_module("mediapipe.loaders.shards")  # the package's `shards` is the function
+    shards_module = importlib.import_module("mediapipe.loaders.sources.shards")  # the package's `shards` is the function
 
     good = mp.loaders.shards(ds, verify="sha256")
     hashed: list[str] = []
@@ -539,14 +539,14 @@ def test_a_tar_header_with_a_negative_size_is_refused(tmp_path: Path) -> None:
                     + b"\0" * 2048)
     with pytest.raises(SourceError, match=r"'b\.jpg'.*size -1536"):
         list(sf.scan_tar(tar))
-    from mediapipe.loaders.shards import ShardBlob
+    from mediapipe.loaders.sources.shards import ShardBlob
 
     with pytest.raises(SourceError, match="tar header"):  # an index pointing at it
         ShardBlob("neg.tar:b.jpg", path=str(tar), offset=1536, size=0).read()
 
 
 def test_a_shard_replaced_after_open_is_detected_on_read(ds: Path) -> None:
-    shards_module = importlib.import_module("mediapipe.loaders.shards")  # the package's `shards` is the function
+    shards_module = importlib.import_module("mediapipe.loaders.sources.shards")  # the package's `shards` is the function
 
     shards_module._OPEN_SHARDS.forget()
     source = mp.loaders.shards(ds)
@@ -611,7 +611,7 @@ def test_a_symlink_loop_in_place_of_a_shard_is_refused_cleanly(ds: Path, capsys)
 
 
 def test_a_shard_swapped_for_a_link_after_open_is_not_followed(ds: Path, tmp_path: Path) -> None:
-    shards_module = importlib.import_module("mediapipe.loaders.shards")
+    shards_module = importlib.import_module("mediapipe.loaders.sources.shards")
     shards_module._OPEN_SHARDS.forget()
     source = mp.loaders.shards(ds)
     tar = ds / "shard-000000.tar"
@@ -691,7 +691,7 @@ def test_a_source_of_some_shards_bounds_the_records_by_every_shard_on_disk(ds: P
     _claim_a_million_samples(ds, shard=1)
     peak, error = _peak_bytes(lambda: mp.loaders.shards(ds).for_rank(0, 2))
     assert isinstance(error, SourceError) and "bytes, the manifest says" in str(error)  # the whole dataset: sizes
-    from mediapipe.loaders.shards import ShardSource
+    from mediapipe.loaders.sources.shards import ShardSource
 
     peak, error = _peak_bytes(lambda: ShardSource(ds, [0]))
     assert isinstance(error, SourceError) and "cannot fit in the" in str(error), error

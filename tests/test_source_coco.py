@@ -17,7 +17,7 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import SourceError
-from mediapipe.synthetic_detection import CATEGORIES, find_flat_objects
+from mediapipe.synthetic.detection import CATEGORIES, find_flat_objects
 from tests.conftest import state_after
 
 
@@ -342,7 +342,7 @@ def test_files_that_are_not_coco_or_too_large(editable, tmp_path: Path):
 
 def test_a_sample_whose_masks_would_be_too_large_is_a_skippable_error(detection_dataset, monkeypatch):
     pytest.importorskip("pycocotools")
-    from mediapipe.loaders import targets
+    from mediapipe.loaders.sources import targets
 
     source = mp.loaders.coco(detection_dataset.annotations, detection_dataset.images, masks=True)
     sizes = [len(source.ref(i).fields["boxes"]) for i in range(len(source))]
@@ -403,7 +403,7 @@ def test_rle_runs_are_read_as_pycocotools_writes_them():
     """`rle_string_counts` against pycocotools' own encoding: the runs it reads from each string
     rebuild the mask that was encoded, pixel for pixel."""
     mask_api = pytest.importorskip("pycocotools.mask")
-    from mediapipe.loaders.targets import rle_string_counts
+    from mediapipe.loaders.sources.targets import rle_string_counts
 
     rng = np.random.default_rng(4)
     for trial in range(60):
@@ -421,7 +421,7 @@ def test_rle_runs_are_read_as_pycocotools_writes_them():
 
 def test_decoded_masks_never_hold_memory_pycocotools_left_unwritten():
     pytest.importorskip("pycocotools")
-    from mediapipe.loaders.targets import decode_masks
+    from mediapipe.loaders.sources.targets import decode_masks
 
     for counts in ("0?", "", "1"):  # runs of 0 + 15, none, 1: short of 100 pixels
         with pytest.raises(SourceError, match="segmentation.counts: expected an RLE string"):
@@ -432,7 +432,7 @@ def test_decoded_masks_never_hold_memory_pycocotools_left_unwritten():
 
 def test_polygons_whose_outline_would_take_too_much_to_trace_are_refused(monkeypatch):
     pytest.importorskip("pycocotools")
-    from mediapipe.loaders import targets
+    from mediapipe.loaders.sources import targets
 
     zigzag = [float(v) for i in range(200) for v in (0.0 if i % 2 else 50.0, i / 4)]  # 200 points across 50 px
     assert targets.decode_masks([[zigzag]], 50, 50, "x.json").shape == (1, 50, 50)

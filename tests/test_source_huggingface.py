@@ -189,7 +189,7 @@ def test_truncated_files_and_non_utf8_text_are_named(hf_images, tmp_path):
 
 
 def test_the_row_group_cache_reads_each_row_group_once_and_stays_bounded(hf_images):
-    from mediapipe.loaders.parquet import ROW_GROUPS
+    from mediapipe.loaders.sources.parquet import ROW_GROUPS
 
     root, _ = hf_images
     source = mp.loaders.parquet(root / "parquet", columns={"image": "image"}, cache_bytes=1)

@@ -11,7 +11,7 @@ import pytest
 
 import mediapipe as mp
 from mediapipe.errors import SourceError
-from mediapipe.loaders.recordio import IR_HEADER, MAGIC
+from mediapipe.loaders.sources.recordio import IR_HEADER, MAGIC
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 

@@ -12,7 +12,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe.errors import SourceError
-from mediapipe.loaders.tfrecord import BOXES, masked_crc
+from mediapipe.loaders.sources.tfrecord import BOXES, masked_crc
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 tfrecord_pkg = pytest.importorskip("tfrecord")

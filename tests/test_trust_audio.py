@@ -137,7 +137,7 @@ def test_a_resampled_channel_is_that_channel_resampled(manifests):
 
 
 def test_a_converted_cut_keeps_its_channels(manifests):
-    from mediapipe.loaders.formats import describe_inputs, read_input
+    from mediapipe.loaders.sources.formats import describe_inputs, read_input
 
     out, cuts = manifests
     source = mp.loaders.lhotse(out / "cuts.jsonl.gz")
@@ -201,7 +201,7 @@ def test_a_supervision_channel_the_recording_lacks_is_refused(manifests, tmp_pat
 
 def test_dali_refuses_a_source_that_takes_some_channels_of_its_files(manifests):
     from mediapipe.errors import PipelineError
-    from mediapipe.loaders.dali import check_lowerable
+    from mediapipe.loaders.dali.loader import check_lowerable
 
     out, _ = manifests
     source = mp.loaders.lhotse(out / "cuts.jsonl.gz")
@@ -214,7 +214,7 @@ def test_dali_refuses_lhotse_audio_at_the_files_own_rate(manifests):
     """A Lhotse recording states its rate (an Opus file decodes at 48 kHz whatever it says); DALI's
     decoder keeps the file's, so it needs sample_rate= to give what cut.load_audio() gives."""
     from mediapipe.errors import PipelineError
-    from mediapipe.loaders.dali import check_lowerable
+    from mediapipe.loaders.dali.loader import check_lowerable
 
     out, _ = manifests
     source = mp.loaders.lhotse(recordings=out / "recordings.jsonl.gz", supervisions=out / "supervisions.jsonl.gz")

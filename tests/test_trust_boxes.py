@@ -30,12 +30,12 @@ import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.augment.functional.geometry import orient_image
 from mediapipe.augment.functional.objects import EDGE_SLACK, convert_boxes, orient_boxes, orient_keypoints
-from mediapipe.collate import TensorList, stack_params
-from mediapipe.convert import convert
+from mediapipe.dataset.convert import convert
 from mediapipe.errors import DecodeError, PipelineError
 from mediapipe.fields import FieldType, boxes, keypoints
-from mediapipe.loaders.sources import ManifestSource
+from mediapipe.loaders.sources.folder import ManifestSource
 from mediapipe.rng import SampleRNG
+from mediapipe.stages.collate import TensorList, stack_params
 from mediapipe.synthetic import photo_like
 from tests import test_ops_detection as D
 from tests import test_ops_targets as T
@@ -407,7 +407,7 @@ def test_the_reported_case_a_right_edge_box_after_random_resized_crop():
 
 
 def test_converted_targets_scaled_with_the_image_stay_on_its_edges():
-    from mediapipe.loaders.targets import scale_targets
+    from mediapipe.loaders.sources.targets import scale_targets
 
     types = {"boxes": boxes("xyxy"), "points": keypoints()}
     for before in CANVASES:

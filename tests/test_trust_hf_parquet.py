@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import mediapipe as mp
-from mediapipe.convert import convert
+from mediapipe.dataset.convert import convert
 from mediapipe.errors import SourceError
-from mediapipe.loaders.sources import source_from_config
+from mediapipe.loaders.sources.folder import source_from_config
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 datasets = pytest.importorskip("datasets")

@@ -221,8 +221,8 @@ def test_a_loader_after_the_user_shut_ray_down_starts_afresh_and_the_old_one_clo
 def test_a_loader_that_joined_the_ray_a_convert_run_started_outlives_the_run(no_ray, images, tmp_path):
     """``convert --engine ray`` and the Ray loaders share the Ray the library starts: the run
     that started it ends, and a loader that joined it mid-run still delivers every batch."""
-    from mediapipe.convert import convert
-    from mediapipe.transcode import TranscodeOptions
+    from mediapipe.dataset.convert import convert
+    from mediapipe.dataset.transcode import TranscodeOptions
 
     pipe = make_pipeline(images)
     want = [clone(b) for b in pipe.loader(num_workers=0)]

@@ -28,7 +28,7 @@ from conftest import write_image_folder
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.bench.http_server import RangeServer
-from mediapipe.convert import convert
+from mediapipe.dataset.convert import convert
 from mediapipe.errors import SourceError
 from mediapipe.remote import Retry, ShardCache
 

@@ -15,7 +15,7 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import SourceError
-from mediapipe.loaders.tfrecord import BOXES, masked_crc
+from mediapipe.loaders.sources.tfrecord import BOXES, masked_crc
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 tfrecord_pkg = pytest.importorskip("tfrecord")
@@ -201,7 +201,7 @@ def test_per_object_texts_beside_boxes_are_refused_when_the_source_is_made(tfod)
 def test_the_source_round_trips_its_config(tfod):
     path, _ = tfod
     source = mp.loaders.tfrecord(path, DETECTION, box_format="cxcywh", collate="pad")
-    from mediapipe.loaders.sources import source_from_config
+    from mediapipe.loaders.sources.folder import source_from_config
 
     again = source_from_config(source.to_config())
     assert again.field_types() == source.field_types()
@@ -298,7 +298,7 @@ def test_image_size_features_that_agree_are_accepted(tfod):
 
 
 def test_a_conversion_keeps_the_typed_boxes_and_labels(tfod, tmp_path):
-    from mediapipe.convert import convert
+    from mediapipe.dataset.convert import convert
 
     path, _ = tfod
     source = mp.loaders.tfrecord(path, DETECTION)

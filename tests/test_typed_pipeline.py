@@ -19,10 +19,10 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.collate import TensorList
 from mediapipe.errors import DecodeError, PipelineError
 from mediapipe.fields import boxes, keypoints
-from mediapipe.loaders.sources import ManifestSource
+from mediapipe.loaders.sources.folder import ManifestSource
+from mediapipe.stages.collate import TensorList
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
 

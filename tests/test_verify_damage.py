@@ -12,11 +12,11 @@ import pytest
 from conftest import write_image_folder
 
 import mediapipe as mp
-from mediapipe import shard_format as sf
 from mediapipe.cli import main
-from mediapipe.convert import convert
+from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.inspect import verify
 from mediapipe.errors import SourceError
-from mediapipe.inspect_dataset import verify
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ def test_the_default_audio_track_is_the_one_decoded(film, tmp_path):
 def test_convert_probes_and_transcodes_the_film_not_its_cover(film, tmp_path):
     """`mediapipe convert` reads the stream the decoders read: the probe and the AV1 transcode
     of a file with a cover picture listed first describe and keep the film."""
-    from mediapipe.transcode import TranscodeOptions, probe_video, transcode_video
+    from mediapipe.dataset.transcode import TranscodeOptions, probe_video, transcode_video
 
     data = with_cover(film, tmp_path).read_bytes()
     meta = probe_video(data)

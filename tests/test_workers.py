@@ -238,9 +238,9 @@ def test_every_op_pickles_to_an_equal_op():
 def test_the_batch_builder_pickles_and_builds_the_same_batch(image_folder, image_manifest, tmp_path):
     import numpy as np
 
-    from mediapipe.batch_builder import BatchBuilder
-    from mediapipe.convert import convert
-    from mediapipe.host_batch import BatchTask
+    from mediapipe.dataset.convert import convert
+    from mediapipe.stages.batch_builder import BatchBuilder
+    from mediapipe.stages.host_batch import BatchTask
 
     convert(image_folder, tmp_path / "shards", shard_size="8")
     ops = [A.RandomResizedCrop(24), A.HorizontalFlip(), A.ColorJitter(0.2, 0.2, 0.2), A.Normalize(),

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mediapipe import memory
+from mediapipe.stages import memory
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
            "uint8": torch.uint8}

@@ -9,7 +9,7 @@ varied, as real photo collections are: sizes from 300 to 1200 px, smooth to busy
 4:2:0, 4:2:2 and 4:4:4 chroma and grey, baseline and progressive, some with restart markers
 or camera EXIF. ``sample-detection``: a COCO-format detection set (``annotations.json`` and
 ``images/``), COCO-sized photos (480-640 x 360-480) with 1-8 objects pasted at known boxes
-(`mediapipe.synthetic_detection`). ``sample-video`` (a key frame every 60 frames),
+(`mediapipe.synthetic.detection`). ``sample-video`` (a key frame every 60 frames),
 ``sample-video-gop16`` (the same clips, a key frame every 16), ``sample-video-varied`` (short
 clips of 48-120 frames, 240p-720p, four containers, a key frame every 48-60 frames, as real video
 datasets have) and ``sample-audio`` are made by
@@ -263,10 +263,10 @@ def _map(fn: Any, tasks: list[Any], processes: int | None) -> Iterator[Any]:
 
 def sample_image_shards(folder: Path, progress: bool = True) -> Path:
     """The converted copy of a sample-images folder (``<folder>-shards``), made once with
-    `mediapipe.convert.convert`: JPEGs are copied byte for byte, so reading from it differs
+    `mediapipe.dataset.convert.convert`: JPEGs are copied byte for byte, so reading from it differs
     from reading the folder only in the layout (a few tar shards against one file per image)."""
-    from mediapipe.convert import convert
-    from mediapipe.transcode import TranscodeOptions
+    from mediapipe.dataset.convert import convert
+    from mediapipe.dataset.transcode import TranscodeOptions
 
     folder = Path(folder)
     dest = folder.with_name(folder.name + SHARDS_SUFFIX)
@@ -299,7 +299,7 @@ SAMPLE_DETECTION_VERSION = 1
 def sample_detection(root: Path, count: int = DETECTION_COUNT, seed: int = 0, progress: bool = True) -> Path:
     """``count`` COCO-sized photos with objects at known boxes, polygons and RLE, and their
     ``annotations.json``, under ``root/sample-detection-v<version>-n<count>-s<seed>``, made once."""
-    from mediapipe.synthetic_detection import write_detection_dataset
+    from mediapipe.synthetic.detection import write_detection_dataset
 
     dest = Path(root) / f"sample-detection-v{SAMPLE_DETECTION_VERSION}-n{count}-s{seed}"
     if (dest / MARKER).is_file():
@@ -385,7 +385,7 @@ class _Reporter:
 # -- what a dataset holds ------------------------------------------------------------------------
 def _describe_converted(path: Path, kind: str, info: dict[str, Any]) -> dict[str, Any]:
     """From the manifest and the per-sample records: no tar is read."""
-    from mediapipe import shard_format as sf
+    from mediapipe.dataset import shard_format as sf
 
     records = [r for r in sf.read_samples(path) if r.get("kind", kind) == kind]
     info.update(layout="converted", samples=len(records))

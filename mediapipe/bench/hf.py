@@ -77,7 +77,7 @@ def open_mediapipe_hf(scenario: str, data: Path, *, device: str, workers: int, b
         loader_stages,
         passes,
     )
-    from mediapipe.loaders.parquet import RowGroupWindowSampler
+    from mediapipe.loaders.sources.parquet import RowGroupWindowSampler
 
     source = mp.loaders.huggingface(parquet_copy(data), split="train", columns={"image": "image", "label": "label"})
     times = passes(options, batch_size, len(source))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mediapipe.bench.streams import EpochStream, Stream
-from mediapipe.loaders.sources import Source
+from mediapipe.loaders.sources.folder import Source
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -73,7 +73,7 @@ class ShardImage:
 
 def converted_images(data: Path) -> list[ShardImage]:
     """Every image of a converted dataset, located through the shards' DALI index files."""
-    from mediapipe import shard_format as sf
+    from mediapipe.dataset import shard_format as sf
 
     manifest = sf.read_manifest(data)
     labels = {r["key"]: int(r.get("label", 0) or 0) for r in sf.read_samples(data)}
@@ -90,7 +90,7 @@ def converted_images(data: Path) -> list[ShardImage]:
 
 def converted_shards(data: Path) -> tuple[list[str], list[str]]:
     """(tar paths, index paths) of a converted dataset, in the manifest's order."""
-    from mediapipe import shard_format as sf
+    from mediapipe.dataset import shard_format as sf
 
     manifest = sf.read_manifest(data)
     return ([str(data / s["name"]) for s in manifest["shards"]], [str(data / s["idx"]) for s in manifest["shards"]])
@@ -164,9 +164,9 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
         source = mp.loaders.manifest(data)
     else:
         try:
-            from mediapipe.loaders.shards import shards
+            from mediapipe.loaders.sources.shards import shards
         except ImportError as err:
-            raise NotImplementedError(f"not available: converted datasets need mediapipe.loaders.shards ({err})") from err
+            raise NotImplementedError(f"not available: converted datasets need mediapipe.loaders.sources.shards ({err})") from err
         source = shards(data)
     times = passes(options or {}, batch_size, len(source))
     source = RepeatedSource(source, times) if times > 1 else source
@@ -277,7 +277,7 @@ def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int,
                         options: dict[str, Any]) -> Stream:
     """The same pipeline spec lowered to DALI: ``pipe.loader(backend="dali")``."""
     try:
-        from mediapipe.loaders.dali import DaliLoader  # noqa: F401  (present and importable?)
+        from mediapipe.loaders.dali.loader import DaliLoader  # noqa: F401  (present and importable?)
     except ImportError as err:
         raise NotImplementedError(f"not available: {err}") from err
     pipe = mediapipe_pipeline(scenario, data, device, batch_size, options=options)

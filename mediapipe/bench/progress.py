@@ -1,4 +1,4 @@
-"""The benchmark's progress: the library's tqdm-based `mediapipe.progress.Progress`, or nothing.
+"""The benchmark's progress: the library's tqdm-based `mediapipe.cli.progress.Progress`, or nothing.
 
 A bar made while another is open (a dataset generated, or a sample dataset converted, while
 the run's bar is up) is drawn on the line below it and cleared when it closes.
@@ -23,10 +23,10 @@ class NoProgress:
 
 
 def make_progress(total: int | None, unit: str, desc: str, enabled: bool = True, **options: Any) -> Any:
-    """A `mediapipe.progress.Progress` on stderr (``options``: its keyword arguments, such as
+    """A `mediapipe.cli.progress.Progress` on stderr (``options``: its keyword arguments, such as
     ``position``), or `NoProgress` when disabled."""
     if not enabled:
         return NoProgress(total, unit, desc)
-    from mediapipe.progress import Progress
+    from mediapipe.cli.progress import Progress
 
     return Progress(total, unit=unit, desc=desc, **options)

@@ -139,8 +139,8 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
             return "not installed: torchvision (pip install torchvision)"
         if backend in ("mediapipe-hf", "hf-datasets") and not (_installed("datasets") and _installed("pyarrow")):
             return "not installed: datasets and pyarrow write and read the Parquet copy (pip install datasets)"
-        if backend == "mediapipe-dali" and not _installed("mediapipe.loaders.dali"):
-            return "not available: mediapipe.loaders.dali (pipe.loader(backend='dali')) does not exist yet"
+        if backend == "mediapipe-dali" and not _installed("mediapipe.loaders.dali.loader"):
+            return "not available: mediapipe.loaders.dali.loader (pipe.loader(backend='dali')) does not exist yet"
         return None
     if backend == "dav1d" and shutil.which("dav1d") is None:
         return "not installed: the dav1d command line is not on PATH (apt-get install dav1d)"

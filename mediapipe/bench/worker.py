@@ -149,7 +149,7 @@ PRELOAD_BY_BACKEND = {
     "torchvision": ("torchvision", "torchvision.transforms.v2"),
     "torchvision-gpu": ("torchvision", "torchvision.transforms.v2", "mediapipe.bench.torchvision_gpu"),
     "dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch"),
-    "mediapipe-dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch", "mediapipe.loaders.dali"),
+    "mediapipe-dali": ("nvidia.dali", "nvidia.dali.plugin.pytorch", "mediapipe.loaders.dali.loader"),
 }
 _preload: list[str] = list(BASE_PRELOAD)
 

@@ -1,0 +1,1 @@
+"""``mediapipe selfcheck``: the GPU path checked on one machine, and the checks it runs."""

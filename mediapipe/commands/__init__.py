@@ -1,1 +1,0 @@
-"""Subcommands of the ``mediapipe`` command line, one module each."""

@@ -1,0 +1,73 @@
+"""The batch stage: the batch ops' parameters, drawn per sample (or once per batch) and
+stacked, and the ops themselves on whole batches (on the device, or in a worker for a CPU
+device: same parameters, same kernels, same values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mediapipe.augment.base import Params
+from mediapipe.plan import Plan
+from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+from mediapipe.stages.collate import stack_params
+
+
+def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, samples: list, data: dict,
+                 *, deferred: bool = False) -> dict[int, Params]:
+    """Stacked parameters of the batch-stage ops. A per-sample op's draws are keyed by the
+    sample's index, its shape taken from the sample (or its slot in ``data``); a per-batch op's
+    (MixUp) by ``draw_number`` (`BatchTask.draw_number`: ranks differ). Ops reading a
+    device-decoded field are drawn on the device once its shapes are known (``deferred=True``)."""
+    out: dict[int, Params] = {}
+    for p in plan.batch_ops:
+        if bool(set(p.op.inputs) & plan.deferred) != deferred:
+            continue
+        if p.op.per_batch:
+            rng = SampleRNG(plan.seed, epoch, BATCH_INDEX_BASE + draw_number, p.index)
+            out[p.index] = p.op.batch_params(rng, len(indices))
+            continue
+        shape_field = plan.shape_source.get(p.size_field, p.size_field)
+        drawn = []
+        for position, index in enumerate(indices.tolist()):
+            sample = samples[position]
+            x = sample.get(shape_field) if sample is not None else None
+            if x is None and isinstance(data.get(shape_field), (torch.Tensor, list)):
+                x = data[shape_field][position]
+            meta = {} if x is None else {"size": tuple(x.shape[-2:]), "shape": tuple(x.shape)}
+            real_index = sample["index"] if sample is not None else index
+            drawn.append(p.op.sample_params(SampleRNG(plan.seed, epoch, real_index, p.index), meta))
+        out[p.index] = stack_params(drawn)
+    return out
+
+
+def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:
+    """The batch-stage ops on a collated batch, in order; an op another absorbs runs inside it on
+    the absorber's fields, and on its own other fields (a mask, boxes) just before it. Fields
+    batched as lists (boxes) are moved to the batch's device here, with the rest of the batch."""
+    _lists_to(data, plan.device)
+    for p in plan.batch_ops:
+        if p.index in plan.done_by_next:
+            continue
+        before = plan.absorbed.get(p.index)
+        if before is None:
+            p.op.apply_fields(data, params[p.index])
+            continue
+        rest = [f for f in before.op.inputs if f not in p.op.inputs]
+        if rest:
+            before.op.apply_fields(data, params[before.index], only=rest,
+                                   canvas_size=before.op.canvas_of(data, p.op.inputs))
+        for field in p.op.inputs:
+            data[field] = p.op.apply_absorbing(data[field], params[p.index], before.op, params[before.index])
+    return data
+
+
+def _lists_to(data: dict[str, Any], device: torch.device) -> None:
+    """Each tensor of a list field (one per sample) on ``device``."""
+    if device.type == "cpu":
+        return
+    for name, value in data.items():
+        if isinstance(value, list) and any(isinstance(v, torch.Tensor) and v.device != device for v in value):
+            data[name] = [v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for v in value]

@@ -1,0 +1,78 @@
+"""``on_error``: what a sample that fails to load becomes ("raise", "skip" or "replace").
+
+"skip" puts a deterministic replacement in the slot (drawn by a key of the failed sample's
+index, so every worker count and resume point picks the same one); "replace" leaves the slot
+empty (zeros, ``valid`` False). Both search at most `MAX_REPLACEMENT_TRIES` samples and then
+raise `SampleUnavailableError` naming the failed file and every replacement tried.
+
+Counting: a failed sample is counted once, in the slot that holds it (``stats.errors`` by
+reason class, ``stats.failed`` with its path). A replacement that fails during the search is
+not counted there: it is a sample of the epoch too, counted when its own slot comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mediapipe.errors import MediapipeError, SampleUnavailableError
+from mediapipe.rng import REPLACEMENT_OP_INDEX, TEMPLATE_OP_INDEX, SampleRNG
+from mediapipe.stages.stats import StageStats
+
+MAX_REPLACEMENT_TRIES = 16
+
+Sample = dict[str, Any]
+LoadSample = Callable[[int], Sample]
+
+
+def failed_path(err: BaseException, index: int) -> str:
+    """The file an error is about, else the sample's index."""
+    path = getattr(err, "path", None)
+    return str(path) if path is not None else f"sample {index}"
+
+
+class ErrorPolicy:
+    """Applies ``on_error`` to loading one sample of a batch."""
+
+    def __init__(self, on_error: str, num_samples: int, seed: int) -> None:
+        self.on_error, self.num_samples, self.seed = on_error, num_samples, seed
+
+    def load(self, load: LoadSample, index: int, epoch: int, stats: StageStats, *, counted: bool = True,
+             failures: list[tuple[int, BaseException]] | None = None) -> Sample | None:
+        """Sample ``index``, or under "skip" its replacement, or under "replace" None. A failure
+        is counted in ``stats`` when ``counted`` (a real slot, not padding) and noted in ``failures``."""
+        try:
+            return load(index)
+        except MediapipeError as err:
+            if self.on_error == "raise":
+                raise
+            if counted:
+                stats.count_error(err)
+            if failures is not None:
+                failures.append((index, err))
+            if self.on_error == "replace":
+                return None
+            return self._stand_in(load, epoch, index, REPLACEMENT_OP_INDEX, [(index, err)])
+
+    def template(self, load: LoadSample, epoch: int, failures: list[tuple[int, BaseException]]) -> Sample:
+        """A good sample whose fields give the shapes and dtypes of a batch in which every sample
+        failed (under "replace": all zeros, all invalid). Keyed by the batch's first sample."""
+        return self._stand_in(load, epoch, failures[0][0], TEMPLATE_OP_INDEX, failures)
+
+    def _stand_in(self, load: LoadSample, epoch: int, key: int, op_index: int,
+                  failures: list[tuple[int, BaseException]]) -> Sample:
+        rng = SampleRNG(self.seed, epoch, key, op_index)
+        seen = {index for index, _ in failures}
+        tried: list[str] = []
+        for _ in range(MAX_REPLACEMENT_TRIES):
+            other = rng.integers(0, self.num_samples)
+            if other in seen:
+                continue
+            seen.add(other)
+            try:
+                return load(other)
+            except MediapipeError as err:
+                tried.append(failed_path(err, other))
+        first = failures[0][1]
+        raise SampleUnavailableError(self.on_error, [failed_path(e, i) for i, e in failures], tried,
+                                     getattr(first, "reason", None) or str(first))

@@ -1,0 +1,263 @@
+"""The sample stage: one sample read, decoded field by field, and through the sample-stage ops.
+
+Runs in a worker (or inline). Every random draw is keyed by (seed, epoch, sample index,
+op index), so a sample gets the same values in any process. A field whose decoder runs on
+the device is left as a `Deferred` (bytes, checked header, the fused op's drawn parameters).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from mediapipe.augment.base import CanvasError, ObjectCountError, Params
+from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
+from mediapipe.decoders.exif import file_orientation, oriented_size
+from mediapipe.errors import DecodeError, LimitError
+from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK, OBJECTS, RASTER
+from mediapipe.loaders.sources.targets import BAD_ANNOTATION, frame_problem, orient_targets
+from mediapipe.plan import Plan
+from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
+from mediapipe.sample import SampleRef
+from mediapipe.stages.host_batch import Deferred
+from mediapipe.stages.stats import StageStats
+
+
+def canvas_key(op_index: int) -> tuple[str, int]:
+    """Where a params cache keeps the (H, W) an op fused into a decoder drew on."""
+    return ("canvas", op_index)
+
+
+class SampleStage:
+    """Read, decode and run the sample-stage ops of ``plan`` on one sample at a time."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        # the source's fields in pixels (boxes, keypoints, masks per object) and the decoded image
+        # they are pixels of: the first raster field, as the ops on boxes take their canvas
+        types = plan.base_types
+        self.targets = {n: t for n, t in types.items() if n not in plan.decode and t.rows_are_objects
+                        and t.kind in (BOXES, KEYPOINTS, MASK)}
+        self.targets_canvas = next((n for n in plan.decode if types[n].kind in RASTER), None)
+
+    def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
+        """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
+        label, index and the source's extra fields. Raises on a bad sample."""
+        ref = self.plan.source.ref(index)
+        data = self.source_fields(ref)
+        params_cache: dict[int, Params] = {}
+        done: set[tuple[int, str]] = set()
+        decoders, spans = self.plan.decoders(), {}
+        for field_index, name in self.plan.decode_order:
+            self.decode_field(ref, name, field_index, decoders[name], epoch, data, params_cache, done, stats, spans)
+        t0 = time.perf_counter()
+        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False, key=ref.key)
+        stats.seconds["sample_ops"] += time.perf_counter() - t0
+        return data
+
+    def source_fields(self, ref: SampleRef) -> dict[str, Any]:
+        """What a sample takes from its source rather than its decoders: ``index``, ``label``
+        (when the source labels it) and the source's own fields (a manifest's columns, boxes
+        as tensors). Both backends start a sample here."""
+        data: dict[str, Any] = {"index": ref.index}
+        if ref.label is not None:
+            data["label"] = ref.label
+        data.update(ref.fields)
+        self.check_objects(data, ref.key)
+        return data
+
+    def check_objects(self, data: dict[str, Any], key: str) -> None:
+        """A source's boxes and keypoints as float32 (N, 4) and (N, ..., 2) tensors (a JSON list of
+        lists too; a sample without the field, or with an empty list, has none: (0, 4) or (0, 2)),
+        its per-object class ids as int64 (N,) and other per-object values as tensors (N, ...);
+        another shape is a bad annotation of this sample."""
+        for name in self.plan.object_fields:
+            kind = self.plan.base_types[name].kind
+            try:
+                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32 if kind in OBJECTS else None)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise DecodeError(key, "source", f"field {name!r}: not numbers ({err})", category="bad annotation") from None
+            if kind not in OBJECTS:
+                data[name] = self._per_object_values(name, kind, value, key)
+                continue
+            if value.numel() == 0:
+                value = value.reshape(0, 4) if kind == BOXES else value.reshape(0, *value.shape[1:] or (2,))
+            if (kind == BOXES and (value.ndim != 2 or value.shape[1] != 4)) or (kind != BOXES and value.shape[-1:] != (2,)):
+                expected = "(N, 4)" if kind == BOXES else "(N, ..., 2)"
+                raise DecodeError(key, "source", f"field {name!r} ({kind}) has shape {tuple(value.shape)}, expected "
+                                  f"{expected}", category="bad annotation")
+            if not bool(torch.isfinite(value).all()):
+                raise DecodeError(key, "source", f"field {name!r} ({kind}) holds NaN or infinite coordinates",
+                                  category="bad annotation")
+            data[name] = value
+
+    @staticmethod
+    def _per_object_values(name: str, kind: str, value: torch.Tensor, key: str) -> torch.Tensor:
+        """One value (or row) per object: class ids int64 (N,), other values as they are; none: (0,)."""
+        if value.numel() == 0 and value.ndim <= 1:
+            return torch.zeros(0, dtype=torch.int64 if kind == LABEL else torch.float32)
+        if value.ndim == 0:
+            raise DecodeError(key, "source", f"field {name!r} (per object) is one number, expected one per object",
+                              category="bad annotation")
+        if kind == LABEL:
+            if value.is_floating_point() and not bool((value == value.round()).all()):
+                raise DecodeError(key, "source", f"field {name!r} (class ids per object) holds fractions",
+                                  category="bad annotation")
+            value = value.to(torch.int64)
+        return value
+
+    def check_output_size(self, params: Params, op: Any, key: str) -> None:
+        """An op's drawn output size within the pipeline's ``max_pixels``, before it allocates: a
+        resize's size follows the input's aspect ratio, so a 1 x 60000 image (under the limit)
+        resized to a shorter side of 256 would be 256 x 15 million pixels."""
+        size, limit = params.get("size"), self.plan.limits.max_pixels
+        if limit is None or size is None or len(size) != 2:
+            return
+        height, width = (int(v) for v in size)
+        if height * width > limit:
+            raise LimitError(key, type(op).__name__, f"output of {height}x{width} = {height * width} pixels is above "
+                             f"max_pixels={limit}")
+
+    def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
+                done: set, *, deferred: bool, key: str | None = None) -> None:
+        """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
+        in a worker) or those after it (``deferred=True``, on the device). An op's draw sees the
+        size of its canvas (its first raster input); an op fused into a decoder drew on the
+        decoded file's size, which its other fields (a mask, boxes) must then have too."""
+        plan = self.plan
+        for p in plan.sample_ops:
+            if (p.index in plan.deferred_ops) != deferred:
+                continue
+            todo = [s for s in p.op.inputs if (p.index, s) not in done]
+            try:
+                params = params_cache.get(p.index)
+                if params is None:
+                    first = data[p.size_field]
+                    op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape),
+                               "fields": {f: data[f] for f in p.op.draws_on()}}
+                    params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+                    self.check_output_size(params, p.op, key or f"sample {index}")
+                    canvas = None
+                else:  # fused: drawn on the size the decoder saw
+                    canvas = params_cache.get(canvas_key(p.index))
+                    canvas = tuple(canvas) if canvas is not None else None
+                    off = {f: s for f, s in p.op.raster_sizes(data, todo).items() if s != canvas}
+                    if off and canvas is not None:
+                        raise CanvasError(f"{type(p.op).__name__} draws once for {list(p.op.inputs)} on the "
+                                          f"decoded {canvas}, but " + ", ".join(f"{f} is {s}" for f, s in off.items()))
+                p.op.apply_fields(data, params, only=None if len(todo) == len(p.op.inputs) else todo,
+                                  canvas_size=canvas)
+            except CanvasError as err:
+                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
+                                  category="fields of one draw differ in size") from None
+            except ObjectCountError as err:
+                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
+                                  category="bad annotation") from None
+
+    def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
+                     data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
+                     spans: dict[str, Any]) -> None:
+        """Field ``name`` of one sample into ``data``: read its blob, probe the header when an op
+        is fused into the decoder (drawing that op's parameters for the hint), decode, and
+        finish the fused op. A device-decoded field becomes a `Deferred` instead. A field read
+        ``from_field`` another (a video's audio track) reads that field's blob and decodes the
+        time spans the other's decoder recorded in ``spans``."""
+        plan = self.plan
+        t0 = time.perf_counter()
+        source = plan.decode[name].from_field
+        blob = plan.blob(ref, name)
+        if getattr(decoder, "reads_whole", True) and blob.data is None:
+            blob = replace(blob, data=blob.read())
+        else:
+            blob.check()  # the decoder opens the file itself: never a FIFO or a device
+        stats.bytes += blob.nbytes()
+        t1 = time.perf_counter()
+        stats.seconds["read"] += t1 - t0
+        hint, fused = NO_HINT, plan.fused.get(name)
+        meta = dict(ref.meta)
+        frame = self.targets_frame(ref, name, decoder, blob, data)
+        if fused is None and name in plan.deferred:
+            meta.update(decoder.probe(blob))  # reject a bad header in the worker, where on_error applies
+        if fused is not None:
+            probe = decoder.probe(blob)
+            meta.update(probe)
+            if "height" in meta and "width" in meta:
+                meta["size"] = (meta["height"], meta["width"])
+            params = params_cache.get(fused.index)
+            if params is None:  # a draw on a source's boxes (RandomIoUCrop) has them before decoding
+                draw_meta = {**meta, "fields": {f: data[f] for f in fused.op.draws_on()}}
+                params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), draw_meta)
+                self.check_output_size(params, fused.op, ref.key)
+                params_cache[fused.index] = params
+                params_cache[canvas_key(fused.index)] = meta.get("size")
+            hint = fused.op.decode_hint(params, meta) or NO_HINT
+        if source is not None:
+            hint = replace(hint, span=spans.get(source))
+        elif hint.window is None and decoder.kind == "audio" and "segment" in ref.meta:
+            hint = replace(hint, window=tuple(ref.meta["segment"]))  # a manifest's utterance within its file
+        if frame is not None and (fused is not None or name in plan.deferred) and "height" in meta and "width" in meta:
+            self.check_frame(blob, decoder, frame, (meta["height"], meta["width"]))  # the probed header
+        if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
+            data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
+            return
+        rng = SampleRNG(plan.seed, epoch, ref.index, DECODER_OP_INDEX_BASE + field_index)
+        x = decoder.decode(blob, hint, rng, meta)
+        if isinstance(x, Decoded):
+            data.update({f"{name}_{side}": value for side, value in x.fields.items()})
+            if x.span is not None:
+                spans[name] = x.span
+            stats.frames += x.frames
+            if x.stages:
+                stats.seconds.update({f"decode_{part}": value for part, value in x.stages.items()})
+            if x.fallback is not None:
+                stats.count_fallback(decoder.name, x.fallback)
+            x = x.value
+        if decoder.auto_fallback is not None:
+            stats.count_fallback(decoder.name, decoder.auto_fallback)
+        if frame is not None and fused is None:
+            self.check_frame(blob, decoder, frame, tuple(x.shape[-2:]))
+        t2 = time.perf_counter()
+        stats.seconds["decode"] += t2 - t1
+        if fused is not None and hint is not NO_HINT:
+            x = fused.op.apply_decoded(x, params_cache[fused.index])
+            done.add((fused.index, name))
+            dst = fused.op.outputs[fused.op.inputs.index(name)]
+            data[dst] = x
+            if dst != name:
+                data[name] = x  # the op wrote a new field; the decoded field is what the decoder gave
+            stats.seconds["sample_ops"] += time.perf_counter() - t2
+        else:
+            data[name] = x
+
+    def targets_frame(self, ref: SampleRef, name: str, decoder: Decoder, blob: Any,
+                      data: dict[str, Any]) -> tuple[tuple[int, int], int] | None:
+        """For the image the source's targets are in pixels of (`targets_canvas`), decoded by an image
+        decoder: its declared (H, W) and the EXIF orientation its decoder turns it by, with the
+        targets in ``data`` turned the same way (before any op draws on them: RandomIoUCrop's crop
+        is drawn from the boxes). None for another field, or a sample without targets or size."""
+        if name != self.targets_canvas or decoder.kind != "image" or not any(f in data for f in self.targets):
+            return None
+        height, width = ref.meta.get("height"), ref.meta.get("width")
+        orientation = decoder.orientation(blob.read()) if hasattr(decoder, "orientation") else 1
+        if orientation != 1:
+            stored = (height, width) if type(height) is int and type(width) is int else None
+            if stored is None:  # no declared size: the header's, turned back to the stored frame
+                probe = decoder.probe(blob)
+                stored = oriented_size(orientation, probe["height"], probe["width"])
+            data.update(orient_targets(data, self.targets, orientation, stored))
+        if type(height) is not int or type(width) is not int:
+            return None
+        return (height, width), orientation
+
+    @staticmethod
+    def check_frame(blob: Any, decoder: Decoder, frame: tuple[tuple[int, int], int], decoded: tuple[int, int]) -> None:
+        """A `DecodeError` naming the file where the decoded image is not the size the source declares
+        for its targets (turned by its EXIF orientation where the decoder turns it)."""
+        declared, orientation = frame
+        if oriented_size(orientation, *declared) == tuple(decoded):
+            return
+        problem = frame_problem(declared, decoded, orientation, file_orientation(blob.read()))
+        raise DecodeError(blob.name, decoder.name, problem, category=BAD_ANNOTATION)
