@@ -56,13 +56,6 @@ Canvas = tuple[int, int] | list[tuple[int, int]] | None  # one (H, W), or one pe
 
 _OPS: dict[str, type[Op]] = {}
 
-# Arguments that existed once: what to do instead (raised by the constructor and by op_from_config).
-REMOVED_ARGS = {
-    "mask_keys": "mask_keys= is gone: decode the mask with mp.decoders.mask() (its kind makes every op "
-                 "resample it with nearest, never smoothed, and fill it with 0) and list it in keys, or "
-                 "leave keys unset to transform every spatial field of the sample",
-}
-
 # The kind an op outside a pipeline assumes, when it has several: images first.
 _PREFERRED = (IMAGE, VIDEO, AUDIO, FEATURES, MASK, *KINDS)
 
@@ -114,18 +107,8 @@ class Op:
     batch_only: ClassVar[bool] = False  # cannot run on a single sample (MixUp, CutMix)
     reads_canvas: ClassVar[bool] = False  # takes the canvas from an image it does not transform (ClampBoundingBoxes)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Op:
-        for name in REMOVED_ARGS.keys() & kwargs.keys():
-            raise TypeError(f"{cls.__name__}: {REMOVED_ARGS[name]}")
-        return super().__new__(cls)
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name, instead in (("stage", "override placement()"), ("apply", "override transform()"),
-                              ("apply_to", "override transform(), which gets the field's type")):
-            if name in cls.__dict__:
-                raise TypeError(f"{cls.__name__} defines {name!r}: ops no longer do; {instead} "
-                                "(see mediapipe.augment.base)")
         if not cls.__name__.startswith("_"):
             _OPS[cls.__name__] = cls
 
@@ -567,8 +550,6 @@ def op_from_config(config: dict[str, Any]) -> Op:
     name = config.pop("op")
     if name not in _OPS:
         raise ValueError(f"unknown op {name!r}; known: {sorted(_OPS)}")
-    for removed in REMOVED_ARGS.keys() & config.keys():
-        raise ValueError(f"{name} config has {removed!r}: {REMOVED_ARGS[removed]}")
     return _OPS[name](**config)
 
 

@@ -317,14 +317,6 @@ def test_a_mask_is_resized_with_nearest(op) -> None:
     assert op.fusable(FieldType("image")) and not op.fusable(FieldType("mask"))  # a mask's decoder never smooths it
 
 
-def test_mask_keys_is_gone_with_an_error_that_says_what_to_do() -> None:
-    with pytest.raises(TypeError, match=r"mask_keys= is gone: decode the mask with mp.decoders.mask\(\)"):
-        A.RandomRotation(5, keys=("image", "mask"), mask_keys=("mask",))
-    config = {"op": "RandomResizedCrop", "size": [24, 24], "keys": ["image", "mask"], "mask_keys": ["mask"]}
-    with pytest.raises(ValueError, match="RandomResizedCrop config has 'mask_keys'.*mp.decoders.mask"):
-        op_from_config(config)
-
-
 def test_out_writes_a_new_field() -> None:
     x = images(4)
     op = A.VerticalFlip(p=1.0, out="view2")
