@@ -193,7 +193,7 @@ def test_targets_over_http_are_those_on_disk(coco_shards, tmp_path: Path):
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
     from mediapipe.bench.http_server import RangeServer
-    from mediapipe.remote import Retry
+    from mediapipe.remote.retry import Retry
 
     shutil.copytree(coco_shards, tmp_path / "ds")
     server = RangeServer(tmp_path)

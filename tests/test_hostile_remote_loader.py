@@ -18,7 +18,7 @@ from mediapipe.bench.http_server import RangeServer
 from mediapipe.dataset.convert import convert
 from mediapipe.errors import PipelineError, SourceError
 from mediapipe.loaders.samplers import EpochBatchSampler
-from mediapipe.remote import Retry
+from mediapipe.remote.retry import Retry
 
 FAST = Retry(attempts=2, backoff=0.01, timeout=5)
 

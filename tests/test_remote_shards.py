@@ -18,12 +18,14 @@ from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe import remote as remote_module
 from mediapipe.bench.http_server import RangeServer
 from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import convert
 from mediapipe.errors import SourceError
-from mediapipe.remote import Retry, ShardCache, is_remote, remote_name
+from mediapipe.remote import cache as cache_module
+from mediapipe.remote.cache import ShardCache
+from mediapipe.remote.retry import Retry
+from mediapipe.remote.urls import is_remote, remote_name
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -368,13 +370,13 @@ def test_a_cache_shared_with_another_process_never_loses_a_download_or_a_read(se
     monkeypatch.setattr(source.store, "download", evicted_while_downloading)
     assert source.ref(0).blobs["jpg"].read() == local.ref(0).blobs["jpg"].read()
     monkeypatch.undo()
-    touch = remote_module._touch
+    touch = cache_module._touch
 
     def evicted_once_opened(fd):
         touch(fd)
         elsewhere.evict(keep=1 << 40)  # the other process evicts the shard just opened for a read
 
-    monkeypatch.setattr(remote_module, "_touch", evicted_once_opened)
+    monkeypatch.setattr(cache_module, "_touch", evicted_once_opened)
     for i in range(len(source)):
         assert source.ref(i).blobs["jpg"].read() == local.ref(i).blobs["jpg"].read()
     assert not list(folder.glob("*.tar"))  # (all evicted, as the other process asked)
@@ -398,7 +400,7 @@ def test_two_processes_and_two_datasets_share_one_small_cache(served, tmp_path):
     folder = tmp_path / "shared"
     code = (  # a process reading both datasets twice over, through a cache that holds one shard
         "import sys, mediapipe as mp\n"
-        "from mediapipe.remote import Retry\n"
+        "from mediapipe.remote.retry import Retry\n"
         "url, folder, size, root = sys.argv[1:5]\n"
         "r = Retry(attempts=3, backoff=0.01, timeout=10)\n"
         "srcs = [mp.loaders.shards(f'{url}/{n}', cache_dir=folder, cache_bytes=int(size), retry=r) for n in ('ds', 'ds-copy')]\n"

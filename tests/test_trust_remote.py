@@ -30,7 +30,8 @@ from mediapipe import augment as A
 from mediapipe.bench.http_server import RangeServer
 from mediapipe.dataset.convert import convert
 from mediapipe.errors import SourceError
-from mediapipe.remote import Retry, ShardCache
+from mediapipe.remote.cache import ShardCache
+from mediapipe.remote.retry import Retry
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -375,8 +376,8 @@ class FakeGCS:
 
 
 def test_gcs_answers_are_held_to_the_generation_seen_at_open(monkeypatch, tmp_path):
-    from mediapipe import remote as remote_module
-    from mediapipe.remote import RemoteStore
+    from mediapipe.remote import buckets
+    from mediapipe.remote.stores import RemoteStore
 
     data = bytes(range(256)) * 40
     store = RemoteStore("gs://bucket/ds", retry=FAST)
@@ -385,7 +386,7 @@ def test_gcs_answers_are_held_to_the_generation_seen_at_open(monkeypatch, tmp_pa
     seen = store.version("shard.tar")
     assert seen.size == len(data) and seen.validators == (("generation", "1"),)
     assert store.read("shard.tar", 100, 300, seen) == data[100:400]
-    monkeypatch.setattr(remote_module, "PIECE", 4096)  # a whole file in three ranged reads
+    monkeypatch.setattr(buckets, "PIECE", 4096)  # a whole file in three ranged reads
     assert store.read_small("index", len(data), "index") == data
     store.download("shard.tar", tmp_path / "copy", len(data), None, seen)
     assert (tmp_path / "copy").read_bytes() == data and fake.calls == 1 + 1 + 3 + 3
@@ -401,7 +402,7 @@ def test_gcs_answers_are_held_to_the_generation_seen_at_open(monkeypatch, tmp_pa
 
 def test_every_store_takes_its_timeouts_from_the_retry_policy():
     pytest.importorskip("s3fs")
-    from mediapipe.remote import RemoteStore
+    from mediapipe.remote.stores import RemoteStore
 
     retry = Retry(attempts=3, timeout=7.0)
     s3 = RemoteStore("s3://bucket/ds", {"key": "k", "secret": "s"}, retry)

@@ -29,7 +29,11 @@ from typing import Any
 from mediapipe.dataset import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources.shards import VERIFY, ShardBlob, ShardFile, ShardSource
-from mediapipe.remote import REWRITTEN_HINT, ObjectVersion, RemoteStore, Retry, ShardCache, remote_name
+from mediapipe.remote.cache import ShardCache
+from mediapipe.remote.retry import Retry
+from mediapipe.remote.stores import RemoteStore
+from mediapipe.remote.urls import remote_name
+from mediapipe.remote.versions import REWRITTEN_HINT, ObjectVersion
 
 DEFAULT_CACHE_BYTES = 8 << 30
 MERGE_GAP = 64 << 10  # ranges of one shard closer than this are fetched as one

@@ -25,7 +25,7 @@ from typing import Any
 from mediapipe.dataset import shard_format as sf
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources.folder import Source
-from mediapipe.remote import is_remote
+from mediapipe.remote.urls import is_remote
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 META_KEYS = ("width", "height", "duration", "frames", "fps", "keyframes", "sample_rate", "num_samples",

@@ -458,7 +458,7 @@ def convert(src: Any, out: str | os.PathLike, *, shard_size: str | int = "256MB"
     ``storage_options`` to fsspec); ``on_commit(manifest, result)`` runs after each shard is
     committed, and once more with None when the dataset is complete.
     """
-    from mediapipe.remote import is_remote
+    from mediapipe.remote.urls import is_remote
 
     if is_remote(str(out)):
         from mediapipe.dataset.convert_remote import convert_to_store

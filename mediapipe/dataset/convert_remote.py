@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mediapipe.dataset import shard_format as sf
-from mediapipe.remote import RemoteStore
+from mediapipe.remote.stores import RemoteStore
 
 MAX_PART_BYTES = 1 << 30  # one shard's sample records and failures
 
