@@ -10,8 +10,8 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.bench.audio import encode_audio, speech_like
 from mediapipe.loaders.bucketing import DurationBucketSampler, source_durations
+from mediapipe.synthetic.audio import encode_audio, speech_like
 
 DURATIONS = np.random.default_rng(0).uniform(2.0, 15.0, 1000)
 

@@ -13,10 +13,10 @@ import torch
 import torchaudio
 
 import mediapipe as mp
-from mediapipe.bench.audio import encode_audio, speech_like
 from mediapipe.decoders.base import NO_HINT, DecodeHint
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.audio import encode_audio, speech_like
 
 SR = 16000
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.bench.audio import encode_audio, speech_like
 from mediapipe.stages.stats import normalise_reason
+from mediapipe.synthetic.audio import encode_audio, speech_like
 
 BAD = {
     "truncated.flac": "truncated or corrupt",

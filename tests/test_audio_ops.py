@@ -193,7 +193,7 @@ def test_add_noise_snr_and_determinism():
 
 
 def test_add_noise_from_files(tmp_path):
-    from mediapipe.bench.audio import encode_audio
+    from mediapipe.synthetic.audio import encode_audio
 
     rng = np.random.default_rng(1)
     encode_audio(tmp_path / "noise.flac", rng.normal(0, 0.1, 3000).astype(np.float32), SR)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.bench.audio import encode_audio, speech_like
 from mediapipe.decoders.base import NO_HINT, DecodeHint, Limits
 from mediapipe.decoders.registry import create, decoder_class
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.audio import encode_audio, speech_like
 
 pytest.importorskip("soundfile")
 sf_backend = importlib.import_module("mediapipe.decoders.audio_soundfile")

@@ -19,13 +19,13 @@ import pytest
 from conftest import write_image_folder
 
 import mediapipe.dataset.convert as convert_module
-from mediapipe.bench.video import render_frames, write_video
 from mediapipe.cli import main
 from mediapipe.cli.progress import Progress
 from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import KILL_HOOK_ENV
 from mediapipe.dataset.inspect import format_summary, gop_lengths, summarize
 from mediapipe.synthetic import jpeg_bytes, photo_like
+from mediapipe.synthetic.video import render_frames, write_video
 
 
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:

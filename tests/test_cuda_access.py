@@ -15,9 +15,9 @@ import torch
 
 import mediapipe as mp
 from mediapipe import cuda_access
-from mediapipe.bench.video import render_frames, write_video
 from mediapipe.decoders.registry import decoder_class
 from mediapipe.loaders.workers import ProcessPool
+from mediapipe.synthetic.video import render_frames, write_video
 
 pytest.importorskip("av")
 ROOT = Path(__file__).parents[1]

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mediapipe.bench.audio import encode_audio, speech_like
-from mediapipe.bench.video import render_frames, write_video
 from mediapipe.decoders.base import DecodeHint, Limits
 from mediapipe.decoders.registry import create
 from mediapipe.decoders.video_index import clear_cache
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.audio import encode_audio, speech_like
+from mediapipe.synthetic.video import render_frames, write_video
 
 RNG = SampleRNG(0, 0, 0, 0)
 AUDIO_BACKENDS = ["pyav", "soundfile"]

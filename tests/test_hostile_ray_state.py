@@ -97,7 +97,7 @@ def test_svt_log_is_restored_when_the_encoder_raises(monkeypatch):
 # -- NVDEC: a machine without CUDA starts no CUDA ----------------------------------------------
 def test_a_video_pipeline_on_a_cpu_machine_picks_pyav_and_starts_no_cuda(tmp_path):
     pytest.importorskip("av")
-    from mediapipe.bench.video import render_frames, write_video
+    from mediapipe.synthetic.video import render_frames, write_video
 
     for i in range(2):
         (tmp_path / "a").mkdir(exist_ok=True)

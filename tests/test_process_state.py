@@ -26,7 +26,7 @@ import os
 from PIL import Image
 before, env = Image.MAX_IMAGE_PIXELS, dict(os.environ)
 import mediapipe as mp
-import mediapipe.decoders.image_pillow, mediapipe.dataset.transcode, mediapipe.bench.video, mediapipe.decoders.video_nvdec
+import mediapipe.decoders.image_pillow, mediapipe.dataset.transcode, mediapipe.synthetic.video, mediapipe.decoders.video_nvdec
 from mediapipe.synthetic import jpeg_bytes, photo_like
 from mediapipe.dataset.transcode import TranscodeOptions, transcode_image
 transcode_image(jpeg_bytes(photo_like(40, 60, seed=1)), TranscodeOptions(reencode=True))
@@ -89,7 +89,7 @@ def test_a_video_encoded_by_the_library_is_quiet_and_leaves_no_variable(tmp_path
     pytest.importorskip("av")
     script = f"""
 import os
-from mediapipe.bench.video import render_frames, write_video
+from mediapipe.synthetic.video import render_frames, write_video
 write_video(__import__("pathlib").Path({str(tmp_path / 'v.mkv')!r}), render_frames(32, 48, 4, seed=0), gop=4)
 assert "SVT_LOG" not in os.environ
 print("ok")

@@ -402,7 +402,7 @@ def test_a_video_tracks_audio_in_webm_lines_up_with_the_whole_decode(tmp_path, f
 
 @pytest.mark.parametrize(("ext", "backend"), [("wav", "soundfile"), ("wav", "pyav"), ("opus", "pyav")])
 def test_an_offset_past_the_end_names_the_offset_and_the_duration(tmp_path, ext, backend):
-    from mediapipe.bench.audio import encode_audio
+    from mediapipe.synthetic.audio import encode_audio
 
     path = encode_audio(tmp_path / f"one-second.{ext}", voices(1, 1.0, RATE), RATE)
     manifest = tmp_path / "manifest.json"

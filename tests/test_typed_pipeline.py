@@ -180,7 +180,7 @@ def test_a_mask_of_another_size_names_the_file_and_the_op(tmp_path):
 
 
 def test_a_clip_with_boxes(tmp_path):
-    from mediapipe.bench.video import render_frames, write_video
+    from mediapipe.synthetic.video import render_frames, write_video
 
     rows = []
     for i in range(4):

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.errors import PipelineError
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 
 FPS, RATE, OUT = 24, 48000, 16000
 H, W = 48, 64

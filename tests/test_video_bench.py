@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from mediapipe.bench import video as bv
+from mediapipe.synthetic.video import render_frames, write_video
 
 
 @pytest.fixture(scope="module")
 def one_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bench_videos")
-    bv.write_video(root / "only.mkv", bv.render_frames(48, 64, 12, seed=1), gop=6)
+    write_video(root / "only.mkv", render_frames(48, 64, 12, seed=1), gop=6)
     return root
 
 

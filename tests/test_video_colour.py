@@ -16,11 +16,11 @@ import torch
 
 from mediapipe.augment import YUVToRGB
 from mediapipe.augment.functional.video import colour_code, yuv_to_rgb
-from mediapipe.bench.video import render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import render_frames, write_video
 
 H, W = 72, 96
 COLOURS = [("bt601", "limited"), ("bt709", "limited"), ("bt709", "full"), ("bt601", "full")]

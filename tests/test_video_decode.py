@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
 from mediapipe.decoders.video import plan_clips
@@ -21,6 +20,7 @@ from mediapipe.decoders.video_index import cached_index, clear_cache
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 
 H, W = 96, 128
 

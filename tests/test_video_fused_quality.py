@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from mediapipe.augment import RandomResizedCrop
-from mediapipe.bench.video import render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import render_frames, write_video
 
 H, W, FRAMES = 180, 240, 4
 

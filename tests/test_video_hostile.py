@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import mediapipe as mp
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint, TimeSpans
 from mediapipe.decoders.registry import create
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 
 H, W = 48, 64
 

@@ -14,11 +14,11 @@ import torch
 
 import mediapipe as mp
 from mediapipe.augment import RandomResizedCrop
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 
 H, W = 48, 80
 

@@ -13,8 +13,8 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.augment.functional.video import held_frames, select_frames
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.registry import create, decoder_class
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 from tests.conftest import state_after
 
 H, W = 48, 64

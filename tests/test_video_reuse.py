@@ -15,13 +15,13 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.decoders.registry import create
 from mediapipe.decoders.video_cache import PACKET_OVERHEAD, SourceCache
 from mediapipe.decoders.video_index import clear_cache
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 
 H, W = 64, 96
 

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from mediapipe.bench.video import render_frames, write_video
 from mediapipe.decoders.base import DecodeHint, Limits
 from mediapipe.decoders.registry import create
 from mediapipe.decoders.video_index import Demuxed, cached_index, clear_cache, file_key
 from mediapipe.errors import LimitError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import render_frames, write_video
 
 H, W = 48, 64
 

@@ -13,10 +13,10 @@ import torch
 from PIL import Image
 
 import mediapipe as mp
-from mediapipe.bench.video import read_counter, render_frames, write_video
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.video import read_counter, render_frames, write_video
 
 H, W, FPS, FRAMES, RATE = 48, 64, 24, 24, 16000
 

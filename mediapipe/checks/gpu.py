@@ -178,7 +178,7 @@ def check_batch_stage_speed(work: Path, device: torch.device, quick: bool = Fals
 
 def sample_clips(work: Path, count: int = 4) -> Path:
     """``count`` small AV1 clips (Matroska) in two class folders."""
-    from mediapipe.bench.video import render_frames, write_video
+    from mediapipe.synthetic.video import render_frames, write_video
 
     folder = work / f"clips-n{count}"
     if not (folder / "done").exists():
