@@ -21,9 +21,11 @@ from conftest import write_image_folder
 import mediapipe.dataset.convert as convert_module
 from mediapipe.cli import main
 from mediapipe.cli.progress import Progress
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset import safe_io, shard_writer
 from mediapipe.dataset.convert import KILL_HOOK_ENV
 from mediapipe.dataset.inspect import format_summary, gop_lengths, summarize
+from mediapipe.dataset.layout import MANIFEST
+from mediapipe.dataset.sample_records import read_samples
 from mediapipe.synthetic import jpeg_bytes, photo_like
 from mediapipe.synthetic.video import render_frames, write_video
 
@@ -67,7 +69,7 @@ def gop16_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_inspect_reports_the_gop_length_a_keyframe_interval_gives(gop16_dataset: Path, capsys) -> None:
-    keyframes = sorted(r["keyframes"] for r in sf.read_samples(gop16_dataset))
+    keyframes = sorted(r["keyframes"] for r in read_samples(gop16_dataset))
     assert keyframes == [[0], [0, 16], [0, 16, 32]]
     summary = summarize(gop16_dataset)
     assert summary["gop"] == {"16": 3} and summary["single_keyframe_videos"] == 1
@@ -193,7 +195,8 @@ def test_a_full_disk_names_the_file_being_written(mixed_source: Path, tmp_path: 
             return real_open("/dev/full", mode, *args, **kwargs)
         return real_open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(sf, "open", open_on_a_full_disk, raising=False)  # the shard writer's and write_atomic's
+    monkeypatch.setattr(shard_writer, "open", open_on_a_full_disk, raising=False)  # the shard writer's
+    monkeypatch.setattr(safe_io, "open", open_on_a_full_disk, raising=False)  # write_atomic's
     out = tmp_path / "out"
     code, _, err = cli(capsys, "convert", str(mixed_source), str(out), "--no-progress")
     assert code == 2
@@ -214,4 +217,4 @@ def test_without_a_terminal_progress_is_lines_in_the_log(mixed_source: Path, tmp
     assert "\r" not in err and "\x1b" not in err, repr(err)
     counts = [int(m.group(1)) for m in map(re.compile(r"^convert: (\d+)/9 files, ").match, lines) if m]
     assert counts and counts == sorted(counts) and counts[-1] == 9 and len(counts) >= 5, lines
-    assert json.loads((tmp_path / "out" / sf.MANIFEST).read_text())["complete"]
+    assert json.loads((tmp_path / "out" / MANIFEST).read_text())["complete"]

@@ -15,8 +15,9 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
-from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import convert, measure_conversion, parse_shard_size, plan_conversion
+from mediapipe.dataset.layout import REPORT, SAMPLES, safe_key, unique_keys
+from mediapipe.dataset.sample_records import read_samples
 from mediapipe.dataset.transcode import TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
@@ -53,7 +54,7 @@ def test_plan_is_a_pure_function_of_inputs_seed_and_size(small_folder: Path) -> 
 
 
 def test_unique_keys_are_safe_and_distinct() -> None:
-    keys = sf.unique_keys(["a/b.jpg", "a_b.jpg", "a/b.png", "../x y.z.jpg", "é/.jpg"])
+    keys = unique_keys(["a/b.jpg", "a_b.jpg", "a/b.png", "../x y.z.jpg", "é/.jpg"])
     assert keys[:3] == ["a_b", "a_b_2", "a_b_3"]
     assert len(set(keys)) == len(keys)
     assert all(k and "/" not in k and "." not in k and ".." not in k for k in keys)
@@ -64,7 +65,7 @@ def test_round_trip_copies_jpegs_bit_exact_and_decodes_the_same(small_folder: Pa
     assert result.num_samples == 10 and result.num_shards == 3 and not result.failures
     folder, shards = mp.loaders.folder(small_folder), mp.loaders.shards(tmp_path / "out")
     assert len(shards) == 10 and shards.classes == folder.classes
-    by_key = {sf.safe_key(folder.ref(i).key): folder.ref(i) for i in range(len(folder))}
+    by_key = {safe_key(folder.ref(i).key): folder.ref(i) for i in range(len(folder))}
     for i in range(len(shards)):
         ref = shards.ref(i)
         original = by_key[ref.key]
@@ -76,7 +77,7 @@ def test_round_trip_copies_jpegs_bit_exact_and_decodes_the_same(small_folder: Pa
     decode = {"image": mp.decoders.image()}
     a = mp.Pipeline(source=folder, decode=decode, batch_size=1, device="cpu").dataset()
     b = mp.Pipeline(source=shards, decode=decode, batch_size=1, device="cpu").dataset()
-    keys = [sf.safe_key(folder.ref(i).key) for i in range(len(folder))]
+    keys = [safe_key(folder.ref(i).key) for i in range(len(folder))]
     for j in range(len(shards)):
         i = keys.index(shards.ref(j).key)
         x, y = a[i], b[j]
@@ -92,7 +93,7 @@ def test_pipeline_loader_over_shards(small_folder: Path, tmp_path: Path) -> None
     batches = list(pipe.loader(num_workers=0, shuffle=True))
     assert len(batches) == 2 and batches[0]["image"].shape == (5, 3, 32, 32)
     assert sorted(torch.cat([b["label"] for b in batches]).tolist()) == sorted(
-        r["label"] for r in sf.read_samples(tmp_path / "out"))
+        r["label"] for r in read_samples(tmp_path / "out"))
 
 
 def test_reencode_resizes_applies_exif_orientation_and_strips_metadata(tmp_path: Path) -> None:
@@ -130,7 +131,7 @@ def test_failures_are_reported_and_set_the_exit_status(small_folder: Path, tmp_p
     assert cli(["convert", str(src), str(tmp_path / "a"), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "FAILED class0/broken.jpg" in err
-    report = json.loads((tmp_path / "a" / sf.REPORT).read_text())
+    report = json.loads((tmp_path / "a" / REPORT).read_text())
     assert [f["input"] for f in report["failures"]] == ["class0/broken.jpg"] and report["failures"][0]["reason"]
     assert cli(["convert", str(src), str(tmp_path / "b"), "--allow-failures", "--no-progress"]) == 0
     assert len(mp.loaders.shards(tmp_path / "b")) == 4
@@ -146,14 +147,14 @@ def test_inspect_and_verify_commands(small_folder: Path, tmp_path: Path, capsys)
     assert summary["samples"] == 10 and summary["shards"] == 3 and summary["kinds"] == {"image": 10}
     assert sum(summary["max_side"].values()) == 10 and sum(summary["classes"].values()) == 10
     assert cli(["verify", str(out)]) == 0
-    with gzip.open(out / sf.SAMPLES, "rt") as f:
+    with gzip.open(out / SAMPLES, "rt") as f:
         assert len(f.readlines()) == 10
 
 
 def test_manifest_input(image_manifest: Path, tmp_path: Path) -> None:
     result = convert(image_manifest, tmp_path / "out", shard_size="1MB")
     assert result.num_samples == 24
-    labels = sorted(r["label"] for r in sf.read_samples(tmp_path / "out"))
+    labels = sorted(r["label"] for r in read_samples(tmp_path / "out"))
     assert labels == sorted(json.loads(line)["label"] for line in image_manifest.read_text().splitlines())
 
 

@@ -13,9 +13,10 @@ from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
-from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import convert
+from mediapipe.dataset.index import read_index
 from mediapipe.dataset.inspect import verify
+from mediapipe.dataset.layout import MANIFEST, REPORT
 from mediapipe.dataset.transcode import TranscodeError, TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
@@ -61,7 +62,7 @@ def test_convert_reports_damaged_jpegs_once_and_the_dataset_verifies(good_jpeg: 
     for name in damaged:
         assert err.count(f"{name}.jpg") == 1, err  # printed once, in the final list
     assert "Traceback" not in err
-    report = json.loads((out / sf.REPORT).read_text())["failures"]
+    report = json.loads((out / REPORT).read_text())["failures"]
     assert sorted(f["input"] for f in report) == sorted(f"class1/{name}.jpg" for name in damaged)
     assert all(f["reason"].startswith("image: damaged JPEG (") for f in report), report
     assert verify(out) == []
@@ -95,14 +96,14 @@ def test_verify_decodes_jpegs_as_strictly_as_the_loader(good_jpeg: bytes, tmp_pa
     (src / "photo.jpg").write_bytes(good_jpeg)
     out = tmp_path / "out"
     convert(tmp_path / "src", out)
-    member = sf.read_index(out / "shard-000000.idx")[0][0]
+    member = read_index(out / "shard-000000.idx")[0][0]
     tar = out / "shard-000000.tar"
     data = bytearray(tar.read_bytes())
     data[member.offset : member.offset + member.size] = damaged_jpegs(good_jpeg)["corrupt_scan"]  # same size
     tar.write_bytes(bytes(data))
-    manifest = json.loads((out / sf.MANIFEST).read_text())
+    manifest = json.loads((out / MANIFEST).read_text())
     manifest["shards"][0]["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
-    (out / sf.MANIFEST).write_text(json.dumps(manifest))
+    (out / MANIFEST).write_text(json.dumps(manifest))
     problems = verify(out)
     assert [(p["member"], p["reason"].split(" (")[0]) for p in problems] == [
         ("a_photo.jpg", "cannot decode: TranscodeError: image: damaged JPEG")], problems

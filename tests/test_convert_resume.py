@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import write_image_folder
 
-from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import KILL_HOOK_ENV, convert
+from mediapipe.dataset.manifest import read_manifest
 from mediapipe.dataset.transcode import TranscodeOptions
 
 OPTIONS = ["--shard-size", "3", "--seed", "7", "--image-max-side", "64", "--no-progress"]
@@ -50,7 +50,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(source_and_reference, 
     out = tmp_path / "out"
     killed = _run(src, out, "--workers", str(workers), kill_at=kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    manifest = sf.read_manifest(out)
+    manifest = read_manifest(out)
     assert not manifest["complete"]
     assert _tree(out) != reference
     resumed = _run(src, out, "--resume", "--workers", str(workers))

@@ -19,8 +19,9 @@ from conftest import write_image_folder
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.bench.http_server import RangeServer
-from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import convert
+from mediapipe.dataset.index import index_limit
+from mediapipe.dataset.layout import MANIFEST
 from mediapipe.errors import SourceError
 from mediapipe.remote import cache as cache_module
 from mediapipe.remote.cache import ShardCache
@@ -163,27 +164,27 @@ def test_a_server_that_lies_or_ignores_range_is_refused(served):
 
 def test_hostile_manifests_are_refused_before_anything_else_is_read(served, tmp_path):
     server, top = served
-    manifest = json.loads((top / "ds" / sf.MANIFEST).read_text())
+    manifest = json.loads((top / "ds" / MANIFEST).read_text())
     for i, (field, value) in enumerate((("name", "http://evil.example/shard.tar"), ("name", "../other/shard.tar"),
                                         ("idx", "/etc/passwd"))):
         bad = top / f"bad{i}"
         shutil.copytree(top / "ds", bad)
         entry = dict(manifest["shards"][0], **{field: value})
-        (bad / sf.MANIFEST).write_text(json.dumps({**manifest, "shards": [entry, *manifest["shards"][1:]]}))
+        (bad / MANIFEST).write_text(json.dumps({**manifest, "shards": [entry, *manifest["shards"][1:]]}))
         server.requests.clear()
         with pytest.raises(SourceError, match=f"shards\\[0\\].{field}"):
             remote(server, f"bad{i}")
         assert [p for p, _ in server.requests] == [f"/bad{i}/manifest.json"]
     bad = top / "bad-index"
     shutil.copytree(top / "ds", bad)
-    (bad / manifest["shards"][0]["idx"]).write_bytes(b"v1.2 1\n" + b"x" * (sf.index_limit(0) + (1 << 20)))
+    (bad / manifest["shards"][0]["idx"]).write_bytes(b"v1.2 1\n" + b"x" * (index_limit(0) + (1 << 20)))
     with pytest.raises(SourceError, match="index has .* bytes, more than"):
         remote(server, "bad-index")
 
 
 def test_the_shard_cache_is_bounded_and_evicts_the_least_recently_used(served, tmp_path):
     server, top = served
-    sizes = sorted(e["bytes"] for e in json.loads((top / "ds" / sf.MANIFEST).read_text())["shards"])
+    sizes = sorted(e["bytes"] for e in json.loads((top / "ds" / MANIFEST).read_text())["shards"])
     cache_dir = tmp_path / "cache"
     source = remote(server, cache_dir=cache_dir, cache_bytes=sizes[-1] + sizes[-2])  # two shards fit
     local = mp.loaders.shards(top / "ds")
@@ -396,7 +397,7 @@ def test_two_processes_and_two_datasets_share_one_small_cache(served, tmp_path):
     server, top = served
     if not (top / "ds-copy").exists():
         shutil.copytree(top / "ds", top / "ds-copy")
-    sizes = [e["bytes"] for e in json.loads((top / "ds" / sf.MANIFEST).read_text())["shards"]]
+    sizes = [e["bytes"] for e in json.loads((top / "ds" / MANIFEST).read_text())["shards"]]
     folder = tmp_path / "shared"
     code = (  # a process reading both datasets twice over, through a cache that holds one shard
         "import sys, mediapipe as mp\n"

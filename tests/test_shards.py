@@ -13,9 +13,11 @@ from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
-from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import convert
+from mediapipe.dataset.index import read_index
 from mediapipe.dataset.inspect import verify
+from mediapipe.dataset.layout import BLOCK
+from mediapipe.dataset.tar import scan_tar
 from mediapipe.errors import SourceError
 
 
@@ -102,15 +104,15 @@ def test_member_names_that_escape_are_refused(tmp_path: Path) -> None:
     evil = tmp_path / "evil.tar"
     evil.write_bytes(_tar_with([("ok.jpg", b"x"), ("../evil.jpg", b"y")]))
     with pytest.raises(SourceError, match=r"unsafe member name '\.\./evil\.jpg'"):
-        list(sf.scan_tar(evil))
+        list(scan_tar(evil))
     absolute = tmp_path / "abs.tar"
     absolute.write_bytes(_tar_with([("/etc/passwd.jpg", b"y")]))
     with pytest.raises(SourceError, match="unsafe member name"):
-        list(sf.scan_tar(absolute))
+        list(scan_tar(absolute))
     idx = tmp_path / "evil.idx"
     idx.write_text("v1.2 1\njpg 512 1 ../evil.jpg\n")
     with pytest.raises(SourceError, match="unsafe member name"):
-        sf.read_index(idx)
+        read_index(idx)
     assert not (tmp_path.parent / "evil.jpg").exists()
 
 
@@ -120,7 +122,7 @@ def test_links_are_refused_by_the_scan_and_the_reader(tmp_path: Path) -> None:
     path = tmp_path / "link.tar"
     path.write_bytes(_tar_with([("ok.jpg", b"x"), link]))
     with pytest.raises(SourceError, match=r"'a\.jpg' at offset 1024 is a symlink"):
-        list(sf.scan_tar(path))
+        list(scan_tar(path))
     from mediapipe.loaders.sources.shards import ShardBlob
 
     blob = ShardBlob("link.tar:a.jpg", path=str(path), offset=1536, size=0)  # an index pointing at the link
@@ -134,7 +136,7 @@ def test_truncated_shard_is_named_with_its_offset(dataset: Path, tmp_path: Path)
     broken = tmp_path / "broken"
     shutil.copytree(dataset, broken)
     tar = broken / "shard-000001.tar"
-    members = sf.read_index(broken / "shard-000001.idx")
+    members = read_index(broken / "shard-000001.idx")
     last = members[-1][0]  # cut the last sample's image in half
     tar.write_bytes(tar.read_bytes()[: last.offset + last.size // 2])
     problems = verify(broken)
@@ -156,7 +158,7 @@ def test_verify_finds_a_flipped_byte_and_a_bad_image(dataset: Path, tmp_path: Pa
 
     broken = tmp_path / "broken"
     shutil.copytree(dataset, broken)
-    member = sf.read_index(broken / "shard-000000.idx")[1][0]
+    member = read_index(broken / "shard-000000.idx")[1][0]
     tar = broken / "shard-000000.tar"
     data = bytearray(tar.read_bytes())
     data[member.offset : member.offset + member.size] = b"\0" * member.size  # same size, garbage image
@@ -234,6 +236,6 @@ def test_a_batch_prefetches_exactly_its_samples_byte_ranges(dataset: Path, monke
     expected = []
     for i in order:
         blob = source.ref(i).blob("image")
-        expected.append((os.stat(blob.path).st_ino, blob.offset - sf.BLOCK, blob.size + sf.BLOCK))
+        expected.append((os.stat(blob.path).st_ino, blob.offset - BLOCK, blob.size + BLOCK))
     assert advised == expected
     assert sorted(order) == list(range(len(source)))

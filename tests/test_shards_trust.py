@@ -23,9 +23,13 @@ from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset import sample_records
 from mediapipe.dataset.convert import convert
+from mediapipe.dataset.digests import sha256_file
+from mediapipe.dataset.index import read_index
 from mediapipe.dataset.inspect import verify
+from mediapipe.dataset.layout import BLOCK, FORMAT_VERSION, MANIFEST, SAMPLES
+from mediapipe.dataset.tar import Member, scan_tar
 from mediapipe.errors import SourceError
 
 
@@ -45,21 +49,21 @@ def ds(original: Path, tmp_path: Path) -> Path:
 
 
 def _manifest(ds: Path) -> dict[str, Any]:
-    return json.loads((ds / sf.MANIFEST).read_text())
+    return json.loads((ds / MANIFEST).read_text())
 
 
 def _write_manifest(ds: Path, manifest: Any) -> None:
-    (ds / sf.MANIFEST).write_text(json.dumps(manifest))
+    (ds / MANIFEST).write_text(json.dumps(manifest))
 
 
 def _records(ds: Path) -> list[dict[str, Any]]:
-    with gzip.open(ds / sf.SAMPLES, "rt") as f:
+    with gzip.open(ds / SAMPLES, "rt") as f:
         return [json.loads(line) for line in f]
 
 
 def _write_records(ds: Path, lines: list[Any]) -> None:
     text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
-    (ds / sf.SAMPLES).write_bytes(gzip.compress(text.encode()))
+    (ds / SAMPLES).write_bytes(gzip.compress(text.encode()))
 
 
 def _cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
@@ -138,7 +142,7 @@ def test_a_link_to_the_same_shard_under_another_name_is_refused(ds: Path) -> Non
 
 
 def test_a_fifo_in_place_of_a_file_is_refused_without_hanging(ds: Path, capsys) -> None:
-    for name in (sf.SAMPLES, "shard-000000.idx", "shard-000001.tar"):
+    for name in (SAMPLES, "shard-000000.idx", "shard-000001.tar"):
         broken = ds.parent / f"fifo-{name}"
         shutil.copytree(ds, broken)
         (broken / name).unlink()
@@ -224,7 +228,7 @@ def test_manifest_fields_dropped_or_retyped_are_refused_cleanly(original: Path, 
     ("\xff\xfe", "invalid JSON"),
 ])
 def test_a_manifest_that_is_not_json_is_refused_cleanly(ds: Path, capsys, text: str, reason: str) -> None:
-    (ds / sf.MANIFEST).write_bytes(text.encode("latin-1"))
+    (ds / MANIFEST).write_bytes(text.encode("latin-1"))
     with pytest.raises(SourceError, match=rf"manifest\.json.*{reason}"):
         mp.loaders.shards(ds)
     for argv in (("verify", "--no-decode", str(ds)), ("inspect", str(ds))):
@@ -255,7 +259,7 @@ def test_a_manifest_whose_counts_disagree_is_refused(ds: Path) -> None:
     with pytest.raises(SourceError, match=r"num_samples: 7, but the shards hold 6"):
         mp.loaders.shards(ds)
     manifest["num_samples"] -= 1
-    manifest["version"] = sf.FORMAT_VERSION + 1  # a format from the future
+    manifest["version"] = FORMAT_VERSION + 1  # a format from the future
     _write_manifest(ds, manifest)
     with pytest.raises(SourceError, match="newer than"):
         mp.loaders.shards(ds)
@@ -327,7 +331,7 @@ def test_the_command_line_entry_point_prints_no_traceback(ds: Path) -> None:
 # -- 3. verify checks everything the loader reads -------------------------------------------
 @pytest.mark.parametrize("damage", ["missing", "not gzip", "truncated gzip", "one record short"])
 def test_verify_fails_when_the_sample_records_are_missing_or_damaged(ds: Path, capsys, damage: str) -> None:
-    path = ds / sf.SAMPLES
+    path = ds / SAMPLES
     if damage == "missing":
         path.unlink()
     elif damage == "not gzip":
@@ -338,7 +342,7 @@ def test_verify_fails_when_the_sample_records_are_missing_or_damaged(ds: Path, c
         _write_records(ds, _records(ds)[:-1])
     with pytest.raises(SourceError, match=r"samples\.jsonl\.gz"):
         mp.loaders.shards(ds)
-    assert any("samples.jsonl.gz" in p["reason"] or p["shard"] == sf.SAMPLES for p in verify(ds))
+    assert any("samples.jsonl.gz" in p["reason"] or p["shard"] == SAMPLES for p in verify(ds))
     code, out = _cli(capsys, "verify", str(ds))
     assert code == 1 and "samples.jsonl.gz" in out and "OK" not in out
 
@@ -374,8 +378,8 @@ def _peak_bytes(call: Callable[[], Any]) -> tuple[int, BaseException | None]:
 
 
 def test_a_gzip_bomb_of_one_long_line_is_refused_in_bounded_memory(ds: Path, capsys) -> None:
-    _gzip_bomb(ds / sf.SAMPLES, b'{"key": "', b"a" * 4096, 1 << 30)  # 1 GiB inflated, ~1 MB on disk
-    assert (ds / sf.SAMPLES).stat().st_size < 4 << 20
+    _gzip_bomb(ds / SAMPLES, b'{"key": "', b"a" * 4096, 1 << 30)  # 1 GiB inflated, ~1 MB on disk
+    assert (ds / SAMPLES).stat().st_size < 4 << 20
     peak, error = _peak_bytes(lambda: mp.loaders.shards(ds))
     assert isinstance(error, SourceError) and "samples.jsonl.gz:1" in str(error) and "longer than" in str(error)
     assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
@@ -385,7 +389,7 @@ def test_a_gzip_bomb_of_one_long_line_is_refused_in_bounded_memory(ds: Path, cap
 
 def test_a_gzip_bomb_of_many_records_is_refused_in_bounded_memory(ds: Path) -> None:
     record = json.dumps(_records(ds)[0]).encode() + b"\n"
-    _gzip_bomb(ds / sf.SAMPLES, b"", record, 256 << 20)
+    _gzip_bomb(ds / SAMPLES, b"", record, 256 << 20)
     peak, error = _peak_bytes(lambda: mp.loaders.shards(ds))
     assert isinstance(error, SourceError) and "more records than" in str(error), error
     assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
@@ -395,8 +399,8 @@ def test_the_total_size_of_the_records_is_bounded(ds: Path, monkeypatch: pytest.
     records = _records(ds)
     records[0]["source"] = "x" * 60_000  # a long line, yet under the line limit
     _write_records(ds, records)
-    monkeypatch.setattr(sf, "SAMPLES_FLOOR_BYTES", 1 << 10)
-    monkeypatch.setattr(sf, "SAMPLES_BYTES_PER_RECORD", 1 << 10)  # 1 KiB + 6 x 1 KiB for 6 samples
+    monkeypatch.setattr(sample_records, "SAMPLES_FLOOR_BYTES", 1 << 10)
+    monkeypatch.setattr(sample_records, "SAMPLES_BYTES_PER_RECORD", 1 << 10)  # 1 KiB + 6 x 1 KiB for 6 samples
     with pytest.raises(SourceError, match=r"samples\.jsonl\.gz.*more than the 7168 bytes"):
         mp.loaders.shards(ds)
 
@@ -408,7 +412,7 @@ def test_an_oversized_index_or_manifest_is_refused_before_it_is_read(ds: Path) -
     peak, error = _peak_bytes(lambda: mp.loaders.shards(ds))
     assert isinstance(error, SourceError) and "shard-000000.idx" in str(error) and "bytes" in str(error), error
     assert peak < 32 << 20
-    with open(ds / sf.MANIFEST, "ab") as f:
+    with open(ds / MANIFEST, "ab") as f:
         f.truncate(1 << 30)
     peak, error = _peak_bytes(lambda: mp.loaders.shards(ds))
     assert isinstance(error, SourceError) and "manifest.json" in str(error), error
@@ -478,9 +482,9 @@ def test_an_index_announcing_other_counts_than_the_manifest_is_refused(ds: Path)
         mp.loaders.shards(ds)
 
 
-def _flip_a_data_byte(ds: Path) -> sf.Member:
+def _flip_a_data_byte(ds: Path) -> Member:
     """Change one byte in the middle of shard 0's first image: sizes and headers still agree."""
-    member = sf.read_index(ds / "shard-000000.idx")[0][0]
+    member = read_index(ds / "shard-000000.idx")[0][0]
     tar = ds / "shard-000000.tar"
     stat = tar.stat()
     with open(tar, "r+b") as f:
@@ -509,7 +513,7 @@ def test_verify_sha256_checks_each_shard_once_per_process(ds: Path, monkeypatch:
     assert len(_read_all(plain)) == 6  # without verify the damage goes unseen
     shards_module._OPEN_SHARDS.forget()
     checked = mp.loaders.shards(ds, verify="sha256")
-    actual = sf.sha256_file(ds / "shard-000000.tar")
+    actual = sha256_file(ds / "shard-000000.tar")
     index = next(i for i in range(len(checked)) if checked.shard_of(i) == 0)
     with pytest.raises(SourceError, match=rf"shard-000000\.tar.*sha256 {actual}.*manifest.*{expected}"):
         checked.ref(index).blob("image").read()
@@ -538,7 +542,7 @@ def test_a_tar_header_with_a_negative_size_is_refused(tmp_path: Path) -> None:
     tar.write_bytes(_raw_header("a.jpg", b"%011o\0" % 1) + b"x".ljust(512, b"\0") + _raw_header("b.jpg", negative)
                     + b"\0" * 2048)
     with pytest.raises(SourceError, match=r"'b\.jpg'.*size -1536"):
-        list(sf.scan_tar(tar))
+        list(scan_tar(tar))
     from mediapipe.loaders.sources.shards import ShardBlob
 
     with pytest.raises(SourceError, match="tar header"):  # an index pointing at it
@@ -571,7 +575,7 @@ def test_a_dataset_rewritten_in_the_same_process_is_not_read_through_a_stale_des
     convert(src, path, shard_size=3, seed=1)
     second = mp.loaders.shards(path)
     assert _read_all(second) != first
-    fresh = [json.loads(x) for x in gzip.decompress((path / sf.SAMPLES).read_bytes()).splitlines()]
+    fresh = [json.loads(x) for x in gzip.decompress((path / SAMPLES).read_bytes()).splitlines()]
     assert [len(b) for b in _read_all(second)] == [r["bytes"] for r in fresh]
 
 
@@ -585,7 +589,7 @@ def test_an_extended_tar_header_is_refused_before_its_size_is_allocated(tmp_path
     block[148:156] = b"%06o\0 " % sum(block)
     tar = tmp_path / "pax.tar"
     tar.write_bytes(bytes(block) + b"\0" * 4096)
-    peak, error = _peak_bytes(lambda: list(sf.scan_tar(tar)))
+    peak, error = _peak_bytes(lambda: list(scan_tar(tar)))
     assert isinstance(error, SourceError) and "extended (pax or GNU) header at offset 0" in str(error), error
     assert peak < 1 << 20
 
@@ -627,15 +631,15 @@ def test_a_shard_swapped_for_a_link_after_open_is_not_followed(ds: Path, tmp_pat
 def test_a_tar_header_naming_another_member_is_refused_on_read(ds: Path, capsys) -> None:
     """A hand-made header: valid checksum, the right size, but a USTAR prefix that makes
     its full name another file's."""
-    member = sf.read_index(ds / "shard-000000.idx")[0][0]
+    member = read_index(ds / "shard-000000.idx")[0][0]
     tar = ds / "shard-000000.tar"
     with open(tar, "r+b") as f:
-        f.seek(member.offset - sf.BLOCK)
-        block = bytearray(f.read(sf.BLOCK))
+        f.seek(member.offset - BLOCK)
+        block = bytearray(f.read(BLOCK))
         block[345:350] = b"evil\0"
         block[148:156] = b" " * 8
         block[148:156] = b"%06o\0 " % sum(block)
-        f.seek(member.offset - sf.BLOCK)
+        f.seek(member.offset - BLOCK)
         f.write(bytes(block))
     source = mp.loaders.shards(ds)  # sizes are unchanged: only the header differs
     index = next(i for i in range(len(source)) if source.ref(i).blob("image").offset == member.offset)
@@ -661,7 +665,7 @@ def _claim_a_million_samples(ds: Path, shard: int) -> None:
     manifest["shards"][shard].update(samples=claimed, bytes=claimed * 1024)
     manifest["num_samples"] = sum(e["samples"] for e in manifest["shards"])
     _write_manifest(ds, manifest)
-    _gzip_bomb(ds / sf.SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
+    _gzip_bomb(ds / SAMPLES, b"", b'{"key":"k","shard":0}\n', 22 * claimed)
 
 
 def test_a_manifest_claiming_more_samples_than_its_shards_hold_is_refused_before_the_records(
@@ -671,13 +675,13 @@ def test_a_manifest_claiming_more_samples_than_its_shards_hold_is_refused_before
     records cost `inspect` and `verify` hundreds of MB (the loader compares the shards' sizes
     on disk first)."""
     _claim_a_million_samples(ds, shard=0)
-    assert (ds / sf.SAMPLES).stat().st_size < 100_000
+    assert (ds / SAMPLES).stat().st_size < 100_000
     peak, error = _peak_bytes(lambda: _cli(capsys, "inspect", str(ds)))
     assert error is None and peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
     peak, error = _peak_bytes(lambda: verify(ds, decode=False))
     assert error is None and peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
     problems = verify(ds, decode=False)
-    assert any(p["shard"] == sf.MANIFEST and "cannot fit in the" in p["reason"] for p in problems), problems
+    assert any(p["shard"] == MANIFEST and "cannot fit in the" in p["reason"] for p in problems), problems
     code, out = _cli(capsys, "inspect", str(ds))
     assert code == 2 and "num_samples: 1000" in out and "cannot fit in the" in out and "Traceback" not in out
     with pytest.raises(SourceError, match="bytes, the manifest says"):

@@ -13,9 +13,12 @@ from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main
-from mediapipe.dataset import shard_format as sf
 from mediapipe.dataset.convert import convert
+from mediapipe.dataset.digests import read_digests
+from mediapipe.dataset.index import read_index
 from mediapipe.dataset.inspect import verify
+from mediapipe.dataset.layout import BLOCK, MANIFEST
+from mediapipe.dataset.manifest import read_manifest
 from mediapipe.errors import SourceError
 
 
@@ -43,10 +46,10 @@ def flip(path: Path, offset: int, mask: int = 0x10) -> None:
 def test_each_shard_lists_its_members_digests_in_tar_order(pristine: Path) -> None:
     import hashlib
 
-    manifest = sf.read_manifest(pristine)
+    manifest = read_manifest(pristine)
     for entry in manifest["shards"]:
-        members = [m for sample in sf.read_index(pristine / entry["idx"]) for m in sample]
-        digests = sf.read_digests(pristine / entry["digests"], members, where=entry["digests"])
+        members = [m for sample in read_index(pristine / entry["idx"]) for m in sample]
+        digests = read_digests(pristine / entry["digests"], members, where=entry["digests"])
         assert list(digests) == [m.name for m in members]
         with open(pristine / entry["name"], "rb") as f:
             for m in members:
@@ -56,7 +59,7 @@ def test_each_shard_lists_its_members_digests_in_tar_order(pristine: Path) -> No
 
 
 def test_a_damaged_member_is_named_with_its_offset(ds: Path, capsys) -> None:
-    member = sf.read_index(ds / "shard-000001.idx")[1][0]  # an image in the middle of the second shard
+    member = read_index(ds / "shard-000001.idx")[1][0]  # an image in the middle of the second shard
     flip(ds / "shard-000001.tar", member.offset + member.size // 2)
     problems = verify(ds, decode=False)  # bytes only: no decoder to stumble on the damage
     assert {"shard": "shard-000001.tar", "offset": None, "member": None,
@@ -71,8 +74,8 @@ def test_a_damaged_member_is_named_with_its_offset(ds: Path, capsys) -> None:
 
 
 def test_damage_between_members_is_located_to_the_byte(ds: Path) -> None:
-    first = sf.read_index(ds / "shard-000000.idx")[0][0]
-    assert first.size % sf.BLOCK, "the test needs a member followed by padding"
+    first = read_index(ds / "shard-000000.idx")[0][0]
+    assert first.size % BLOCK, "the test needs a member followed by padding"
     where = first.offset + first.size + 7
     flip(ds / "shard-000000.tar", where, 0x01)
     problems = verify(ds)
@@ -96,26 +99,26 @@ def test_a_digests_file_that_does_not_match_is_reported_and_the_loader_still_ope
 
 
 def test_the_manifest_field_is_type_checked_and_confined(ds: Path) -> None:
-    manifest = json.loads((ds / sf.MANIFEST).read_text())
+    manifest = json.loads((ds / MANIFEST).read_text())
     manifest["shards"][0]["digests"] = 7
-    (ds / sf.MANIFEST).write_text(json.dumps(manifest))
+    (ds / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(SourceError, match=r"shards\[0\]\.digests: expected a file name or null, got 7"):
-        sf.read_manifest(ds)
+        read_manifest(ds)
     manifest["shards"][0]["digests"] = "../elsewhere.sha256"
-    (ds / sf.MANIFEST).write_text(json.dumps(manifest))
+    (ds / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(SourceError, match=r"shards\[0\]\.digests: '\.\./elsewhere\.sha256' resolves to .*outside"):
         mp.loaders.shards(ds)
 
 
 def test_a_dataset_converted_before_member_digests_is_read_and_verified(ds: Path) -> None:
-    manifest = json.loads((ds / sf.MANIFEST).read_text())
+    manifest = json.loads((ds / MANIFEST).read_text())
     for entry in manifest["shards"]:
         (ds / entry.pop("digests")).unlink()
-    (ds / sf.MANIFEST).write_text(json.dumps(manifest))
+    (ds / MANIFEST).write_text(json.dumps(manifest))
     source = mp.loaders.shards(ds)
     assert len(source) == 6 and source.ref(0).blob("image").read()[:2] == b"\xff\xd8"
     assert verify(ds) == []
-    member = sf.read_index(ds / "shard-000001.idx")[0][0]
+    member = read_index(ds / "shard-000001.idx")[0][0]
     flip(ds / "shard-000001.tar", member.offset + member.size // 2)
     problems = verify(ds, decode=False)
     assert len(problems) == 1 and problems[0]["shard"] == "shard-000001.tar", problems

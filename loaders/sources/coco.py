@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.safe_io import parse_json, read_bounded, show, stat_regular
 from mediapipe.errors import SourceError
 from mediapipe.fields import FieldType
 from mediapipe.loaders.sources.folder import Source
@@ -83,13 +83,13 @@ class CocoSource(Source):
         if not self.images_dir.is_dir():
             raise SourceError(str(self.images_dir), "images_dir is not a folder")
         real = os.path.realpath(self.path)
-        size = sf.stat_regular(real, "the annotation file").st_size
+        size = stat_regular(real, "the annotation file").st_size
         if size > self.max_json_bytes:
             raise SourceError(str(self.path), f"{size} bytes, more than max_json_bytes={self.max_json_bytes}: "
                               "pass a larger max_json_bytes= to read a file this large")
-        raw = sf.read_bounded(real, self.max_json_bytes, "the annotation file")
+        raw = read_bounded(real, self.max_json_bytes, "the annotation file")
         self.fingerprint = hashlib.sha256(raw).hexdigest()  # what a conversion's resume checks
-        document = sf.parse_json(raw, str(self.path))
+        document = parse_json(raw, str(self.path))
         del raw
         if type(document) is not dict:
             raise SourceError(str(self.path), "expected a JSON object with 'images', 'annotations' and 'categories'")
@@ -113,9 +113,9 @@ class CocoSource(Source):
         for i, c in enumerate(categories):
             where = f"categories[{i}]"
             if type(c) is not dict or not _int(c.get("id")):
-                raise SourceError(str(self.path), f"{where}.id: expected an int, got {sf.show(c.get('id') if type(c) is dict else c)}")
+                raise SourceError(str(self.path), f"{where}.id: expected an int, got {show(c.get('id') if type(c) is dict else c)}")
             if type(c.get("name")) is not str:
-                raise SourceError(str(self.path), f"{where}.name: expected a string, got {sf.show(c.get('name'))}")
+                raise SourceError(str(self.path), f"{where}.name: expected a string, got {show(c.get('name'))}")
             if c["id"] in names:
                 raise SourceError(str(self.path), f"{where}.id: category {c['id']} is listed twice")
             names[c["id"]] = c["name"]
@@ -134,7 +134,7 @@ class CocoSource(Source):
         for i, image in enumerate(images):
             if type(image) is not dict or not _int(image.get("id")):
                 raise SourceError(str(self.path), f"images[{i}].id: expected an int, got "
-                                  f"{sf.show(image.get('id') if type(image) is dict else image)}")
+                                  f"{show(image.get('id') if type(image) is dict else image)}")
             image_id = image["id"]
             where = self._where(image_id)
             if image_id in position:
@@ -142,7 +142,7 @@ class CocoSource(Source):
             for side in ("width", "height"):
                 if not _int(image.get(side)) or not 0 < image[side] <= 1 << 20:
                     raise SourceError(where, f"images[{i}].{side}: expected an int in 1..{1 << 20}, got "
-                                      f"{sf.show(image.get(side))}")
+                                      f"{show(image.get(side))}")
             problem, rel = file_problem(image.get("file_name"), files, outside, str(self.images_dir))
             if problem is not None:
                 raise SourceError(where, f"images[{i}].file_name: {problem}")
@@ -164,7 +164,7 @@ class CocoSource(Source):
         for i, a in enumerate(annotations):
             if type(a) is not dict or not _int(a.get("image_id")):
                 raise SourceError(str(self.path), f"annotations[{i}].image_id: expected an int, got "
-                                  f"{sf.show(a.get('image_id') if type(a) is dict else a)}")
+                                  f"{show(a.get('image_id') if type(a) is dict else a)}")
             field = f"annotations[{i}]" + (f" (id {a['id']})" if _int(a.get("id")) else "")
             index = self._position.get(a["image_id"])
             where = self._where(a["image_id"])
@@ -172,14 +172,14 @@ class CocoSource(Source):
                 raise SourceError(where, f"{field}.image_id: no image has id {a['image_id']}")
             category = a.get("category_id")
             if not _int(category) or category not in label_of:
-                raise SourceError(where, f"{field}.category_id: {sf.show(category)} is not a category of 'categories' "
+                raise SourceError(where, f"{field}.category_id: {show(category)} is not a category of 'categories' "
                                   f"(ids {self._category_ids[:20]})")
             bbox = a.get("bbox")
             if type(bbox) is not list or len(bbox) != 4 or not all(_number(v) for v in bbox):
                 raise SourceError(where, f"{field}.bbox: expected [x, y, width, height] (4 finite numbers), got "
-                                  f"{sf.show(bbox)}")
+                                  f"{show(bbox)}")
             if a.get("iscrowd", 0) not in (0, 1) or type(a.get("iscrowd", 0)) is not int:
-                raise SourceError(where, f"{field}.iscrowd: expected 0 or 1, got {sf.show(a.get('iscrowd'))}")
+                raise SourceError(where, f"{field}.iscrowd: expected 0 or 1, got {show(a.get('iscrowd'))}")
             owner[i], labels[i], crowd[i] = index, label_of[category], a.get("iscrowd", 0)
             xywh[i] = bbox
             if self.masks:

@@ -167,7 +167,7 @@ def load_or_build(data_path: str, index_path: str | None, suffix: str,
     """(offsets, sizes, index path) of ``data_path``'s records: read from ``index_path`` (or the
     cached one), else built by scanning the file once and cached for the next open. A cached
     index older than its data file is rebuilt."""
-    from mediapipe.dataset.shard_format import write_atomic
+    from mediapipe.dataset.safe_io import write_atomic
 
     given = index_path is not None
     path = Path(index_path) if given else cached_index_path(data_path, suffix)

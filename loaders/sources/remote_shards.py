@@ -26,7 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.index import index_limit, parse_index
+from mediapipe.dataset.layout import BLOCK, MANIFEST, MAX_MANIFEST_BYTES, SAMPLES
+from mediapipe.dataset.manifest import parse_manifest
+from mediapipe.dataset.sample_records import parse_samples, samples_limit
+from mediapipe.dataset.tar import Member, check_header
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources.shards import VERIFY, ShardBlob, ShardFile, ShardSource
 from mediapipe.remote.cache import ShardCache
@@ -72,7 +76,7 @@ class RemoteShard:
         return self.cache.open(self.store, self.name, self.size, self.sha256, verify=self.verify,
                                version=self.version)
 
-    def read_local(self, start: int, length: int, member: sf.Member, where: str) -> bytes | None:
+    def read_local(self, start: int, length: int, member: Member, where: str) -> bytes | None:
         """``length`` bytes at ``start`` of the cached copy, its tar header checked; None when
         the copy is damaged there (it is then dropped from the cache)."""
         assert self.cache is not None
@@ -81,7 +85,7 @@ class RemoteShard:
             try:
                 raw = os.pread(fd, length, start)
                 if len(raw) == length:
-                    sf.check_header(raw[:sf.BLOCK], member, where=where)
+                    check_header(raw[:BLOCK], member, where=where)
                     return raw
             except (SourceError, OSError):
                 pass
@@ -128,15 +132,15 @@ class RemoteShardBlob(ShardBlob):
             return self.data
         remote = self.remote
         assert remote is not None
-        member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
-        start, length = self.offset - sf.BLOCK, sf.BLOCK + member.size
+        member = Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
+        start, length = self.offset - BLOCK, BLOCK + member.size
         raw = _PREFETCHED.take((remote.url, start, length))
         if raw is None and remote.cached:
             raw = remote.read_local(start, length, member, self.name)
         if raw is None:
             raw = remote.store.read(remote.name, start, length, remote.version)
-        sf.check_header(raw[:sf.BLOCK], member, where=self.name)
-        return raw[sf.BLOCK:]
+        check_header(raw[:BLOCK], member, where=self.name)
+        return raw[BLOCK:]
 
 
 class RemoteShardSource(ShardSource):
@@ -156,8 +160,8 @@ class RemoteShardSource(ShardSource):
             raise ValueError("verify='sha256' on a remote dataset needs cache_dir= (shards are checked whole "
                              "as they are downloaded into the cache)")
         root = str(root)
-        if root.endswith("/" + sf.MANIFEST):
-            root = root[: -len(sf.MANIFEST) - 1]
+        if root.endswith("/" + MANIFEST):
+            root = root[: -len(MANIFEST) - 1]
         self.store = RemoteStore(root, storage_options, retry or Retry())
         self.root = self.store.url  # type: ignore[assignment]
         self.shard_ids = sorted(shard_ids) if shard_ids is not None else None
@@ -165,8 +169,8 @@ class RemoteShardSource(ShardSource):
         self.cache_dir, self.cache_bytes, self.storage_options = cache_dir, cache_bytes, storage_options
         self.retry = retry
         cache = ShardCache(cache_dir, cache_bytes) if cache_dir is not None else None
-        where = self.store.child(sf.MANIFEST)
-        self.manifest = sf.parse_manifest(self.store.read_small(sf.MANIFEST, sf.MAX_MANIFEST_BYTES, "manifest"),
+        where = self.store.child(MANIFEST)
+        self.manifest = parse_manifest(self.store.read_small(MANIFEST, MAX_MANIFEST_BYTES, "manifest"),
                                           where)
         if not self.manifest["complete"]:
             raise SourceError(self.root, "the conversion did not finish (manifest not complete); "
@@ -187,13 +191,13 @@ class RemoteShardSource(ShardSource):
                     raise SourceError(where, f"{label}: {name!r} is the same file as {owners[name]}")
                 owners[name] = label
             names[e["shard"]] = e["name"]
-        indices: dict[int, list[list[sf.Member]]] = {}
+        indices: dict[int, list[list[Member]]] = {}
         self._remote: dict[int, RemoteShard] = {}
         opened = sorted(wanted & set(entries))
         for sid in opened:
             entry = entries[sid]
-            data = self.store.read_small(entry["idx"], sf.index_limit(entry["bytes"]), "index")
-            indices[sid] = sf.parse_index(data, self.store.child(entry["idx"]), shard_size=entry["bytes"],
+            data = self.store.read_small(entry["idx"], index_limit(entry["bytes"]), "index")
+            indices[sid] = parse_index(data, self.store.child(entry["idx"]), shard_size=entry["bytes"],
                                           samples=entry["samples"])
         seen = self.store.versions([entries[sid]["name"] for sid in opened])
         for sid, version in zip(opened, seen):
@@ -203,9 +207,9 @@ class RemoteShardSource(ShardSource):
                                             verify == "sha256", version.validators)
         self._shards = {sid: ShardFile(r.url, r.size, 0) for sid, r in self._remote.items()}
         num = self.manifest["num_samples"]
-        packed = self.store.read_small(sf.SAMPLES, sf.samples_limit(num), "sample records")
-        records = sf.parse_samples(io.BytesIO(packed), self.store.child(sf.SAMPLES), num)
-        self._set_rows(records, indices, set(entries), names, where=self.store.child(sf.SAMPLES))
+        packed = self.store.read_small(SAMPLES, samples_limit(num), "sample records")
+        records = parse_samples(io.BytesIO(packed), self.store.child(SAMPLES), num)
+        self._set_rows(records, indices, set(entries), names, where=self.store.child(SAMPLES))
 
     def ref(self, index: int) -> Any:
         from mediapipe.sample import SampleRef
@@ -226,7 +230,7 @@ class RemoteShardSource(ShardSource):
             record, media, _ = self._rows[index]
             remote = self._remote[record["shard"]]
             for _, _, offset, size in media:
-                wanted.setdefault(remote, []).append((offset - sf.BLOCK, sf.BLOCK + size))
+                wanted.setdefault(remote, []).append((offset - BLOCK, BLOCK + size))
         requests, parts = [], []
         for remote, ranges in wanted.items():
             if remote.cached:

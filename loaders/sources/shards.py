@@ -1,9 +1,9 @@
 """`shards(path)`: a converted dataset (tar shards + DALI indices) as a random-access source.
 
 Opening reads manifest.json, samples.jsonl.gz and the small .idx files, never the tars,
-and trusts none of them (see `mediapipe.dataset.shard_format`): paths stay inside the dataset
-folder, every field is type-checked, sizes are bounded, index entries are sorted and
-disjoint. Each sample's media is a byte range of its shard, read with ``os.pread`` (with
+and trusts none of them (see `mediapipe.dataset`'s manifest, index and sample_records): paths
+stay inside the dataset folder, every field is type-checked, sizes are bounded, index entries
+are sorted and disjoint. Each sample's media is a byte range of its shard, read with ``os.pread`` (with
 the tar header in front of it, which is checked) in the worker that decodes it; nothing
 is extracted. Shard files stay open per process; the first time a process opens one, it
 must still be the file (size, modification time) the dataset was opened with, so a
@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.index import read_index
+from mediapipe.dataset.layout import BLOCK, MANIFEST, META_EXTENSIONS, SAMPLES
+from mediapipe.dataset.manifest import check_sample_count, read_manifest, resolve_shards
+from mediapipe.dataset.safe_io import parse_json, stat_regular
+from mediapipe.dataset.sample_records import match_records, read_samples
+from mediapipe.dataset.tar import Member, check_header
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources.folder import Source
 from mediapipe.remote.urls import is_remote
@@ -175,22 +180,22 @@ class ShardBlob(Blob):
     def read(self) -> bytes:
         if self.data is not None:
             return self.data
-        member = sf.Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
+        member = Member(self.name.rsplit(":", 1)[-1], self.offset, self.size or 0)
         try:
             fd = _OPEN_SHARDS.acquire(self.path, self.shard)  # type: ignore[arg-type]
             try:
-                raw = os.pread(fd, sf.BLOCK + member.size, self.offset - sf.BLOCK)  # header and data
+                raw = os.pread(fd, BLOCK + member.size, self.offset - BLOCK)  # header and data
             finally:
                 _OPEN_SHARDS.release(fd)
         except SourceError:
             raise
         except OSError as err:
             raise SourceError(self.name, f"{err.strerror or err} (offset {self.offset})") from err
-        if len(raw) != sf.BLOCK + member.size:
+        if len(raw) != BLOCK + member.size:
             raise SourceError(self.name, f"shard is truncated: expected {member.size} bytes at offset "
-                              f"{self.offset}, got {max(len(raw) - sf.BLOCK, 0)}")
-        sf.check_header(raw[:sf.BLOCK], member, where=self.name)
-        return raw[sf.BLOCK:]
+                              f"{self.offset}, got {max(len(raw) - BLOCK, 0)}")
+        check_header(raw[:BLOCK], member, where=self.name)
+        return raw[BLOCK:]
 
 
 class ShardSource(Source):
@@ -215,36 +220,36 @@ class ShardSource(Source):
         if verify not in VERIFY:
             raise ValueError(f"verify={verify!r}: expected one of {VERIFY}")
         self.root = Path(root)
-        if self.root.name == sf.MANIFEST and self.root.is_file():
+        if self.root.name == MANIFEST and self.root.is_file():
             self.root = self.root.parent
         self.shard_ids = sorted(shard_ids) if shard_ids is not None else None
         self.verify = verify
-        self.manifest = sf.read_manifest(self.root)
+        self.manifest = read_manifest(self.root)
         if not self.manifest["complete"]:
             raise SourceError(str(self.root), "the conversion did not finish (manifest not complete); "
                               "rerun `mediapipe convert --resume`")
         entries = {e["shard"]: e for e in self.manifest["shards"] if e["samples"]}
-        files = sf.resolve_shards(self.root, self.manifest)
+        files = resolve_shards(self.root, self.manifest)
         wanted = set(entries) if self.shard_ids is None else set(self.shard_ids)
         unknown = wanted - {e["shard"] for e in self.manifest["shards"]}
         if unknown:
             raise SourceError(str(self.root), f"no shards {sorted(unknown)} in this dataset")
-        indices: dict[int, list[list[sf.Member]]] = {}
+        indices: dict[int, list[list[Member]]] = {}
         self._shards: dict[int, ShardFile] = {}
         for sid in sorted(wanted & set(entries)):
             entry, where = entries[sid], files[sid]
-            st = sf.stat_regular(where.tar, "shard")
+            st = stat_regular(where.tar, "shard")
             if st.st_size != entry["bytes"]:
                 raise SourceError(where.tar, f"shard has {st.st_size} bytes, the manifest says {entry['bytes']}: "
                                   f"corrupt or truncated (run `mediapipe verify {self.root}`)")
-            indices[sid] = sf.read_index(where.idx, shard_size=st.st_size, samples=entry["samples"])
+            indices[sid] = read_index(where.idx, shard_size=st.st_size, samples=entry["samples"])
             self._shards[sid] = ShardFile(where.tar, st.st_size, st.st_mtime_ns,
                                           entry["sha256"] if verify == "sha256" else None)
         if self.shard_ids is not None:  # the records of every shard are read: the others' sizes bound them too
-            sf.check_sample_count(self.root, self.manifest)
-        records = sf.read_samples(self.root, self.manifest["num_samples"])
+            check_sample_count(self.root, self.manifest)
+        records = read_samples(self.root, self.manifest["num_samples"])
         self._set_rows(records, indices, set(entries), {sid: f.name for sid, f in files.items()},
-                       where=str(self.root / sf.SAMPLES))
+                       where=str(self.root / SAMPLES))
 
     def __new__(cls, root: str | os.PathLike | None = None, *args: Any, **kwargs: Any) -> ShardSource:
         """A dataset at a URL (https://, s3://, gs://) is a `RemoteShardSource` (unpickling passes no root)."""
@@ -254,17 +259,17 @@ class ShardSource(Source):
             cls = RemoteShardSource
         return super().__new__(cls)
 
-    def _set_rows(self, records: list[dict[str, Any]], indices: dict[int, list[list[sf.Member]]],
+    def _set_rows(self, records: list[dict[str, Any]], indices: dict[int, list[list[Member]]],
                   with_samples: set[int], names: dict[int, str], *, where: str) -> None:
         """Pair the records with their index entries: (record, media members, meta) per sample, and
         where each sample's targets are (its .json member) when the manifest says it has some."""
-        pairs = sf.match_records(records, indices, with_samples, where=where)
+        pairs = match_records(records, indices, with_samples, where=where)
         self._rows: list[tuple[dict[str, Any], tuple[tuple[str, str, int, int], ...], SampleMeta]] = []
         self._types: dict[str, Any] = {}
         if "field_types" in self.manifest:
             from mediapipe.loaders.sources.targets import types_from_config
 
-            self._types = types_from_config(self.manifest["field_types"], where.replace(sf.SAMPLES, sf.MANIFEST))
+            self._types = types_from_config(self.manifest["field_types"], where.replace(SAMPLES, MANIFEST))
         self._targets: list[tuple[str, int, int] | None] = []  # each sample's .json member, when it has targets
         prefixes = {sid: f"{name}:" for sid, name in names.items()}
         for record, row in pairs:
@@ -273,7 +278,7 @@ class ShardSource(Source):
             media, targets = [], None
             for m in row:
                 ext = m.name[cut:]
-                if ext not in sf.META_EXTENSIONS:  # "jpg" -> blob "jpg"; "mask.png" (a named field) -> blob "mask"
+                if ext not in META_EXTENSIONS:  # "jpg" -> blob "jpg"; "mask.png" (a named field) -> blob "mask"
                     media.append((ext.partition(".")[0], prefix + m.name, m.offset, m.size))
                 elif ext == "json" and self._types:
                     targets = (prefix + m.name, m.offset, m.size)
@@ -321,7 +326,7 @@ class ShardSource(Source):
         if size > MAX_TARGETS_BYTES:
             raise SourceError(name, f"{size} bytes, more than the {MAX_TARGETS_BYTES} a sample's targets may take",
                               category=BAD_ANNOTATION)
-        document = sf.parse_json(member(name, offset, size).read(), name)
+        document = parse_json(member(name, offset, size).read(), name)
         if type(document) is not dict or "targets" not in document:
             raise SourceError(name, "no 'targets' object, but the manifest says samples carry targets",
                               category=BAD_ANNOTATION)
@@ -347,7 +352,7 @@ class ShardSource(Source):
             for _, _, offset, size in media:
                 try:
                     with _OPEN_SHARDS.open(shard.path, shard) as fd:
-                        os.posix_fadvise(fd, offset - sf.BLOCK, sf.BLOCK + size, os.POSIX_FADV_WILLNEED)
+                        os.posix_fadvise(fd, offset - BLOCK, BLOCK + size, os.POSIX_FADV_WILLNEED)
                 except OSError:
                     return  # only a hint: the read reports any real error, naming the sample
 

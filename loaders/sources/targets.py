@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.safe_io import show
 from mediapipe.errors import SourceError
 from mediapipe.fields import (
     BOX_FORMATS,
@@ -155,7 +155,7 @@ def segmentation_points(segmentation: Any, height: int, width: int) -> int:
                          f"{'nothing' if segmentation is None else type(segmentation).__name__}")
     size, counts = segmentation.get("size"), segmentation.get("counts")
     if size != [height, width]:
-        raise ValueError(f".size: {sf.show(size)}, but the image is {height}x{width} ([height, width])")
+        raise ValueError(f".size: {show(size)}, but the image is {height}x{width} ([height, width])")
     if isinstance(counts, list):
         ok = all(type(v) is int and v >= 0 for v in counts) and sum(counts) == height * width
     else:
@@ -233,7 +233,7 @@ def types_from_config(config: Any, where: str) -> dict[str, FieldType]:
             if not types[name].rows_are_objects:
                 raise ValueError(f"a {types[name]} field is not a target (one row per object)")
         except (TypeError, ValueError) as err:
-            raise SourceError(where, f"field_types[{sf.show(name)}]: {err}") from None
+            raise SourceError(where, f"field_types[{show(name)}]: {err}") from None
     return types
 
 
@@ -342,7 +342,7 @@ def targets_from_json(obj: Any, types: Mapping[str, FieldType], where: str, *, n
             out[name] = _masks_from_rle(value, name, where, canvas)
             continue
         if type(value) is not list:
-            raise SourceError(where, f"targets[{sf.show(name)}]: expected a list, got {type(value).__name__}",
+            raise SourceError(where, f"targets[{show(name)}]: expected a list, got {type(value).__name__}",
                               category=BAD_ANNOTATION)
         out[name] = _numbers_from_json(value, name, t, where, num_classes)
     rows = {name: int(v.shape[0]) for name, v in out.items()}
@@ -359,7 +359,7 @@ def targets_from_json(obj: Any, types: Mapping[str, FieldType], where: str, *, n
 def _numbers_from_json(value: list[Any], name: str, t: FieldType, where: str,
                        num_classes: int | None) -> torch.Tensor:
     """One per-object field of `targets_from_json` that is not masks, as a checked tensor."""
-    field = f"targets[{sf.show(name)}]"
+    field = f"targets[{show(name)}]"
     try:
         array = np.asarray(value)
     except (TypeError, ValueError):  # ragged
@@ -381,7 +381,7 @@ def _numbers_from_json(value: list[Any], name: str, t: FieldType, where: str,
     integral = bool((array == np.round(array)).all() and (np.abs(array) < 2.0**63).all())
     if t.kind == LABEL and not (integral and array.min() >= 0 and (num_classes is None or array.max() < num_classes)):
         known = f" from 0 to {num_classes - 1}" if num_classes is not None else " from 0"
-        raise SourceError(where, f"{field}: holds {sf.show(array.ravel()[:7].tolist())}, but class ids are "
+        raise SourceError(where, f"{field}: holds {show(array.ravel()[:7].tolist())}, but class ids are "
                           f"integers{known}", category=BAD_ANNOTATION)
     return torch.from_numpy(array.astype(np.int64) if integral else array)
 
@@ -391,7 +391,7 @@ def _masks_from_rle(value: Any, name: str, where: str, canvas: tuple[int, int] |
     ok = (type(value) is dict and type(value.get("size")) is list and len(value["size"]) == 2
           and all(type(s) is int and 0 < s <= 1 << 20 for s in value["size"])
           and type(value.get("counts")) is list and all(type(c) is str for c in value["counts"]))
-    field = f"targets[{sf.show(name)}]"
+    field = f"targets[{show(name)}]"
     if not ok:
         raise SourceError(where, f"{field}: expected {{'size': [H, W], 'counts': [str, ...]}} "
                           "(compressed RLE)", category=BAD_ANNOTATION)
@@ -435,9 +435,9 @@ def confined_files(root: str) -> tuple[set[str], dict[str, str]]:
 def file_problem(name: Any, files: set[str], outside: dict[str, str], root: str) -> tuple[str | None, str]:
     """(why the file a dataset names cannot be read, or None; its path relative to ``root``)."""
     if type(name) is not str or not name or "\0" in name:
-        return f"expected a file name, got {sf.show(name)}", ""
+        return f"expected a file name, got {show(name)}", ""
     rel = os.path.normpath(name).replace(os.sep, "/")
-    shown = repr(name) if len(name) <= 1024 else sf.show(name)  # a real path whole; a hostile one cut short
+    shown = repr(name) if len(name) <= 1024 else show(name)  # a real path whole; a hostile one cut short
     if os.path.isabs(name) or rel == ".." or rel.startswith("../"):
         return f"{shown} is outside the images folder {root}", rel
     if rel in outside:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.safe_io import open_regular, show
 from mediapipe.errors import SourceError
 from mediapipe.fields import FieldType
 from mediapipe.loaders.sources.folder import Source
@@ -93,12 +93,12 @@ def parse_labels(text: str, where: str, num_classes: int | None) -> tuple[np.nda
         c = values[0]
         if not c.is_integer() or c < 0 or (num_classes is not None and c >= num_classes):
             known = f" (0..{num_classes - 1})" if num_classes is not None else ""
-            raise SourceError(at, f"class {sf.show(parts[0])} is not a class index{known}", category=BAD_ANNOTATION)
+            raise SourceError(at, f"class {show(parts[0])} is not a class index{known}", category=BAD_ANNOTATION)
         cx, cy, w, h = values[1:]
         t = COORD_TOLERANCE
         if not all(math.isfinite(v) for v in values[1:]) or w < 0 or h < 0 or cx - w / 2 < -t or cy - h / 2 < -t \
                 or cx + w / 2 > 1 + t or cy + h / 2 > 1 + t:
-            raise SourceError(at, f"box {sf.show(parts[1:])} is not inside the image (normalised centre and size, 0..1)",
+            raise SourceError(at, f"box {show(parts[1:])} is not inside the image (normalised centre and size, 0..1)",
                               category=BAD_ANNOTATION)
         classes.append(int(c))
         boxes.append((cx, cy, w, h))
@@ -109,7 +109,7 @@ def image_size(path: str) -> tuple[int, int]:
     """(height, width) from an image file's header (Pillow reads the first kilobytes only)."""
     from PIL import Image, UnidentifiedImageError
 
-    fd, _ = sf.open_regular(os.path.realpath(path), "the image")  # (a FIFO put in its place: no hang)
+    fd, _ = open_regular(os.path.realpath(path), "the image")  # (a FIFO put in its place: no hang)
     try:
         with os.fdopen(fd, "rb") as f, Image.open(f) as im:
             width, height = im.size
@@ -173,7 +173,7 @@ class YoloSource(Source):
         if label is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 4), dtype=np.float64)
         path = os.path.join(self.labels_dir, label)
-        fd, _ = sf.open_regular(os.path.realpath(path), "the label file")  # (a FIFO put in its place: no hang)
+        fd, _ = open_regular(os.path.realpath(path), "the label file")  # (a FIFO put in its place: no hang)
         try:
             with os.fdopen(fd, "rb") as f:
                 data = f.read(MAX_LABEL_BYTES + 1)

@@ -385,9 +385,9 @@ class _Reporter:
 # -- what a dataset holds ------------------------------------------------------------------------
 def _describe_converted(path: Path, kind: str, info: dict[str, Any]) -> dict[str, Any]:
     """From the manifest and the per-sample records: no tar is read."""
-    from mediapipe.dataset import shard_format as sf
+    from mediapipe.dataset.sample_records import read_samples
 
-    records = [r for r in sf.read_samples(path) if r.get("kind", kind) == kind]
+    records = [r for r in read_samples(path) if r.get("kind", kind) == kind]
     info.update(layout="converted", samples=len(records))
     sizes = [r["bytes"] for r in records if r.get("bytes")]
     if sizes:

@@ -73,14 +73,16 @@ class ShardImage:
 
 def converted_images(data: Path) -> list[ShardImage]:
     """Every image of a converted dataset, located through the shards' DALI index files."""
-    from mediapipe.dataset import shard_format as sf
+    from mediapipe.dataset.index import read_index
+    from mediapipe.dataset.manifest import read_manifest
+    from mediapipe.dataset.sample_records import read_samples
 
-    manifest = sf.read_manifest(data)
-    labels = {r["key"]: int(r.get("label", 0) or 0) for r in sf.read_samples(data)}
+    manifest = read_manifest(data)
+    labels = {r["key"]: int(r.get("label", 0) or 0) for r in read_samples(data)}
     out = []
     for shard in manifest["shards"]:
         tar = str(data / shard["name"])
-        for members in sf.read_index(data / shard["idx"]):
+        for members in read_index(data / shard["idx"]):
             for m in members:
                 key, ext = m.name.split(".", 1)
                 if ext.lower() in IMAGE_EXTENSIONS:
@@ -90,9 +92,9 @@ def converted_images(data: Path) -> list[ShardImage]:
 
 def converted_shards(data: Path) -> tuple[list[str], list[str]]:
     """(tar paths, index paths) of a converted dataset, in the manifest's order."""
-    from mediapipe.dataset import shard_format as sf
+    from mediapipe.dataset.manifest import read_manifest
 
-    manifest = sf.read_manifest(data)
+    manifest = read_manifest(data)
     return ([str(data / s["name"]) for s in manifest["shards"]], [str(data / s["idx"]) for s in manifest["shards"]])
 
 

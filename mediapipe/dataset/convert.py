@@ -38,7 +38,21 @@ from typing import Any
 import numpy as np
 
 from mediapipe.cli.progress import Progress
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.layout import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    PARTS,
+    REPORT,
+    SAMPLES,
+    safe_key,
+    unique_keys,
+)
+from mediapipe.dataset.manifest import read_manifest, write_manifest
+from mediapipe.dataset.safe_io import json_bytes, write_atomic
+from mediapipe.dataset.sample_records import samples_bytes
+from mediapipe.dataset.schema import is_finite_number
+from mediapipe.dataset.shard_writer import ShardWriter
 from mediapipe.dataset.transcode import TranscodeError, TranscodeOptions, transcode
 from mediapipe.errors import MediapipeError
 from mediapipe.reasons import readable, reason
@@ -131,7 +145,7 @@ def plan_conversion(src: Any, *, shard_size: str | int = "256MB", shuffle: bool 
     made = source is src  # a source object: its keys are its own, its config names it
     base = Path(".") if made else Path(src) if Path(src).is_dir() else Path(src).parent
     described = list(describe_inputs(source))  # one sample at a time: a record's bytes are not kept
-    keys = sf.unique_keys(_relative(item.name, base) for item in described)
+    keys = unique_keys(_relative(item.name, base) for item in described)
     items = [replace(item, key=key) for item, key in zip(described, keys)]
     max_samples, max_bytes = parse_shard_size(shard_size)
     order = np.random.default_rng(seed).permutation(len(items)) if shuffle else np.arange(len(items))
@@ -196,7 +210,7 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
         return ItemResult(item, error=str(err))
     numbers = {k: v for k, v in item.fields if type(v) is not str} | ({} if item.label is None else {"label": item.label})
     for name, value in numbers.items():
-        if not sf.is_finite_number(value):  # the dataset's strict JSON could not hold it
+        if not is_finite_number(value):  # the dataset's strict JSON could not hold it
             return ItemResult(item, error=f"field {name!r} is {value!r}, not a finite number")
     kind = kind_of_extension(item.ext) or kind_of_bytes(data[:16])
     if kind is None:
@@ -205,7 +219,7 @@ def convert_item(item: InputItem, options: TranscodeOptions) -> ItemResult:
     for name, path in item.extra:  # masks and other per-field media: lossless, so copied as they are
         ext = path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(path) else "bin"
         try:
-            extra[f"{sf.safe_key(name)}.{ext}"] = Blob(path, path=path).read()
+            extra[f"{safe_key(name)}.{ext}"] = Blob(path, path=path).read()
         except OSError as err:
             return ItemResult(item, error=f"cannot read its {name!r} file {path}: {err.strerror or err}")
     try:
@@ -255,14 +269,14 @@ class ShardResult:
 
 
 def _parts_path(out: Path, index: int) -> Path:
-    return out / sf.PARTS / f"shard-{index:06d}.json"
+    return out / PARTS / f"shard-{index:06d}.json"
 
 
 def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemResult]) -> ShardResult:
     """Write one shard's tar and index (atomically) and its sample records."""
     out = Path(out)
     records, failures, bytes_in = [], [], 0
-    writer: sf.ShardWriter | None = None
+    writer: ShardWriter | None = None
     try:
         for result in results:
             item = result.item
@@ -282,11 +296,11 @@ def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemR
                 member["targets"] = result.targets
             members["json"] = json.dumps(member, sort_keys=True).encode()
             if writer is None:
-                writer = sf.ShardWriter(out, task.index)
+                writer = ShardWriter(out, task.index)
             writer.add(item.key, members)
             records.append(record)
             _kill_hook("sample")
-        sf.write_atomic(_parts_path(out, task.index), sf.json_bytes({"records": records, "failures": failures}))
+        write_atomic(_parts_path(out, task.index), json_bytes({"records": records, "failures": failures}))
         if writer is None:  # every input failed: no files, an empty entry
             entry = {"shard": task.index, "name": None, "idx": None, "samples": 0, "bytes": 0, "sha256": None}
         else:
@@ -321,7 +335,7 @@ def _kill_hook(event: str) -> None:
 
 # -- the manifest ---------------------------------------------------------------------------
 def new_manifest(plan: ConversionPlan) -> dict[str, Any]:
-    return {"format": sf.FORMAT_NAME, "version": sf.FORMAT_VERSION, "complete": False,
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "complete": False,
             "source": plan.source, "classes": plan.classes,
             **({"field_types": plan.field_types} if plan.field_types else {}),
             "plan": {"fingerprint": plan.fingerprint, "num_inputs": plan.num_inputs,
@@ -333,7 +347,7 @@ def commit_shard(out: Path, manifest: dict[str, Any], result: ShardResult) -> No
     """List the shard in the manifest and rewrite the manifest atomically."""
     shards = [e for e in manifest["shards"] if e["shard"] != result.entry["shard"]] + [result.entry]
     manifest["shards"] = sorted(shards, key=lambda e: e["shard"])
-    sf.write_manifest(out, manifest)
+    write_manifest(out, manifest)
     _kill_hook("commit")
 
 
@@ -347,12 +361,12 @@ def finish(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     for r in records:
         fields.add(r["ext"])
         fields.update(["json"] + (["cls"] if r["label"] is not None else []))
-    sf.write_atomic(out / sf.SAMPLES, sf.samples_bytes(records))
-    sf.write_atomic(out / sf.REPORT, sf.json_bytes({"failures": sorted(failures, key=lambda f: f["input"])}))
+    write_atomic(out / SAMPLES, samples_bytes(records))
+    write_atomic(out / REPORT, json_bytes({"failures": sorted(failures, key=lambda f: f["input"])}))
     manifest.update(complete=True, num_samples=len(records), num_failures=len(failures), fields=sorted(fields),
                     bytes=sum(e["bytes"] for e in manifest["shards"]))
-    sf.write_manifest(out, manifest)
-    shutil.rmtree(out / sf.PARTS, ignore_errors=True)
+    write_manifest(out, manifest)
+    shutil.rmtree(out / PARTS, ignore_errors=True)
     return manifest
 
 
@@ -477,7 +491,7 @@ def convert(src: Any, out: str | os.PathLike, *, shard_size: str | int = "256MB"
     manifest, done = _start_or_resume(out, plan, resume)
     earlier = _earlier_work(plan, manifest, done)
     if manifest["complete"]:
-        shutil.rmtree(out / sf.PARTS, ignore_errors=True)  # killed between the last two steps of `finish`
+        shutil.rmtree(out / PARTS, ignore_errors=True)  # killed between the last two steps of `finish`
         return _result(out, plan, manifest, 0, start, earlier, [])
     pending = [t for t in plan.tasks if t.index not in done]
     total_in = sum(i.size for t in pending for i in t.items)
@@ -525,7 +539,7 @@ def _earlier_work(plan: ConversionPlan, manifest: dict[str, Any], done: set[int]
 
 def _result(out: Path, plan: ConversionPlan, manifest: dict[str, Any], bytes_in: int, start: float,
             earlier: tuple[int, int, int], failed_now: list[dict[str, str]]) -> ConversionResult:
-    report = json.loads((out / sf.REPORT).read_text())
+    report = json.loads((out / REPORT).read_text())
     shards, inputs, samples = earlier
     return ConversionResult(str(out), plan.num_inputs, manifest["num_samples"], len(plan.tasks),
                             report["failures"], bytes_in, manifest["bytes"], time.monotonic() - start,
@@ -535,10 +549,10 @@ def _result(out: Path, plan: ConversionPlan, manifest: dict[str, Any], bytes_in:
 
 def _start_or_resume(out: Path, plan: ConversionPlan, resume: bool) -> tuple[dict[str, Any], set[int]]:
     """The manifest to continue from and the shards already done; cleans partial files."""
-    if (out / sf.MANIFEST).exists():
+    if (out / MANIFEST).exists():
         if not resume:
             raise FileExistsError(f"{out} already holds a dataset; pass resume=True (--resume) to continue it")
-        manifest = sf.read_manifest(out)
+        manifest = read_manifest(out)
         theirs = str(manifest.get("plan", {}).get("fingerprint"))
         if theirs != plan.fingerprint:
             raise ValueError(f"cannot resume {out}: the inputs or settings differ from the run that started it "
@@ -551,10 +565,10 @@ def _start_or_resume(out: Path, plan: ConversionPlan, resume: bool) -> tuple[dic
         if visible:
             raise FileExistsError(f"{out} is not empty ({visible[0].name}...); convert into a new folder")
         manifest, done = new_manifest(plan), set()
-        sf.write_manifest(out, manifest)
+        write_manifest(out, manifest)
     for stale in out.glob(".*.partial"):
         stale.unlink()
-    (out / sf.PARTS).mkdir(exist_ok=True)
+    (out / PARTS).mkdir(exist_ok=True)
     return manifest, done
 
 

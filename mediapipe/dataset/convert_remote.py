@@ -20,14 +20,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.layout import MANIFEST, MAX_MANIFEST_BYTES, PARTS, REPORT, SAMPLES
+from mediapipe.dataset.manifest import parse_manifest
+from mediapipe.dataset.safe_io import json_bytes, write_atomic
 from mediapipe.remote.stores import RemoteStore
 
 MAX_PART_BYTES = 1 << 30  # one shard's sample records and failures
 
 
 def _part_name(shard: int) -> str:
-    return f"{sf.PARTS}/shard-{shard:06d}.json"
+    return f"{PARTS}/shard-{shard:06d}.json"
 
 
 def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_options: dict[str, Any] | None = None,
@@ -42,7 +44,7 @@ def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_option
     store = RemoteStore(url, storage_options)
     folder = Path(tempfile.mkdtemp(prefix="mediapipe-convert-", dir=staging))
     try:
-        exists = store.exists(sf.MANIFEST)
+        exists = store.exists(MANIFEST)
         if exists and not resume:
             raise FileExistsError(f"{url} already holds a dataset; pass resume=True (--resume) to continue it")
         if exists:
@@ -50,18 +52,18 @@ def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_option
 
         def upload(manifest: dict[str, Any], result: Any) -> None:
             if result is None:  # complete: the records, the report, then the manifest that says so
-                store.put_file(folder / sf.SAMPLES, sf.SAMPLES)
-                store.put_file(folder / sf.REPORT, sf.REPORT)
-                store.put_bytes(sf.MANIFEST, sf.json_bytes(manifest))
+                store.put_file(folder / SAMPLES, SAMPLES)
+                store.put_file(folder / REPORT, REPORT)
+                store.put_bytes(MANIFEST, json_bytes(manifest))
                 with contextlib.suppress(Exception):
-                    store.fs.rm(store.child(sf.PARTS), recursive=True)
+                    store.fs.rm(store.child(PARTS), recursive=True)
                 return
             entry = result.entry
             for name in (entry["name"], entry["idx"], entry.get("digests")):
                 if name is not None:
                     store.put_file(folder / name, name)
             store.put_file(folder / _part_name(entry["shard"]), _part_name(entry["shard"]))
-            store.put_bytes(sf.MANIFEST, sf.json_bytes(manifest))  # last: it lists the shard
+            store.put_bytes(MANIFEST, json_bytes(manifest))  # last: it lists the shard
             if entry["name"] is not None:
                 (folder / entry["name"]).unlink()
 
@@ -75,14 +77,14 @@ def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_option
 def _fetch_state(store: RemoteStore, folder: Path) -> None:
     """The remote manifest and its committed shards' records (and the report, once
     complete), into ``folder``, where a local resume takes over."""
-    where = store.child(sf.MANIFEST)
-    raw = store.read_small(sf.MANIFEST, sf.MAX_MANIFEST_BYTES, "manifest")
-    manifest = sf.parse_manifest(raw, where)
-    (folder / sf.PARTS).mkdir()
+    where = store.child(MANIFEST)
+    raw = store.read_small(MANIFEST, MAX_MANIFEST_BYTES, "manifest")
+    manifest = parse_manifest(raw, where)
+    (folder / PARTS).mkdir()
     if manifest["complete"]:
-        (folder / sf.REPORT).write_bytes(store.read_small(sf.REPORT, sf.MAX_MANIFEST_BYTES, "report"))
+        (folder / REPORT).write_bytes(store.read_small(REPORT, MAX_MANIFEST_BYTES, "report"))
     else:
         for entry in manifest["shards"]:
             name = _part_name(entry["shard"])
             (folder / name).write_bytes(store.read_small(name, MAX_PART_BYTES, "shard records"))
-    sf.write_atomic(folder / sf.MANIFEST, raw)
+    write_atomic(folder / MANIFEST, raw)

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from mediapipe import reasons
-from mediapipe.dataset import shard_format as sf
+from mediapipe.dataset.digests import read_digests, sha256_file
+from mediapipe.dataset.index import read_index
+from mediapipe.dataset.layout import BLOCK, MANIFEST, SAMPLES, split_member_name
+from mediapipe.dataset.manifest import check_sample_count, read_manifest, resolve_shards
+from mediapipe.dataset.safe_io import open_regular, stat_regular
+from mediapipe.dataset.sample_records import match_records, read_samples
+from mediapipe.dataset.tar import Member, group_members, scan_tar
 from mediapipe.decoders.streams import main_stream
 from mediapipe.errors import SourceError
 from mediapipe.sample import kind_of_extension
@@ -37,11 +43,11 @@ def _bin(value: float, edges: tuple[float, ...], unit: str = "") -> str:
 
 def summarize(root: str | os.PathLike) -> dict[str, Any]:
     """Counts, bytes, classes, and histograms of resolution, duration, fps and codecs."""
-    manifest = sf.read_manifest(root)
+    manifest = read_manifest(root)
     records = []
     if manifest["complete"]:
-        sf.check_sample_count(root, manifest)
-        records = sf.read_samples(root, manifest["num_samples"])
+        check_sample_count(root, manifest)
+        records = read_samples(root, manifest["num_samples"])
     kinds, codecs, sides, durations, fps, labels, gops = (Counter() for _ in range(7))
     single_keyframe = 0
     for r in records:
@@ -168,7 +174,7 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
            on_shard: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Every problem found, as {"shard", "offset", "member", "reason"}; empty when all is well.
 
-    Checks everything the loader reads, with the loader's own checks (`shard_format`),
+    Checks everything the loader reads, with the loader's own checks (`manifest`, `index`, `tar`),
     and more: the manifest's schema and its paths, the sample records, each shard's size
     and sha256, every tar header against the index, each sample read as the loader reads
     it, and a decode of every member. An empty list means `mp.loaders.shards(root)` opens.
@@ -185,24 +191,24 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
         problem(os.path.basename(err.path), err.reason, _offset_in(err.reason))
 
     try:
-        manifest = sf.read_manifest(root)
+        manifest = read_manifest(root)
     except SourceError as err:
         refused(err)
         return problems
     if not manifest["complete"]:
-        problem(sf.MANIFEST, "the conversion did not finish (rerun convert --resume)")
+        problem(MANIFEST, "the conversion did not finish (rerun convert --resume)")
     records = None
     if manifest["complete"]:  # (written when the conversion finishes)
         try:
-            sf.check_sample_count(root, manifest)
-            records = sf.read_samples(root, manifest["num_samples"])
+            check_sample_count(root, manifest)
+            records = read_samples(root, manifest["num_samples"])
         except SourceError as err:
             refused(err)
     errors: list[SourceError] = []
-    files = sf.resolve_shards(root, manifest, errors)
+    files = resolve_shards(root, manifest, errors)
     for err in errors:
         refused(err)
-    indices: dict[int, list[list[sf.Member]]] = {}
+    indices: dict[int, list[list[Member]]] = {}
     keys: list[str] = []
     for entry in manifest["shards"]:
         if entry["shard"] not in files:
@@ -210,24 +216,24 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
         where = files[entry["shard"]]
         name = entry["name"]
         try:
-            st = sf.stat_regular(where.tar, "shard")
+            st = stat_regular(where.tar, "shard")
         except SourceError as err:
             problem(name, err.reason)
             continue
         size, shard = st.st_size, ShardFile(where.tar, st.st_size, st.st_mtime_ns)
         if size != entry["bytes"]:
             problem(name, f"{size} bytes, the manifest says {entry['bytes']}")
-        damaged = sf.sha256_file(where.tar) != entry["sha256"]
+        damaged = sha256_file(where.tar) != entry["sha256"]
         if damaged:
             problem(name, "sha256 differs from the manifest's")
         shard_problem = len(problems) - 1
         try:
-            scanned = sf.group_members(sf.scan_tar(where.tar))
+            scanned = group_members(scan_tar(where.tar))
         except SourceError as err:
             problem(name, err.reason, _offset_in(err.reason))
             continue
         try:
-            indexed = indices[entry["shard"]] = sf.read_index(where.idx, shard_size=size, samples=entry["samples"])
+            indexed = indices[entry["shard"]] = read_index(where.idx, shard_size=size, samples=entry["samples"])
         except SourceError as err:
             refused(err)
             indexed = None
@@ -238,13 +244,13 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
         digests = None
         if where.digests is not None:
             try:  # checked whole every time; each member is hashed only when the shard's sha256 differs
-                digests = sf.read_digests(where.digests, [m for sample in scanned for m in sample],
+                digests = read_digests(where.digests, [m for sample in scanned for m in sample],
                                           where=entry["digests"])
             except SourceError as err:
                 refused(err)
         located = len(problems)
         for members in indexed or scanned:
-            keys.append(sf.split_member_name(members[0].name)[0])
+            keys.append(split_member_name(members[0].name)[0])
             for m in members:
                 try:  # as the loader reads it: the tar header in front of the data is checked too
                     data = ShardBlob(f"{name}:{m.name}", where.tar, m.offset, m.size, shard=shard).read()
@@ -276,14 +282,14 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
     if records is not None:
         try:
             with_samples = {e["shard"] for e in manifest["shards"] if e["samples"]}
-            sf.match_records(records, indices, with_samples, where=str(root / sf.SAMPLES))
+            match_records(records, indices, with_samples, where=str(root / SAMPLES))
         except SourceError as err:
             refused(err)
     if len(set(keys)) != len(keys):
         dupes = [k for k, n in Counter(keys).items() if n > 1]
         problem("*", f"duplicate keys: {dupes[:5]}")
     if manifest["complete"] and manifest["num_samples"] != len(keys):
-        problem(sf.MANIFEST, f"{len(keys)} samples in the shards, the manifest says {manifest['num_samples']}")
+        problem(MANIFEST, f"{len(keys)} samples in the shards, the manifest says {manifest['num_samples']}")
     if not problems and manifest["complete"]:
         try:  # nothing above may miss what the loader refuses
             ShardSource(root)
@@ -292,13 +298,13 @@ def verify(root: str | os.PathLike, *, decode: bool = True,
     return problems
 
 
-def _stray_bytes(path: str, members: list[sf.Member], size: int) -> list[tuple[int, str | None]]:
+def _stray_bytes(path: str, members: list[Member], size: int) -> list[tuple[int, str | None]]:
     """(offset, member) of the first non-zero byte of each stretch that convert writes as zeros:
     the padding after each member's data (member None: the end-of-archive blocks)."""
     found = []
-    fd, _ = sf.open_regular(path, "shard")  # (no link followed, nothing but a regular file)
+    fd, _ = open_regular(path, "shard")  # (no link followed, nothing but a regular file)
     try:
-        stretches = [(m.offset + m.size, -(-(m.offset + m.size) // sf.BLOCK) * sf.BLOCK, m.name) for m in members]
+        stretches = [(m.offset + m.size, -(-(m.offset + m.size) // BLOCK) * BLOCK, m.name) for m in members]
         end = stretches[-1][1] if stretches else 0
         stretches.append((end, size, None))
         for start, stop, name in stretches:
