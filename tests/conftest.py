@@ -5,31 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mediapipe.synthetic import imagenet_like_sizes, jpeg_bytes, photo_like
-
-
-def write_image_folder(root: Path, count: int, classes: int = 3, seed: int = 0, scale: float = 0.5) -> Path:
-    """``count`` JPEGs in ``classes`` class folders, ImageNet-like sizes times ``scale``."""
-    rng = np.random.default_rng(seed)
-    for i, (h, w) in enumerate(imagenet_like_sizes(rng, count)):
-        folder = root / f"class{i % classes}"
-        folder.mkdir(parents=True, exist_ok=True)
-        h, w = max(32, int(h * scale)), max(32, int(w * scale))
-        (folder / f"img{i:04d}.jpg").write_bytes(jpeg_bytes(photo_like(h, w, seed * 100_000 + i), quality=90))
-    return root
-
-
-def state_after(loader, batches: int) -> dict:
-    """The loader's state_dict() after ``batches`` delivered batches of an interrupted epoch."""
-    it = iter(loader)
-    for _ in range(batches):
-        next(it)
-    state = loader.state_dict()
-    it.close()
-    return state
+from tests.helpers import write_image_folder
 
 
 @pytest.fixture(scope="session")

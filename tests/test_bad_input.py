@@ -16,7 +16,7 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.augment.base import Op
-from tests.conftest import write_image_folder
+from tests.helpers import write_image_folder
 
 
 def png_declaring(width: int, height: int) -> bytes:

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 from mediapipe.bench import scenarios
 from mediapipe.cli import main
 from mediapipe.cli.bench import add_arguments, settings_from_args
 from mediapipe.dataset.convert import convert
+from tests.helpers import write_image_folder
 
 
 def test_backend_ray_runs_the_local_loader_and_the_ray_one_on_request_only():

@@ -9,25 +9,22 @@ import builtins
 import errno
 import functools
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 import mediapipe.dataset.convert as convert_module
 from mediapipe.cli import main
 from mediapipe.cli.progress import Progress
 from mediapipe.dataset import safe_io, shard_writer
-from mediapipe.dataset.convert import KILL_HOOK_ENV
 from mediapipe.dataset.inspect import format_summary, gop_lengths, summarize
 from mediapipe.dataset.layout import MANIFEST
 from mediapipe.dataset.sample_records import read_samples
 from mediapipe.synthetic import jpeg_bytes, photo_like
 from mediapipe.synthetic.video import render_frames, write_video
+from tests.helpers import cli_argv, write_image_folder
 
 
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -38,11 +35,7 @@ def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 
 def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
     """``mediapipe ARGS`` in a fresh interpreter (its logging configured as a user's would be)."""
-    env = {k: v for k, v in os.environ.items() if k != KILL_HOOK_ENV}
-    if kill_at:
-        env[KILL_HOOK_ENV] = kill_at
-    return subprocess.run([sys.executable, "-m", "mediapipe.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(cli_argv(*args, kill_at=kill_at), capture_output=True, text=True, timeout=300)
 
 
 # -- inspect ------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import write_image_folder
 from PIL import Image
 
 import mediapipe as mp
@@ -20,6 +19,7 @@ from mediapipe.dataset.layout import REPORT, SAMPLES, safe_key, unique_keys
 from mediapipe.dataset.sample_records import read_samples
 from mediapipe.dataset.transcode import TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like
+from tests.helpers import write_image_folder
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
@@ -19,6 +18,7 @@ from mediapipe.dataset.inspect import verify
 from mediapipe.dataset.layout import MANIFEST, REPORT
 from mediapipe.dataset.transcode import TranscodeError, TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like
+from tests.helpers import write_image_folder
 
 
 def damaged_jpegs(good: bytes) -> dict[str, bytes]:

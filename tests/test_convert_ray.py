@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 from mediapipe.dataset.convert import convert
 from mediapipe.dataset.transcode import TranscodeOptions
+from tests.helpers import write_image_folder
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
-from mediapipe.dataset.convert import KILL_HOOK_ENV, convert
+from mediapipe.dataset.convert import convert
 from mediapipe.dataset.manifest import read_manifest
 from mediapipe.dataset.transcode import TranscodeOptions
+from tests.helpers import cli_argv, write_image_folder
 
 OPTIONS = ["--shard-size", "3", "--seed", "7", "--image-max-side", "64", "--no-progress"]
 
@@ -31,12 +29,8 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 def _run(src: Path, out: Path, *extra: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop(KILL_HOOK_ENV, None)
-    if kill_at:
-        env[KILL_HOOK_ENV] = kill_at
-    return subprocess.run([sys.executable, "-m", "mediapipe.cli", "convert", str(src), str(out), *OPTIONS, *extra],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cli_argv("convert", str(src), str(out), *OPTIONS, *extra, kill_at=kill_at),
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("kill_at, workers", [

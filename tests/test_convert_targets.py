@@ -26,7 +26,7 @@ from mediapipe.errors import SourceError
 from mediapipe.fields import FieldType
 from mediapipe.loaders.sources.targets import masks_to_rle, targets_from_json
 from mediapipe.synthetic.detection import find_flat_objects
-from tests.test_source_coco import miss
+from tests.helpers import miss
 
 
 def by_image_id(source) -> dict[int, dict]:

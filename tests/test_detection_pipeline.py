@@ -18,7 +18,7 @@ import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import DecodeError, PipelineError
 from mediapipe.fields import boxes, keypoints, per_object
-from tests.test_typed_pipeline import BoxManifest, write_objects
+from tests.helpers import BoxManifest, write_objects
 
 
 class LabelledBoxManifest(BoxManifest):

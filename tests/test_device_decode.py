@@ -17,7 +17,7 @@ from mediapipe.augment.functional import resample
 from mediapipe.decoders import create
 from mediapipe.decoders.base import NO_HINT
 from mediapipe.rng import SampleRNG
-from tests.conftest import state_after, write_image_folder
+from tests.helpers import state_after, write_image_folder
 
 pytest.importorskip("nvidia.nvimgcodec")
 TF = pytest.importorskip("torchvision.transforms.v2.functional")

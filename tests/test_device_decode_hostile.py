@@ -15,7 +15,7 @@ from PIL import Image
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.synthetic import jpeg_bytes, photo_like
-from tests.conftest import state_after, write_image_folder
+from tests.helpers import state_after, write_image_folder
 
 pytest.importorskip("nvidia.nvimgcodec")
 

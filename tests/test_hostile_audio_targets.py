@@ -178,15 +178,15 @@ def test_a_nemo_utterance_past_its_files_end_is_refused(tmp_path, backend):
 @pytest.fixture(scope="module")
 def turned_coco(tmp_path_factory):
     """One JPEG per EXIF orientation (red rectangles), with COCO boxes and polygons in the stored frame."""
-    from tests import test_trust_boxes as TB
+    from tests.helpers import jpeg, scene
 
     root = tmp_path_factory.mktemp("turned_coco")
     (root / "images").mkdir()
     images, annotations = [], []
     for o in range(1, 9):
-        photo, rects = TB.scene(o)
+        photo, rects = scene(o)
         h, w = photo.shape[:2]
-        (root / "images" / f"o{o}.jpg").write_bytes(TB.jpeg(photo, o))
+        (root / "images" / f"o{o}.jpg").write_bytes(jpeg(photo, o))
         images.append({"id": o, "file_name": f"o{o}.jpg", "width": w, "height": h})
         for k, (x0, y0, x1, y1) in enumerate(rects):
             annotations.append({"id": 10 * o + k, "image_id": o, "category_id": 1, "iscrowd": 0,
@@ -202,7 +202,7 @@ def test_converting_exif_turned_images_turns_their_targets(turned_coco, tmp_path
     pytest.importorskip("pycocotools")
     from mediapipe.dataset.convert import convert
     from mediapipe.dataset.transcode import TranscodeOptions
-    from tests import test_trust_boxes as TB
+    from tests.helpers import check_targets_on_their_pixels
 
     source = mp.loaders.coco(turned_coco / "instances.json", turned_coco / "images", masks=True)
     result = convert(source, tmp_path / "out", options=TranscodeOptions(image_max_side=max_side))
@@ -217,5 +217,5 @@ def test_converting_exif_turned_images_turns_their_targets(turned_coco, tmp_path
             if max_side is not None:  # masks resized with nearest: their extent is not the scaled box's
                 sample.pop("masks")
                 assert max(sample["image"].shape[-2:]) == max_side
-            seen += TB.check_targets_on_their_pixels(sample)
+            seen += check_targets_on_their_pixels(sample)
         assert seen == 24

@@ -26,7 +26,7 @@ from mediapipe.decoders import registry
 from mediapipe.decoders.base import Limits
 from mediapipe.errors import LimitError
 from mediapipe.sample import Blob
-from tests.conftest import write_image_folder
+from tests.helpers import write_image_folder
 
 
 # -- Pillow's decompression-bomb guard: the message names the limit to raise -------------------

@@ -10,7 +10,6 @@ import gzip
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe import augment as A
@@ -19,6 +18,7 @@ from mediapipe.dataset.convert import convert
 from mediapipe.errors import PipelineError, SourceError
 from mediapipe.loaders.samplers import EpochBatchSampler
 from mediapipe.remote.retry import Retry
+from tests.helpers import write_image_folder
 
 FAST = Retry(attempts=2, backoff=0.01, timeout=5)
 

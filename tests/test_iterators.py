@@ -7,7 +7,7 @@ import weakref
 import pytest
 import torch
 
-from tests.test_loader import assert_same, collect, make_pipeline
+from tests.helpers import assert_same, collect, make_pipeline
 
 
 def process_alive(pid: int) -> bool:

@@ -9,31 +9,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from tests.conftest import state_after
-
-
-def make_pipeline(root, seed: int = 0, batch_size: int = 5, **kwargs) -> mp.Pipeline:
-    return mp.Pipeline(
-        source=mp.loaders.folder(root),
-        decode={"image": mp.decoders.image()},
-        augment=[A.RandomResizedCrop(32, scale=(0.2, 1.0)), A.HorizontalFlip(), A.Normalize()],
-        batch_size=batch_size, seed=seed, device="cpu", **kwargs,
-    )
-
-
-def collect(loader) -> list[dict]:
-    return [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            if isinstance(x[k], torch.Tensor):
-                assert torch.equal(x[k], y[k]), k
-            else:
-                assert x[k] == y[k], k
+from tests.helpers import assert_same, collect, make_pipeline, state_after
 
 
 def test_batches_are_bit_identical_across_worker_counts(image_folder):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe import augment as A
@@ -27,6 +26,7 @@ from mediapipe.remote import cache as cache_module
 from mediapipe.remote.cache import ShardCache
 from mediapipe.remote.retry import Retry
 from mediapipe.remote.urls import is_remote, remote_name
+from tests.helpers import write_image_folder
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

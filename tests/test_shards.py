@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
@@ -19,6 +18,7 @@ from mediapipe.dataset.inspect import verify
 from mediapipe.dataset.layout import BLOCK
 from mediapipe.dataset.tar import scan_tar
 from mediapipe.errors import SourceError
+from tests.helpers import write_image_folder
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_a_source_split_by_rank_is_not_split_again_by_the_loader(tmp_path):
     import mediapipe as mp
     from mediapipe import augment as A
     from mediapipe.dataset.convert import convert
-    from tests.conftest import write_image_folder
+    from tests.helpers import write_image_folder
 
     write_image_folder(tmp_path / "src", 12, classes=2, seed=1)
     convert(tmp_path / "src", tmp_path / "out", shard_size="3")

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
@@ -31,6 +30,7 @@ from mediapipe.dataset.inspect import verify
 from mediapipe.dataset.layout import BLOCK, FORMAT_VERSION, MANIFEST, SAMPLES
 from mediapipe.dataset.tar import Member, scan_tar
 from mediapipe.errors import SourceError
+from tests.helpers import write_image_folder
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import SourceError
-from mediapipe.synthetic.detection import CATEGORIES, find_flat_objects
-from tests.conftest import state_after
+from mediapipe.synthetic.detection import CATEGORIES
+from tests.helpers import assert_boxes_are_where_the_pixels_are, miss, state_after
 
 
 def coco_json(dataset) -> dict:
@@ -81,47 +81,6 @@ def test_masks_are_the_polygons_and_rle_of_each_object(detection_dataset):
                 assert np.abs(np.subtract(extent, [x, y, x + w, y + h])).max() <= 1
                 assert abs(mask.sum().item() - a["area"]) < 0.08 * a["area"]
     assert kinds == {"rle", "rectangle", "ellipse"}
-
-
-def miss(box: list[float], seen: list[float], height: int, width: int) -> float:
-    """How far the pixel extent ``seen`` of an object is from its delivered box; for a box on the
-    image's edge (a cut object: an ellipse's visible part is smaller than its clamped box), how
-    far ``seen`` leaves the box."""
-    if box[0] < 0.5 or box[1] < 0.5 or box[2] > width - 0.5 or box[3] > height - 0.5:
-        return max(box[0] - seen[0], box[1] - seen[1], seen[2] - box[2], seen[3] - box[3], 0.0)
-    return float(np.abs(np.subtract(box, seen)).max())
-
-
-def assert_boxes_are_where_the_pixels_are(batch: dict, tolerance: float = 2.5, dropped_at_edges: bool = False) -> int:
-    """Every flat-coloured object found in each delivered image must have a delivered box of its
-    class at its pixels (an object cut by the image's edge: its pixels inside its box, an
-    ellipse's visible part being smaller than its clamped box), and every box of a visible object
-    a found object. With ``dropped_at_edges``, an object cut by the edge may have no box (an IoU
-    crop drops the objects whose centre it leaves out, as torchvision's). Returns the matches."""
-    matched = 0
-    for i in range(batch["image"].shape[0]):
-        if "boxes_lengths" in batch:
-            n = int(batch["boxes_lengths"][i])
-            boxes, labels = batch["boxes"][i, :n], batch["labels"][i, :n]
-        else:
-            boxes, labels = batch["boxes"][i], batch["labels"][i]
-        image = batch["image"][i].permute(1, 2, 0).numpy()
-        height, width = image.shape[:2]
-        used = set()
-        for category, seen in find_flat_objects(image, tolerance=100):
-            misses = [miss(box.tolist(), seen, height, width) if int(label) == category else np.inf
-                      for box, label in zip(boxes, labels)]
-            k = int(np.argmin(misses)) if misses else -1
-            cut = seen[0] <= 0 or seen[1] <= 0 or seen[2] >= width or seen[3] >= height
-            if dropped_at_edges and cut and (k < 0 or misses[k] > tolerance):
-                continue
-            assert k >= 0 and misses[k] <= tolerance, (i, category, seen, boxes.tolist(), labels.tolist())
-            used.add(k)
-            matched += 1
-        for k, box in enumerate(boxes.tolist()):  # a box nobody found: cropped to a sliver
-            if k not in used:
-                assert (box[2] - box[0]) * (box[3] - box[1]) < 20 or min(box[2] - box[0], box[3] - box[1]) < 3, box
-    return matched
 
 
 @pytest.mark.parametrize("collate", ["list", "pad"])

@@ -15,7 +15,7 @@ import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources.yolo import default_labels_dir, read_classes
-from tests.test_source_coco import assert_boxes_are_where_the_pixels_are
+from tests.helpers import assert_boxes_are_where_the_pixels_are
 
 
 @pytest.mark.parametrize("box_format", ["xyxy", "cxcywh"])

@@ -36,9 +36,9 @@ from mediapipe.fields import FieldType, boxes, keypoints
 from mediapipe.loaders.sources.folder import ManifestSource
 from mediapipe.rng import SampleRNG
 from mediapipe.stages.collate import TensorList, stack_params
-from mediapipe.synthetic import photo_like
 from tests import test_ops_detection as D
 from tests import test_ops_targets as T
+from tests.helpers import SIZES, check_targets_on_their_pixels, jpeg, scene
 
 FORMATS = ["xyxy", "xywh", "cxcywh"]
 # where EXIF orientation k takes a point (x, y) of a W x H stored frame (TIFF 6.0's Orientation
@@ -53,7 +53,6 @@ FORMULA = {
     7: lambda x, y, W, H: (H - y, W - x),
     8: lambda x, y, W, H: (y, W - x),
 }
-RED = (225, 35, 35)
 
 
 def with_orientation(image: Image.Image, orientation: int) -> Image.Image:
@@ -61,15 +60,6 @@ def with_orientation(image: Image.Image, orientation: int) -> Image.Image:
     exif[0x0112] = orientation
     image.info["exif"] = exif.tobytes()
     return image
-
-
-def jpeg(photo: np.ndarray, orientation: int = 1) -> bytes:
-    image = Image.fromarray(photo)
-    exif = image.getexif()
-    exif[0x0112] = orientation
-    buf = io.BytesIO()
-    image.save(buf, format="JPEG", quality=95, exif=exif.tobytes())
-    return buf.getvalue()
 
 
 def turned_by_pillow(data: bytes) -> torch.Tensor:
@@ -112,20 +102,6 @@ def test_each_orientation_turns_pixels_boxes_and_keypoints_as_pillow_turns_the_p
 
 
 # -- item 9: sources with targets, through a pipeline --------------------------------------------------
-SIZES = {1: (61, 83), 2: (47, 71), 3: (65, 59), 4: (53, 77), 5: (61, 83), 6: (57, 91), 7: (69, 55), 8: (49, 75)}
-
-
-def scene(orientation: int) -> tuple[np.ndarray, list[tuple[int, int, int, int]]]:
-    """A dark photo (stored frame) with three red rectangles: on the left edge, in the
-    bottom-right corner, inside; their xyxy boxes on pixel edges."""
-    h, w = SIZES[orientation]
-    photo = photo_like(h, w, seed=orientation) // 3
-    rects = [(0, h // 5, w // 4, h // 2), (w - w // 3, h - h // 3, w, h), (w // 3, 4, w // 2 + 3, h // 3)]
-    for x0, y0, x1, y1 in rects:
-        photo[y0:y1, x0:x1] = RED
-    return photo, rects
-
-
 @pytest.fixture(scope="module")
 def turned_files(tmp_path_factory) -> Path:
     """The same scene in one JPEG per EXIF orientation, with a COCO file (stored sizes, boxes and
@@ -179,35 +155,6 @@ def samples(source, ops: list, exif_transpose: bool = True, seed: int = 0, backe
     for batch in pipe.loader(num_workers=0, shuffle=False):
         out.append({k: (v[0] if isinstance(v, (list, torch.Tensor)) and len(v) else v) for k, v in batch.items()})
     return out
-
-
-def red(image: torch.Tensor) -> torch.Tensor:
-    return (image[0] > 150) & (image[1] < 110) & (image[2] < 110)
-
-
-def check_targets_on_their_pixels(sample: dict, complete: bool = True) -> int:
-    """Each box (and mask, keypoint) lies on red pixels, and with ``complete`` (no object dropped)
-    red pixels lie in the boxes; returns the objects."""
-    image, bxs = sample["image"], sample["boxes"]
-    height, width = image.shape[-2:]
-    is_red = red(image)
-    covered = torch.zeros_like(is_red)
-    for k, (x0, y0, x1, y1) in enumerate(bxs.tolist()):
-        assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height
-        inner = is_red[int(round(y0)) + 1 : int(round(y1)) - 1, int(round(x0)) + 1 : int(round(x1)) - 1]
-        if inner.numel():
-            assert inner.float().mean() > 0.9, (k, (x0, y0, x1, y1))
-        covered[max(0, int(y0) - 1) : int(y1) + 2, max(0, int(x0) - 1) : int(x1) + 2] = True
-        if "masks" in sample:
-            ys, xs = torch.nonzero(sample["masks"][k], as_tuple=True)
-            extent = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
-            assert extent == [round(v) for v in (x0, y0, x1, y1)], (k, extent, (x0, y0, x1, y1))
-            assert is_red[sample["masks"][k].bool()].float().mean() > 0.9
-        if "points" in sample:
-            px, py = sample["points"][k].tolist()
-            assert abs(px - (x0 + x1 - 1) / 2) < 1e-4 and abs(py - (y0 + y1 - 1) / 2) < 1e-4
-    assert not complete or (is_red & ~covered).sum() <= 3  # no red object left without its box
-    return len(bxs)
 
 
 # the workers' decode, and the batched one in the training process (the workers probe the

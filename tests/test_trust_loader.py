@@ -20,8 +20,7 @@ from mediapipe.errors import PipelineError
 from mediapipe.loaders import sampling
 from mediapipe.loaders.bucketing import DurationBucketSampler
 from mediapipe.loaders.samplers import EpochBatchSampler, PlannedBatch
-from tests.conftest import write_image_folder
-from tests.test_loader import assert_same, collect
+from tests.helpers import assert_same, collect, write_image_folder
 
 # -- fixtures: the README's datasets, small ------------------------------------------------
 

@@ -19,7 +19,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from tests.conftest import write_image_folder
+from tests.helpers import write_image_folder
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe import augment as A
@@ -32,6 +31,7 @@ from mediapipe.dataset.convert import convert
 from mediapipe.errors import SourceError
 from mediapipe.remote.cache import ShardCache
 from mediapipe.remote.retry import Retry
+from tests.helpers import write_image_folder
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

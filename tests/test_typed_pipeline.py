@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,57 +19,9 @@ from PIL import Image
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.errors import DecodeError, PipelineError
-from mediapipe.fields import boxes, keypoints
 from mediapipe.loaders.sources.folder import ManifestSource
 from mediapipe.stages.collate import TensorList
-from mediapipe.synthetic import jpeg_bytes, photo_like
-
-
-class BoxManifest(ManifestSource):
-    """A manifest whose rows carry ``boxes`` (xyxy pixels) and ``points``: a stand-in for the
-    detection sources, declaring its fields' kinds as they will."""
-
-    kind = "test-box-manifest"
-
-    def field_types(self) -> dict[str, Any]:
-        return {"boxes": boxes("xyxy"), "points": keypoints()}
-
-    def ref(self, index: int):
-        ref = super().ref(index)
-        row = self._rows[index]
-        ref.fields["boxes"] = torch.tensor(row["boxes"], dtype=torch.float32).reshape(-1, 4)
-        ref.fields["points"] = torch.tensor(row["points"], dtype=torch.float32).reshape(-1, 2)
-        return ref
-
-
-def write_objects(root: Path, count: int = 8, mask_size: dict[int, tuple[int, int]] | None = None,
-                  outside: bool = False) -> Path:
-    """Photos with 1-3 flat rectangles each (class ids 1, 2, 3 in the mask), their boxes and centres."""
-    rows = []
-    rng = np.random.default_rng(0)
-    for i in range(count):
-        h, w = int(rng.integers(90, 140)), int(rng.integers(100, 160))
-        photo = photo_like(h, w, 70 + i) // 3
-        mask = np.zeros((h, w), np.uint8)
-        bxs, pts = [], []
-        for k in range(i % 4):  # sample 0, 4: no objects
-            bw, bh = int(rng.integers(14, w // 3)), int(rng.integers(14, h // 3))
-            x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
-            if (mask[y0 : y0 + bh, x0 : x0 + bw] != 0).any():
-                continue
-            mask[y0 : y0 + bh, x0 : x0 + bw] = len(bxs) + 1  # class id = the box's position + 1
-            photo[y0 : y0 + bh, x0 : x0 + bw] = (200, 60 + 60 * k, 40)
-            bxs.append([x0, y0, x0 + bw, y0 + bh])
-            pts.append([x0 + bw / 2, y0 + bh / 2])
-        if outside:
-            bxs.append([w + 5.0, h + 3.0, w + 20.0, h + 9.0])  # wholly outside: a bad annotation
-            pts.append([-4.0, h + 2.0])
-        (root / f"{i}.jpg").write_bytes(jpeg_bytes(photo, quality=95))
-        mh, mw = (mask_size or {}).get(i, (h, w))
-        Image.fromarray(mask).resize((mw, mh), Image.NEAREST).save(root / f"{i}_mask.png")
-        rows.append({"path": f"{i}.jpg", "mask": f"{i}_mask.png", "label": i % 3, "boxes": bxs, "points": pts})
-    (root / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    return root / "rows.jsonl"
+from tests.helpers import BoxManifest, write_objects
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import write_image_folder
 
 import mediapipe as mp
 from mediapipe.cli import main
@@ -20,6 +19,7 @@ from mediapipe.dataset.inspect import verify
 from mediapipe.dataset.layout import BLOCK, MANIFEST
 from mediapipe.dataset.manifest import read_manifest
 from mediapipe.errors import SourceError
+from tests.helpers import write_image_folder
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from mediapipe import augment as A
 from mediapipe.augment.functional.video import held_frames, select_frames
 from mediapipe.decoders.registry import create, decoder_class
 from mediapipe.synthetic.video import read_counter, render_frames, write_video
-from tests.conftest import state_after
+from tests.helpers import state_after
 
 H, W = 48, 64
 

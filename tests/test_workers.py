@@ -19,8 +19,8 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.augment.base import Op
+from tests.helpers import assert_same, collect, make_pipeline
 from tests.test_iterators import process_alive
-from tests.test_loader import assert_same, collect, make_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -324,7 +324,7 @@ def test_no_worker_or_shared_memory_outlives_a_pass_however_it_ends(image_folder
 
 @pytest.mark.timeout(120)
 def test_an_error_in_a_worker_stops_every_worker(tmp_path):
-    from tests.conftest import write_image_folder
+    from tests.helpers import write_image_folder
 
     write_image_folder(tmp_path, 8, classes=1, seed=4)
     (tmp_path / "class0" / "zz_bad.jpg").write_bytes(b"not a jpeg")

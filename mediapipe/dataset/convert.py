@@ -25,7 +25,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -60,9 +59,10 @@ from mediapipe.sample import Blob, kind_of_bytes, kind_of_extension
 
 log = logging.getLogger(__name__)
 
-KILL_HOOK_ENV = "MEDIAPIPE_CONVERT_KILL_AT"
-"""Test hook: "sample:N", "shard:N" or "commit:N" SIGKILLs the converter after the N-th
-sample written to a partial tar, shard renamed into place, or manifest committed."""
+step_hook: Callable[[str], None] | None = None
+"""Called with "sample", "shard" or "commit" after each sample written to a partial tar, shard
+renamed into place, or manifest committed (in the process that writes them); tests set it, to
+SIGKILL the converter at a given step."""
 
 ENGINES = ("local", "ray")
 DEFAULT_OPTIONS = TranscodeOptions()
@@ -299,7 +299,7 @@ def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemR
                 writer = ShardWriter(out, task.index)
             writer.add(item.key, members)
             records.append(record)
-            _kill_hook("sample")
+            _step("sample")
         write_atomic(_parts_path(out, task.index), json_bytes({"records": records, "failures": failures}))
         if writer is None:  # every input failed: no files, an empty entry
             entry = {"shard": task.index, "name": None, "idx": None, "samples": 0, "bytes": 0, "sha256": None}
@@ -308,7 +308,7 @@ def write_shard(out: str | os.PathLike, task: ShardTask, results: Iterable[ItemR
             entry = {"shard": task.index, "name": committed["name"], "idx": committed["index"],
                      "digests": committed["digests"], "samples": committed["samples"], "bytes": committed["bytes"],
                      "sha256": committed["sha256"]}
-            _kill_hook("shard")
+            _step("shard")
     except BaseException:
         if writer is not None:
             writer.abort()
@@ -321,16 +321,9 @@ def convert_shard(out: str | os.PathLike, task: ShardTask, options: TranscodeOpt
     return write_shard(out, task, (convert_item(item, options) for item in task.items))
 
 
-_KILL_COUNTS: dict[str, int] = {}
-
-
-def _kill_hook(event: str) -> None:
-    spec = os.environ.get(KILL_HOOK_ENV)
-    if not spec or not spec.startswith(event + ":"):
-        return
-    _KILL_COUNTS[event] = _KILL_COUNTS.get(event, 0) + 1
-    if _KILL_COUNTS[event] >= int(spec.split(":", 1)[1]):
-        os.kill(os.getpid(), signal.SIGKILL)
+def _step(event: str) -> None:
+    if step_hook is not None:
+        step_hook(event)
 
 
 # -- the manifest ---------------------------------------------------------------------------
@@ -348,7 +341,7 @@ def commit_shard(out: Path, manifest: dict[str, Any], result: ShardResult) -> No
     shards = [e for e in manifest["shards"] if e["shard"] != result.entry["shard"]] + [result.entry]
     manifest["shards"] = sorted(shards, key=lambda e: e["shard"])
     write_manifest(out, manifest)
-    _kill_hook("commit")
+    _step("commit")
 
 
 def finish(out: Path, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,250 @@
+"""What several test modules share, so that no test module imports another: media writers,
+loader helpers, box oracles and the converter's kill hook (fixtures stay in conftest.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.fields import boxes, keypoints
+from mediapipe.loaders.sources.folder import ManifestSource
+from mediapipe.synthetic import imagenet_like_sizes, jpeg_bytes, photo_like
+from mediapipe.synthetic.detection import find_flat_objects
+
+
+# -- image folders and loaders ---------------------------------------------------------------
+def write_image_folder(root: Path, count: int, classes: int = 3, seed: int = 0, scale: float = 0.5) -> Path:
+    """``count`` JPEGs in ``classes`` class folders, ImageNet-like sizes times ``scale``."""
+    rng = np.random.default_rng(seed)
+    for i, (h, w) in enumerate(imagenet_like_sizes(rng, count)):
+        folder = root / f"class{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        h, w = max(32, int(h * scale)), max(32, int(w * scale))
+        (folder / f"img{i:04d}.jpg").write_bytes(jpeg_bytes(photo_like(h, w, seed * 100_000 + i), quality=90))
+    return root
+
+
+def state_after(loader, batches: int) -> dict:
+    """The loader's state_dict() after ``batches`` delivered batches of an interrupted epoch."""
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    state = loader.state_dict()
+    it.close()
+    return state
+
+
+def make_pipeline(root, seed: int = 0, batch_size: int = 5, **kwargs) -> mp.Pipeline:
+    return mp.Pipeline(
+        source=mp.loaders.folder(root),
+        decode={"image": mp.decoders.image()},
+        augment=[A.RandomResizedCrop(32, scale=(0.2, 1.0)), A.HorizontalFlip(), A.Normalize()],
+        batch_size=batch_size, seed=seed, device="cpu", **kwargs,
+    )
+
+
+def collect(loader) -> list[dict]:
+    return [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], torch.Tensor):
+                assert torch.equal(x[k], y[k]), k
+            else:
+                assert x[k] == y[k], k
+
+
+# -- objects at known pixels: the box oracles ------------------------------------------------
+def miss(box: list[float], seen: list[float], height: int, width: int) -> float:
+    """How far the pixel extent ``seen`` of an object is from its delivered box; for a box on the
+    image's edge (a cut object: an ellipse's visible part is smaller than its clamped box), how
+    far ``seen`` leaves the box."""
+    if box[0] < 0.5 or box[1] < 0.5 or box[2] > width - 0.5 or box[3] > height - 0.5:
+        return max(box[0] - seen[0], box[1] - seen[1], seen[2] - box[2], seen[3] - box[3], 0.0)
+    return float(np.abs(np.subtract(box, seen)).max())
+
+
+def assert_boxes_are_where_the_pixels_are(batch: dict, tolerance: float = 2.5, dropped_at_edges: bool = False) -> int:
+    """Every flat-coloured object found in each delivered image must have a delivered box of its
+    class at its pixels (an object cut by the image's edge: its pixels inside its box, an
+    ellipse's visible part being smaller than its clamped box), and every box of a visible object
+    a found object. With ``dropped_at_edges``, an object cut by the edge may have no box (an IoU
+    crop drops the objects whose centre it leaves out, as torchvision's). Returns the matches."""
+    matched = 0
+    for i in range(batch["image"].shape[0]):
+        if "boxes_lengths" in batch:
+            n = int(batch["boxes_lengths"][i])
+            boxes, labels = batch["boxes"][i, :n], batch["labels"][i, :n]
+        else:
+            boxes, labels = batch["boxes"][i], batch["labels"][i]
+        image = batch["image"][i].permute(1, 2, 0).numpy()
+        height, width = image.shape[:2]
+        used = set()
+        for category, seen in find_flat_objects(image, tolerance=100):
+            misses = [miss(box.tolist(), seen, height, width) if int(label) == category else np.inf
+                      for box, label in zip(boxes, labels)]
+            k = int(np.argmin(misses)) if misses else -1
+            cut = seen[0] <= 0 or seen[1] <= 0 or seen[2] >= width or seen[3] >= height
+            if dropped_at_edges and cut and (k < 0 or misses[k] > tolerance):
+                continue
+            assert k >= 0 and misses[k] <= tolerance, (i, category, seen, boxes.tolist(), labels.tolist())
+            used.add(k)
+            matched += 1
+        for k, box in enumerate(boxes.tolist()):  # a box nobody found: cropped to a sliver
+            if k not in used:
+                assert (box[2] - box[0]) * (box[3] - box[1]) < 20 or min(box[2] - box[0], box[3] - box[1]) < 3, box
+    return matched
+
+
+class BoxManifest(ManifestSource):
+    """A manifest whose rows carry ``boxes`` (xyxy pixels) and ``points``: a stand-in for the
+    detection sources, declaring its fields' kinds as they will."""
+
+    kind = "test-box-manifest"
+
+    def field_types(self) -> dict[str, Any]:
+        return {"boxes": boxes("xyxy"), "points": keypoints()}
+
+    def ref(self, index: int):
+        ref = super().ref(index)
+        row = self._rows[index]
+        ref.fields["boxes"] = torch.tensor(row["boxes"], dtype=torch.float32).reshape(-1, 4)
+        ref.fields["points"] = torch.tensor(row["points"], dtype=torch.float32).reshape(-1, 2)
+        return ref
+
+
+def write_objects(root: Path, count: int = 8, mask_size: dict[int, tuple[int, int]] | None = None,
+                  outside: bool = False) -> Path:
+    """Photos with 1-3 flat rectangles each (class ids 1, 2, 3 in the mask), their boxes and centres."""
+    rows = []
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        h, w = int(rng.integers(90, 140)), int(rng.integers(100, 160))
+        photo = photo_like(h, w, 70 + i) // 3
+        mask = np.zeros((h, w), np.uint8)
+        bxs, pts = [], []
+        for k in range(i % 4):  # sample 0, 4: no objects
+            bw, bh = int(rng.integers(14, w // 3)), int(rng.integers(14, h // 3))
+            x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+            if (mask[y0 : y0 + bh, x0 : x0 + bw] != 0).any():
+                continue
+            mask[y0 : y0 + bh, x0 : x0 + bw] = len(bxs) + 1  # class id = the box's position + 1
+            photo[y0 : y0 + bh, x0 : x0 + bw] = (200, 60 + 60 * k, 40)
+            bxs.append([x0, y0, x0 + bw, y0 + bh])
+            pts.append([x0 + bw / 2, y0 + bh / 2])
+        if outside:
+            bxs.append([w + 5.0, h + 3.0, w + 20.0, h + 9.0])  # wholly outside: a bad annotation
+            pts.append([-4.0, h + 2.0])
+        (root / f"{i}.jpg").write_bytes(jpeg_bytes(photo, quality=95))
+        mh, mw = (mask_size or {}).get(i, (h, w))
+        Image.fromarray(mask).resize((mw, mh), Image.NEAREST).save(root / f"{i}_mask.png")
+        rows.append({"path": f"{i}.jpg", "mask": f"{i}_mask.png", "label": i % 3, "boxes": bxs, "points": pts})
+    (root / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return root / "rows.jsonl"
+
+
+# -- one scene per EXIF orientation ----------------------------------------------------------
+RED = (225, 35, 35)
+
+
+def jpeg(photo: np.ndarray, orientation: int = 1) -> bytes:
+    image = Image.fromarray(photo)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    image.save(buf, format="JPEG", quality=95, exif=exif.tobytes())
+    return buf.getvalue()
+
+
+SIZES = {1: (61, 83), 2: (47, 71), 3: (65, 59), 4: (53, 77), 5: (61, 83), 6: (57, 91), 7: (69, 55), 8: (49, 75)}
+
+
+def scene(orientation: int) -> tuple[np.ndarray, list[tuple[int, int, int, int]]]:
+    """A dark photo (stored frame) with three red rectangles: on the left edge, in the
+    bottom-right corner, inside; their xyxy boxes on pixel edges."""
+    h, w = SIZES[orientation]
+    photo = photo_like(h, w, seed=orientation) // 3
+    rects = [(0, h // 5, w // 4, h // 2), (w - w // 3, h - h // 3, w, h), (w // 3, 4, w // 2 + 3, h // 3)]
+    for x0, y0, x1, y1 in rects:
+        photo[y0:y1, x0:x1] = RED
+    return photo, rects
+
+
+def red(image: torch.Tensor) -> torch.Tensor:
+    return (image[0] > 150) & (image[1] < 110) & (image[2] < 110)
+
+
+def check_targets_on_their_pixels(sample: dict, complete: bool = True) -> int:
+    """Each box (and mask, keypoint) lies on red pixels, and with ``complete`` (no object dropped)
+    red pixels lie in the boxes; returns the objects."""
+    image, bxs = sample["image"], sample["boxes"]
+    height, width = image.shape[-2:]
+    is_red = red(image)
+    covered = torch.zeros_like(is_red)
+    for k, (x0, y0, x1, y1) in enumerate(bxs.tolist()):
+        assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height
+        inner = is_red[int(round(y0)) + 1 : int(round(y1)) - 1, int(round(x0)) + 1 : int(round(x1)) - 1]
+        if inner.numel():
+            assert inner.float().mean() > 0.9, (k, (x0, y0, x1, y1))
+        covered[max(0, int(y0) - 1) : int(y1) + 2, max(0, int(x0) - 1) : int(x1) + 2] = True
+        if "masks" in sample:
+            ys, xs = torch.nonzero(sample["masks"][k], as_tuple=True)
+            extent = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
+            assert extent == [round(v) for v in (x0, y0, x1, y1)], (k, extent, (x0, y0, x1, y1))
+            assert is_red[sample["masks"][k].bool()].float().mean() > 0.9
+        if "points" in sample:
+            px, py = sample["points"][k].tolist()
+            assert abs(px - (x0 + x1 - 1) / 2) < 1e-4 and abs(py - (y0 + y1 - 1) / 2) < 1e-4
+    assert not complete or (is_red & ~covered).sum() <= 3  # no red object left without its box
+    return len(bxs)
+
+
+# -- the converter, SIGKILLed at a step ------------------------------------------------------
+def kill_at(spec: str) -> Callable[[str], None]:
+    """A `mediapipe.dataset.convert.step_hook` that SIGKILLs this process at the N-th step of a
+    kind: ``spec`` is "sample:N", "shard:N" or "commit:N"."""
+    event, count = spec.split(":")
+    seen = [0]
+
+    def hook(step: str) -> None:
+        if step == event:
+            seen[0] += 1
+            if seen[0] >= int(count):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+_KILLED_CLI = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import mediapipe.dataset.convert as convert
+from mediapipe.cli import main
+from tests.helpers import kill_at
+convert.step_hook = kill_at(sys.argv[2])
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def cli_argv(*args: str, kill_at: str | None = None) -> list[str]:
+    """The command line running ``mediapipe ARGS`` in a fresh interpreter; with ``kill_at``
+    (see `kill_at`) a wrapper sets the converter's step hook first."""
+    if kill_at is None:
+        return [sys.executable, "-m", "mediapipe.cli", *args]
+    return [sys.executable, "-c", _KILLED_CLI, str(Path(__file__).resolve().parents[1]), kill_at, *args]
