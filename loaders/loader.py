@@ -32,6 +32,7 @@ from mediapipe.loaders.sampling import (
     resolve_ranks,
 )
 from mediapipe.loaders.workers import ProcessPool, refuse_daemonic_parent, run_inline, run_threads, warm_start
+from mediapipe.options import WORKER_TYPES, LastBatch, WorkerType
 from mediapipe.plan import Plan
 from mediapipe.stages.batch_builder import BatchBuilder
 from mediapipe.stages.batch_stage import run_batch_ops
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
     from mediapipe.pipeline import Pipeline
 
-WORKER_TYPES = ("process", "thread")
 log = logging.getLogger(__name__)
 
 __all__ = ["Loader", "LoaderIterator", "SamplerDriven", "distributed_rank_and_size"]
@@ -139,10 +139,10 @@ class Loader(SamplerDriven):
         num_workers: int = 0,
         shuffle: bool = True,
         drop_last: bool | None = None,
-        last_batch: str = "partial",
+        last_batch: LastBatch = "partial",
         prefetch: int = 2,
         pin_memory: bool | None = None,
-        worker_type: str = "process",
+        worker_type: WorkerType = "process",
         sampler: BatchSampler | None = None,
         rank: int | None = None,
         world_size: int | None = None,

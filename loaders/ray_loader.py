@@ -40,6 +40,7 @@ import torch
 
 from mediapipe.errors import WorkerError
 from mediapipe.loaders.loader import Loader
+from mediapipe.options import LastBatch
 from mediapipe.stages import memory
 from mediapipe.stages.batch_builder import BatchBuilder
 from mediapipe.stages.host_batch import BatchTask, HostBatch
@@ -555,7 +556,7 @@ class RayLoader(Loader):
     """
 
     def __init__(self, pipeline: Pipeline, *, num_workers: int = 2, shuffle: bool = True,
-                 drop_last: bool | None = None, last_batch: str = "partial", prefetch: int = 2,
+                 drop_last: bool | None = None, last_batch: LastBatch = "partial", prefetch: int = 2,
                  pin_memory: bool | None = None, sampler: Any = None, rank: int | None = None,
                  world_size: int | None = None, timeout: float = 0.0, batch_ops_in_workers: bool | None = None,
                  ray_address: str | None = None, num_cpus: int | None = None, num_cpus_per_worker: float = 1.0,

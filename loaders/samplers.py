@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-LAST_BATCH = ("drop", "partial", "pad")
+from mediapipe.options import LAST_BATCH, LastBatch
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class EpochBatchSampler:
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        last_batch: str = "partial",
+        last_batch: LastBatch = "partial",
         part_sizes: Sequence[int] | None = None,
     ) -> None:
         if part_sizes is not None and rank is None and world_size is None:

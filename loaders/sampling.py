@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mediapipe.errors import PipelineError
-from mediapipe.loaders.samplers import LAST_BATCH, BatchSampler, EpochBatchSampler, distributed_rank_and_size
+from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, distributed_rank_and_size
+from mediapipe.options import LAST_BATCH, LastBatch
 
 if TYPE_CHECKING:
     from mediapipe.pipeline import Pipeline
 
 
-def resolve_last_batch(last_batch: str = "partial", drop_last: bool | None = None) -> str:
+def resolve_last_batch(last_batch: LastBatch = "partial", drop_last: bool | None = None) -> str:
     """``drop_last=True`` means "drop"; ``drop_last=False`` or None leaves ``last_batch``."""
     if last_batch not in LAST_BATCH:
         raise ValueError(f"last_batch={last_batch!r}: expected one of {LAST_BATCH}")
@@ -111,7 +112,7 @@ def fit_sampler(sampler: BatchSampler, ranks: Ranks) -> BatchSampler:
         f"world_size (the loader gives it its own), or with rank={want[0]}, world_size={want[1]}")
 
 
-def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: str = "partial",
+def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: LastBatch = "partial",
                   drop_last: bool | None = None, rank: int | None = None, world_size: int | None = None,
                   sampler: BatchSampler | None = None) -> BatchSampler:
     """``sampler`` when given, fitted to this rank (`fit_sampler`); else this rank's

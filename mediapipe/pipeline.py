@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 
@@ -14,8 +14,13 @@ from mediapipe.augment.base import Op, op_from_config
 from mediapipe.decoders.base import DecoderSpec, Limits
 from mediapipe.loaders.loader import Loader
 from mediapipe.loaders.sources.folder import Source, source_from_config
+from mediapipe.options import LOADER_BACKENDS, LastBatch, LoaderBackend, OnError
 from mediapipe.plan import Plan
 from mediapipe.stages.stats import StageStats
+
+if TYPE_CHECKING:
+    from mediapipe.loaders.dali.loader import DaliLoader
+    from mediapipe.loaders.ray_loader import RayLoader
 
 CONFIG_VERSION = 1
 
@@ -57,7 +62,7 @@ class Pipeline:
         batch_size: int = 32,
         seed: int = 0,
         device: str | torch.device = "auto",
-        on_error: str = "raise",
+        on_error: OnError = "raise",
         max_pixels: int | None = Limits.max_pixels,
         max_frames: int | None = Limits.max_frames,
         max_duration: float | None = Limits.max_duration,
@@ -95,8 +100,21 @@ class Pipeline:
         """Every field's `FieldType` once all ops ran (what a batch holds, besides side fields)."""
         return dict(self.plan.types)
 
+    @overload
+    def loader(self, num_workers: int = ..., shuffle: bool = ..., drop_last: bool | None = ...,
+               last_batch: LastBatch = ..., backend: Literal["torch"] = ..., **kwargs: Any) -> Loader: ...
+
+    @overload
+    def loader(self, num_workers: int = ..., shuffle: bool = ..., drop_last: bool | None = ...,
+               last_batch: LastBatch = ..., *, backend: Literal["dali"], **kwargs: Any) -> DaliLoader: ...
+
+    @overload
+    def loader(self, num_workers: int = ..., shuffle: bool = ..., drop_last: bool | None = ...,
+               last_batch: LastBatch = ..., *, backend: Literal["ray"], **kwargs: Any) -> RayLoader: ...
+
     def loader(self, num_workers: int = 0, shuffle: bool = True, drop_last: bool | None = None,
-               last_batch: str = "partial", backend: str = "torch", **kwargs: Any) -> Any:
+               last_batch: LastBatch = "partial", backend: LoaderBackend = "torch",
+               **kwargs: Any) -> Loader | DaliLoader | RayLoader:
         """An iterable of device batches (see `Loader`); ``backend="dali"`` lowers the spec to DALI;
         ``backend="ray"`` runs the sample stage on a Ray cluster (see `RayLoader`)."""
         if backend == "ray":
@@ -110,7 +128,7 @@ class Pipeline:
             return DaliLoader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
                               last_batch=last_batch, **kwargs)
         if backend != "torch":
-            raise ValueError(f"backend={backend!r}: expected 'torch', 'dali' or 'ray'")
+            raise ValueError(f"backend={backend!r}: expected one of {LOADER_BACKENDS}")
         return Loader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
                       last_batch=last_batch, **kwargs)
 

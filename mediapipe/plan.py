@@ -28,9 +28,8 @@ from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
 from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources.folder import Source
+from mediapipe.options import ON_ERROR, OnError
 from mediapipe.sample import Blob, SampleRef
-
-ON_ERROR = ("raise", "skip", "replace")
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class Plan:
         ops: list[Op],
         *,
         seed: int,
-        on_error: str = "raise",
+        on_error: OnError = "raise",
         limits: Limits = Limits(),
         device: torch.device | None = None,
         collate: dict[str, str] | None = None,

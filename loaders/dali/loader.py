@@ -53,6 +53,7 @@ from mediapipe.loaders.dali.lowering import (
 from mediapipe.loaders.loader import SamplerDriven
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import build_sampler, check_process_group, may_pad, resolve_ranks
+from mediapipe.options import LastBatch
 from mediapipe.plan import BatchField
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleRef
@@ -271,7 +272,7 @@ class DaliLoader(SamplerDriven):
         num_workers: int = 0,
         shuffle: bool = True,
         drop_last: bool | None = None,
-        last_batch: str = "partial",
+        last_batch: LastBatch = "partial",
         prefetch: int = 2,
         sampler: BatchSampler | None = None,
         rank: int | None = None,
