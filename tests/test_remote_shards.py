@@ -26,7 +26,7 @@ from mediapipe.remote import cache as cache_module
 from mediapipe.remote.cache import ShardCache
 from mediapipe.remote.retry import Retry
 from mediapipe.remote.urls import is_remote, remote_name
-from tests.helpers import write_image_folder
+from tests.helpers import cli_argv, write_image_folder
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -268,9 +268,9 @@ def test_convert_into_s3_killed_then_resumed_equals_a_local_conversion(s3, tmp_p
     src = write_image_folder(tmp_path / "src", 9, scale=0.25)
     convert(src, tmp_path / "local", shard_size=3, seed=2)
     url = "s3://bucket/converted"
-    killed = subprocess.run([sys.executable, "-m", "mediapipe.cli", "convert", str(src), url, "--shard-size", "3",
-                             "--seed", "2", "--no-progress"], env={**os.environ, **env,
-                            "MEDIAPIPE_CONVERT_KILL_AT": "commit:2"}, capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(cli_argv("convert", str(src), url, "--shard-size", "3", "--seed", "2", "--no-progress",
+                                     kill_at="commit:2"), env={**os.environ, **env}, capture_output=True, text=True,
+                            timeout=300)
     assert killed.returncode == -9, killed.stderr
     fs = s3fs.S3FileSystem(**options)
     manifest = json.loads(fs.cat_file("bucket/converted/manifest.json"))
