@@ -166,9 +166,12 @@ class NvdecVideoDecoder(PyAVVideoDecoder):
     def refusal(cls, device: torch.device | None) -> str | None:
         """The GPU's lack of AV1 NVDEC, asked only where CUDA is in use already (a CUDA ``device``,
         or CUDA initialised): choosing a backend never starts CUDA on its own."""
+        index = cuda_access.worker_gpu(device)
+        if index in _AV1_REFUSALS:  # asked already, here or in the parent a worker was forked from
+            return _AV1_REFUSALS[index]
         if not (cuda_access.nvidia_gpu(device) or torch.cuda.is_initialized()):
             return None
-        return av1_refusal(cuda_access.worker_gpu(device))
+        return av1_refusal(index)
 
     def reuses_index_pass(self) -> bool:
         return not getattr(self._local, "hw", False)  # the index pass's decoder is libdav1d on the CPU

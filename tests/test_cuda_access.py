@@ -247,3 +247,12 @@ def test_a_process_that_chose_nvdec_before_cuda_started_asks_the_gpu_before_prob
     loader = video_pipeline(clips, "auto").loader(num_workers=0, shuffle=False)
     assert sum(b["video"].shape[0] for b in loader) == 4
     assert dict(loader.stats.fallbacks) == {f"nvdec: {H200_REASON}": 4}
+
+
+def test_a_worker_forked_after_the_choice_makes_the_same_one(gpu, monkeypatch):
+    """The training process asked the GPU when it built the pipeline; a worker forked from it has
+    CUDA uninitialised (torch resets it in the child) and must not pick nvdec on its own."""
+    gpu("NVIDIA H200", (9, 0))
+    assert decoder_class("video", "auto", torch.device("cuda")).name == "pyav"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # as in the forked child
+    assert decoder_class("video", "auto", None).name == "pyav"
