@@ -167,7 +167,7 @@ def test_on_rocm_decoding_stays_in_the_cpu_workers(cuda_machine, monkeypatch, im
 
 NVIDIA_ONLY = re.compile(r"\bnvidia\.|\bnvimgcodec\b|\bhwaccel\b|\bpynvml\b|\bcupy\b|torch\.cuda\.(?:nvtx|jiterator)")
 NVIDIA_MODULES = {"decoders/image_nvimgcodec.py", "decoders/video_nvdec.py",  # the NVIDIA decoders
-                  "loaders/dali/loader.py", "loaders/dali/lowering.py"}  # DALI, NVIDIA's library, by request
+                  "loaders/dali/loader.py", "loaders/dali/colour.py"}  # DALI, NVIDIA's library, by request
 
 
 def test_only_the_nvidia_decoders_call_nvidia_only_apis():

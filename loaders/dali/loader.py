@@ -42,14 +42,8 @@ import torch
 from mediapipe.errors import PipelineError
 from mediapipe.fields import MASK, OBJECTS
 from mediapipe.loaders.dali.buffers import RecycledBuffers
-from mediapipe.loaders.dali.lowering import (
-    LOWERINGS,
-    FieldNode,
-    LoweringContext,
-    decode_problem,
-    lowering_table,
-    unsupported,
-)
+from mediapipe.loaders.dali.context import FieldNode, LoweringContext, decode_problem
+from mediapipe.loaders.dali.lowering import LOWERINGS, lowering_table, unsupported
 from mediapipe.loaders.loader import SamplerDriven
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import build_sampler, check_process_group, may_pad, resolve_ranks
