@@ -27,15 +27,14 @@ from mediapipe.augment.geometry import (
     CenterCrop,
     HorizontalFlip,
     Pad,
-    RandomAffine,
     RandomCrop,
     RandomResizedCrop,
-    RandomRotation,
     Resize,
     VerticalFlip,
 )
 from mediapipe.augment.mix import CutMix, MixUp
 from mediapipe.augment.video import *  # noqa: F403  (video ops: YUVToRGB, ClipLayout, temporal ops)
+from mediapipe.augment.warp import RandomAffine, RandomRotation
 
 __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "ClampBoundingBoxes", "ColorJitter", "CutMix", "GaussianBlur",
