@@ -26,6 +26,7 @@ from mediapipe.decoders.base import NO_HINT, DecodeHint, TimeSpans
 from mediapipe.errors import DecodeError, SourceError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob
+from mediapipe.synthetic.audio import encode_audio
 
 sf = pytest.importorskip("soundfile")
 RATE = 16000
@@ -245,26 +246,6 @@ def ffmpeg() -> str:
     return pytest.importorskip("imageio_ffmpeg").get_ffmpeg_exe()
 
 
-def pyav_encode(path: Path, fmt: str, codec: str, rate: int, seconds: float = 3.0) -> Path:
-    """Stereo audio muxed by PyAV: an AAC stream's first packet lies at its priming delay (23 ms
-    at 44.1 kHz), which a millisecond timestamp rounds."""
-    import av
-
-    x = voices(2, seconds, rate)
-    with av.open(str(path), "w", format=fmt) as out:
-        stream = out.add_stream(codec, rate=rate, layout="stereo")
-        ctx = stream.codec_context
-        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x), format="fltp", layout="stereo")
-        frame.sample_rate = rate
-        resampler = av.AudioResampler(format=ctx.format.name, layout="stereo", rate=rate, frame_size=ctx.frame_size)
-        for f in resampler.resample(frame) + resampler.resample(None):
-            for packet in stream.encode(f):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
-    return path
-
-
 @pytest.fixture(scope="module")
 def containers(tmp_path_factory, ffmpeg) -> dict[str, tuple[Path, int]]:
     """name -> (path, rate): Matroska AAC at 44.1 and 48 kHz, Matroska Vorbis, WebM Opus, MP4
@@ -282,8 +263,10 @@ def containers(tmp_path_factory, ffmpeg) -> dict[str, tuple[Path, int]]:
         path = root / name
         subprocess.run([ffmpeg, "-v", "error", "-i", str(sources[rate]), "-c:a", codec, str(path)], check=True)
         out[name] = (path, rate)
-    out["pyav-aac44.mka"] = (pyav_encode(root / "pyav-aac44.mka", "matroska", "aac", 44100), 44100)
-    out["pyav-opus.webm"] = (pyav_encode(root / "pyav-opus.webm", "webm", "libopus", 48000), 48000)
+    # muxed by PyAV: an AAC stream's first packet lies at its priming delay (23 ms at 44.1 kHz), which a
+    # millisecond timestamp rounds
+    out["pyav-aac44.mka"] = (encode_audio(root / "pyav-aac44.mka", voices(2, 3.0, 44100), 44100), 44100)
+    out["pyav-opus.webm"] = (encode_audio(root / "pyav-opus.webm", voices(2, 3.0, 48000), 48000), 48000)
     return out
 
 

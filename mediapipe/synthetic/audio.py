@@ -45,13 +45,14 @@ def speech_like(seconds: float, seed: int, sample_rate: int = 16000) -> np.ndarr
 CODECS = {  # extension -> (container format, codec, codec sample rate or None)
     "flac": ("flac", "flac", None), "wav": ("wav", "pcm_s16le", None), "opus": ("ogg", "libopus", 48000),
     "mp3": ("mp3", "libmp3lame", None), "m4a": ("ipod", "aac", None), "ogg": ("ogg", "vorbis", None),
+    "mka": ("matroska", "aac", None), "webm": ("webm", "libopus", 48000),
 }
 
 
 def encode_audio(path: str | Path, x: np.ndarray, sample_rate: int, *, codec: str | None = None,
                  bit_rate: int | None = None) -> Path:
     """Write float (channels, samples) or (samples,) audio with PyAV; the format follows the extension
-    (flac, wav, opus, mp3, m4a, ogg = Vorbis) unless ``codec`` names an FFmpeg encoder (e.g. pcm_s24le)."""
+    (flac, wav, opus, mp3, m4a, ogg = Vorbis, mka = AAC in Matroska, webm = Opus) unless ``codec`` names an FFmpeg encoder (e.g. pcm_s24le)."""
     import av
 
     path = Path(path)
