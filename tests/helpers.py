@@ -217,7 +217,7 @@ def check_targets_on_their_pixels(sample: dict, complete: bool = True) -> int:
 
 # -- the converter, SIGKILLed at a step ------------------------------------------------------
 def kill_at(spec: str) -> Callable[[str], None]:
-    """A `mediapipe.dataset.convert.step_hook` that SIGKILLs this process at the N-th step of a
+    """A `mediapipe.dataset.convert_write.step_hook` that SIGKILLs this process at the N-th step of a
     kind: ``spec`` is "sample:N", "shard:N" or "commit:N"."""
     event, count = spec.split(":")
     seen = [0]
@@ -234,10 +234,10 @@ def kill_at(spec: str) -> Callable[[str], None]:
 _KILLED_CLI = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import mediapipe.dataset.convert as convert
+import mediapipe.dataset.convert_write as convert_write
 from mediapipe.cli import main
 from tests.helpers import kill_at
-convert.step_hook = kill_at(sys.argv[2])
+convert_write.step_hook = kill_at(sys.argv[2])
 sys.exit(main(sys.argv[3:]))
 """
 

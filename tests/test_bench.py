@@ -334,7 +334,7 @@ def converted_images(image_folder: Path, tmp_path_factory: pytest.TempPathFactor
 
 def test_two_datasets_alternate_in_one_run_with_cold_cache(image_folder: Path, converted_images: Path,
                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mediapipe.dataset import convert as conversion
+    from mediapipe.dataset import measure as conversion
 
     evicted: list[list[Path]] = []
     real_evict = conversion.evict_from_page_cache
@@ -386,7 +386,7 @@ def test_two_datasets_alternate_in_one_run_with_cold_cache(image_folder: Path, c
 
 
 def test_without_cold_cache_nothing_is_evicted(image_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mediapipe.dataset import convert as conversion
+    from mediapipe.dataset import measure as conversion
 
     calls: list[object] = []
     monkeypatch.setattr(conversion, "evict_from_page_cache", calls.append)

@@ -14,8 +14,10 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe.cli import main as cli
-from mediapipe.dataset.convert import convert, measure_conversion, parse_shard_size, plan_conversion
+from mediapipe.dataset.convert import convert
+from mediapipe.dataset.convert_plan import parse_shard_size, plan_conversion
 from mediapipe.dataset.layout import REPORT, SAMPLES, safe_key, unique_keys
+from mediapipe.dataset.measure import measure_conversion
 from mediapipe.dataset.sample_records import read_samples
 from mediapipe.dataset.transcode import TranscodeOptions, transcode_image
 from mediapipe.synthetic import jpeg_bytes, photo_like

@@ -21,7 +21,7 @@ from mediapipe.loaders.sources.folder import FolderSource, ManifestSource, Sourc
 from mediapipe.sample import Blob
 
 if TYPE_CHECKING:
-    from mediapipe.dataset.convert import InputItem
+    from mediapipe.dataset.convert_plan import InputItem
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".record")
 
@@ -97,7 +97,7 @@ def describe_inputs(source: Source) -> Iterator[InputItem]:
     """Each sample of ``source`` as a conversion input (its key still to be made unique: the
     name is what the key is made from). A sample that cannot be read is listed anyway, with
     no size: its conversion fails and is reported with the reason."""
-    from mediapipe.dataset.convert import InputItem
+    from mediapipe.dataset.convert_plan import InputItem
 
     direct = isinstance(source, (FolderSource, ManifestSource))
     config = None if direct else json.dumps(source.to_config(), sort_keys=True)

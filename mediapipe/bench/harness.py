@@ -12,7 +12,7 @@ prefetch), so that this work does not fall in the next backend's timed window.
 Several datasets (``--data a --data b``, or ``--as-shards``) join the same comparison: each
 (backend, dataset) pair is one more row alternated with the others, so the same backend on
 a folder and on its converted shards is compared under the same drift. With ``cold_cache``,
-the files of a row's dataset are evicted from the page cache (`mediapipe.dataset.convert.
+the files of a row's dataset are evicted from the page cache (`mediapipe.dataset.measure.
 evict_from_page_cache`: only these files, never the system-wide cache) just before each of
 its timed repetitions, so the repetition reads from the disk.
 """
@@ -348,7 +348,7 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
                 bar.desc = f"bench {scenario.name} {row.backend}/{row.device} w{workers} {repeat + 1}/{settings.repeats}"
                 files = evict.get((scenario.name, row.data))
                 if files is not None:  # before the call: the drain of prefetched batches is not timed
-                    from mediapipe.dataset.convert import evict_from_page_cache  # not before: it needs tqdm
+                    from mediapipe.dataset.measure import evict_from_page_cache  # not before: it needs tqdm
 
                     evict_from_page_cache(files)
                 try:

@@ -1,6 +1,6 @@
 """The Ray engine of `mediapipe convert`: the same per-shard tasks as the local engine, on a cluster.
 
-Each Ray task converts one shard start to finish (`convert.convert_shard`) and writes it
+Each Ray task converts one shard start to finish (`convert_write.convert_shard`) and writes it
 into the output folder, so the inputs and the output folder must be visible at the same
 paths on every node (a shared file system). The driver commits each shard to the manifest
 as its task finishes, so ``--resume`` works exactly as with the local engine.
@@ -13,7 +13,8 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from mediapipe.dataset.convert import ShardResult, ShardTask, convert_shard
+from mediapipe.dataset.convert_plan import ShardTask
+from mediapipe.dataset.convert_write import ShardResult, convert_shard
 from mediapipe.dataset.transcode import TranscodeOptions
 
 log = logging.getLogger(__name__)
