@@ -23,6 +23,7 @@ import torch
 
 from mediapipe import cuda_access
 from mediapipe.errors import PipelineError, WorkerError
+from mediapipe.loaders.in_process import run_inline, run_threads
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import (
     build_sampler,
@@ -31,7 +32,8 @@ from mediapipe.loaders.sampling import (
     may_pad,
     resolve_ranks,
 )
-from mediapipe.loaders.workers import ProcessPool, refuse_daemonic_parent, run_inline, run_threads, warm_start
+from mediapipe.loaders.start_method import refuse_daemonic_parent, warm_start
+from mediapipe.loaders.workers import ProcessPool
 from mediapipe.options import WORKER_TYPES, LastBatch, WorkerType
 from mediapipe.plan import Plan
 from mediapipe.stages.batch_builder import BatchBuilder

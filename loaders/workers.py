@@ -1,4 +1,4 @@
-"""Worker pools that build whole batches: processes (default) or threads, or inline.
+"""Worker processes that build whole batches (inline and thread workers: `in_process`).
 
 Each task is one batch; results come back in order. A worker's exception is re-raised in
 the consumer, named with its worker; a worker that dies (killed, out of memory, a crash in
@@ -10,27 +10,23 @@ logging handler's, a decoder's) never unlocks in the child. The default start me
 therefore "fork" only when the training process provably runs a single OS thread, and
 otherwise "forkserver" (a server started by fork and exec, so it inherits no lock, forks
 each worker from its only Python thread; it imports the modules workers need once, when it
-starts) or "spawn" where there is no forkserver.
+starts) or "spawn" where there is no forkserver (`start_method`).
 Everything a worker receives pickles (`BatchBuilder`: the plan, source, decoder specs, ops).
 
 Orphans: a worker exits within seconds when the training process dies, even by SIGKILL and
 in the middle of a batch: a thread of each worker waits for the training process to exit
-(`watch_owner`), backed by the kernel's parent-death signal where that applies (a worker
-forked from the main thread).
+(`parent_watch.watch_owner`), backed by the kernel's parent-death signal where that applies
+(a worker forked from the main thread).
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
-import gc
-import multiprocessing as mp
 import multiprocessing.util  # noqa: F401 - its exit handler is registered before ours (runs after it)
 import os
 import pickle
 import queue
-import select
 import signal
 import sys
 import threading
@@ -38,239 +34,33 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import torch
-import torch.multiprocessing as tmp
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from mediapipe import cuda_access
 from mediapipe.errors import WorkerError
+from mediapipe.loaders.parent_watch import (
+    WATCHDOG_SECONDS,
+    _orphaned,
+    exit_reason,
+    process_alive,
+    set_parent_death_signal,
+    watch_owner,
+)
+from mediapipe.loaders.start_method import (
+    _LEAN_WORKER,
+    _frozen_heap,
+    _skip_main_for_lean_workers,
+    start_context,
+)
 from mediapipe.stages import memory
 
 Task = Any
 RELEASE = "release"  # a message, not a task: the consumer is done with these shared buffers
 _POLL_SECONDS = 0.5
-WATCHDOG_SECONDS = 1.0  # a worker waiting for a task checks its parent this often
 JOIN_SECONDS = 2.0
-# What a forkserver imports once, before it forks any worker: the modules every worker runs.
-FORKSERVER_PRELOAD = ("mediapipe.loaders.workers", "mediapipe.stages.batch_builder", "mediapipe.augment",
-                      "mediapipe.decoders.registry", "mediapipe.loaders.sources.folder")
-PR_SET_PDEATHSIG = 1
-
-
-# -- start method ---------------------------------------------------------------------------
-def os_thread_count() -> int | None:
-    """Threads of this process as the kernel sees them (native ones too), or None off Linux."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return None
-
-
-def default_start_method() -> str:
-    """"fork" when this process provably runs one OS thread (nothing can hold a lock across
-    the fork), else "forkserver", else "spawn"."""
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and os_thread_count() == 1:
-        return "fork"
-    return "forkserver" if "forkserver" in methods else "spawn"
-
-
-def start_context(method: str | None, preload: Sequence[str] = ()) -> tuple[str, Any]:
-    """(method, torch's multiprocessing context) for ``method``, or the default one. A
-    forkserver not started yet will import `FORKSERVER_PRELOAD` and ``preload`` first."""
-    method = method or default_start_method()
-    ctx = tmp.get_context(method)
-    if method == "forkserver":
-        forget_inherited_forkserver()
-    if method == "forkserver" and forkserver_pid() is None:  # keeps what the user preloads
-        from multiprocessing import forkserver
-
-        modules = list(getattr(forkserver._forkserver, "_preload_modules", None) or [])
-        ctx.set_forkserver_preload(modules + [m for m in (*FORKSERVER_PRELOAD, *preload) if m not in modules])
-    return method, ctx
-
-
-_LEAN_WORKER = "mediapipe-worker-"  # name prefix of a worker that needs nothing from __main__
-
-
-def _skip_main_for_lean_workers() -> None:
-    """A worker started by forkserver or spawn normally runs the training script again (as
-    ``__mp_main__``) before it starts: a script without an ``if __name__ == "__main__":`` guard
-    would train again in every worker, and any script pays its imports once per worker. A
-    worker whose task pickles no reference to ``__main__`` is started without it (the process
-    name says which: `_LEAN_WORKER`); others get the standard treatment."""
-    from multiprocessing import spawn
-
-    original = spawn.get_preparation_data
-    if getattr(original, "skips_main_for_lean_workers", False):
-        return
-
-    def get_preparation_data(name: str) -> dict[str, Any]:
-        data = original(name)
-        if name.startswith(_LEAN_WORKER):
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-        return data
-
-    get_preparation_data.skips_main_for_lean_workers = True  # type: ignore[attr-defined]
-    spawn.get_preparation_data = get_preparation_data
-
-
-def warm_start(method: str | None, preload: Sequence[str] = ()) -> None:
-    """Start the forkserver (when ``method`` resolves to it) now, so that its imports overlap
-    the caller's own set-up instead of delaying the first batch."""
-    method, _ = start_context(method, preload)
-    if method == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-
-
-@contextlib.contextmanager
-def _frozen_heap() -> Iterator[None]:
-    """Collect, then freeze the garbage collector's objects while forking: a forked child must
-    never free garbage it inherited (a dropped DALI pipeline's destructor waits for threads
-    that exist only in the parent), and collecting first leaves little to inherit."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-def forkserver_pid() -> int | None:
-    """The pid of this process's forkserver, when one runs."""
-    from multiprocessing import forkserver
-
-    return getattr(forkserver._forkserver, "_forkserver_pid", None)
-
-
-def forget_inherited_forkserver() -> bool:
-    """In a process forked from one that had started a forkserver, forget that forkserver (it is
-    not this process's child: multiprocessing's ``ensure_running`` waits on it and fails with
-    ChildProcessError), so that this process starts its own. Returns whether it forgot one."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    pid = getattr(server, "_forkserver_pid", None)
-    if pid is None:
-        return False
-    try:  # WNOWAIT: asks without reaping; a process that is not our child raises
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        return False
-    except ChildProcessError:
-        pass
-    except (AttributeError, OSError):  # no waitid here: leave multiprocessing's state alone
-        return False
-    with contextlib.suppress(OSError, TypeError):
-        os.close(server._forkserver_alive_fd)  # our copy only; the parent's forkserver watches its own
-    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
-    server._inherited_fds = None
-    server._lock = threading.Lock()  # it may have been held by another thread at the fork
-    return True
-
-
-def refuse_daemonic_parent() -> None:
-    """Worker processes cannot start from a daemonic process (a ``multiprocessing.Pool`` worker,
-    a ``Process(daemon=True)``): multiprocessing refuses with a bare AssertionError when the
-    first pass starts; say so when the loader is made, with what works there instead."""
-    me = mp.current_process()
-    if me.daemon:
-        raise WorkerError(f"loader worker processes cannot start in process {me.name!r} (pid {os.getpid()}), "
-                          "which is daemonic (a multiprocessing Pool worker or a Process(daemon=True)): use "
-                          "worker_type='thread' or num_workers=0 there (the batches are the same)")
-
-
-# -- parent watch ---------------------------------------------------------------------------
-def _find_prctl() -> Any:
-    """glibc's ``prctl``, looked up in the training process (a forked child never dlopens)."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_prctl = _find_prctl()
-
-
-def set_parent_death_signal() -> bool:
-    """Ask the kernel to SIGKILL this process when the thread that forked it exits."""
-    return _prctl is not None and _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):  # no /proc here: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
-def _orphaned(owner: int, parent: int) -> bool:
-    return os.getppid() != parent or not process_alive(owner)
-
-
-def watch_owner(owner: int, parent: int) -> None:
-    """Exit this worker as soon as the training process ``owner`` is gone, in the middle of a
-    task too: a thread that waits on a pidfd of the owner (readable once it exits), or checks
-    every `WATCHDOG_SECONDS` where there is none. The parent-death signal alone does not do:
-    a forkserver's worker gets it from the forkserver, which lives on until its last worker
-    exits, and a worker forked by a thread other than the main one gets none."""
-    try:
-        pidfd: int | None = os.pidfd_open(owner)
-    except (AttributeError, OSError):  # not Linux >= 5.3, or the owner is gone already
-        pidfd = None
-
-    def watch() -> None:
-        if pidfd is not None:
-            poller = select.poll()
-            poller.register(pidfd, select.POLLIN)
-            while not poller.poll():
-                pass
-        else:
-            while not _orphaned(owner, parent):
-                time.sleep(WATCHDOG_SECONDS)
-        os._exit(0)  # not a normal exit: it would wait to flush results nobody reads
-
-    threading.Thread(target=watch, name="mediapipe-owner-watch", daemon=True).start()
-
-
-def exit_reason(code: int | None) -> str:
-    """How a process ended, for a message: " killed by SIGSEGV (...)", " with code 1", or ""."""
-    if code is None:
-        return ""
-    if code >= 0:
-        return f" with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    return f" killed by {name}{_SIGNAL_CAUSES.get(-code, '')}"
-
-
-_SIGNAL_CAUSES = {
-    int(signal.SIGKILL): " (by someone, or by the kernel's out-of-memory killer)",
-    int(signal.SIGSEGV): " (a crash in native code: a decoder's or an op's library)",
-    int(signal.SIGBUS): " (a crash in native code, or a file mapped in memory that shrank)",
-    int(signal.SIGABRT): " (native code aborted: a failed assertion in a library)",
-}
 
 
 # -- the worker -----------------------------------------------------------------------------
@@ -336,43 +126,6 @@ def _apply_releases(control: Any) -> None:
         if message[0] == RELEASE:
             memory.release(message[1])
 
-
-# -- inline and threads -----------------------------------------------------------------------
-def run_inline(fn: Callable[[Task], Any], tasks: Iterator[Task]) -> Iterator[Any]:
-    for task in tasks:
-        yield fn(task)
-
-
-def run_threads(fn: Callable[[Task], Any], tasks: Iterator[Task], num_workers: int, prefetch: int,
-                timeout: float = 0.0) -> Iterator[Any]:
-    """Threads: no IPC; pays when the work releases the GIL (decoders and torch kernels do).
-
-    Closing the iterator early cancels the queued batches and waits for the running ones,
-    so no thread is left inside a decoder (a fork then could inherit its held locks).
-    ``timeout`` (seconds, 0 for none) bounds the wait for each batch: past it a `WorkerError`
-    is raised and the stuck thread, which cannot be stopped, is left to finish on its own."""
-    pool = ThreadPoolExecutor(num_workers, thread_name_prefix="mediapipe-loader")
-    pending: collections.deque[Future] = collections.deque()
-    stuck = False
-    try:
-        tasks = iter(tasks)
-        for task in tasks:
-            pending.append(pool.submit(fn, task))
-            if len(pending) >= num_workers * prefetch:
-                break
-        while pending:
-            try:
-                result = pending.popleft().result(timeout=timeout or None)
-            except FutureTimeout:
-                stuck = True
-                raise WorkerError(f"no batch from the loader's thread workers in {timeout:.0f} s (a read or "
-                                  "decode is stuck; its thread cannot be stopped and is left running)") from None
-            nxt = next(tasks, None)
-            if nxt is not None:
-                pending.append(pool.submit(fn, nxt))
-            yield result
-    finally:
-        pool.shutdown(wait=not stuck, cancel_futures=True)
 
 
 # -- processes --------------------------------------------------------------------------------

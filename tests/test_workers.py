@@ -169,7 +169,7 @@ def test_forked_workers_never_free_garbage_they_inherited(image_folder, tmp_path
 
 
 def test_fork_only_when_the_process_runs_one_thread():
-    from mediapipe.loaders.workers import default_start_method, os_thread_count
+    from mediapipe.loaders.start_method import default_start_method, os_thread_count
 
     stop = threading.Event()
     extra = threading.Thread(target=stop.wait)
@@ -181,7 +181,7 @@ def test_fork_only_when_the_process_runs_one_thread():
         stop.set()
         extra.join()
     # a fresh interpreter whose libraries start no thread (OpenBLAS starts its pool at import)
-    code = ("from mediapipe.loaders.workers import default_start_method, os_thread_count; "
+    code = ("from mediapipe.loaders.start_method import default_start_method, os_thread_count; "
             "print(os_thread_count(), default_start_method())")
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -537,7 +537,7 @@ def test_a_forked_child_starts_its_own_forkserver(image_folder):
     """A process forked after its parent started the forkserver inherits multiprocessing's record
     of it; its first forkserver pool used to fail with ChildProcessError (that server is not its
     child)."""
-    from mediapipe.loaders.workers import warm_start
+    from mediapipe.loaders.start_method import warm_start
 
     pipe = make_pipeline(image_folder)
     reference = [b["index"].tolist() for b in pipe.loader(num_workers=0)]
