@@ -7,6 +7,8 @@ import io
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -248,3 +250,33 @@ def cli_argv(*args: str, kill_at: str | None = None) -> list[str]:
     if kill_at is None:
         return [sys.executable, "-m", "mediapipe.cli", *args]
     return [sys.executable, "-c", _KILLED_CLI, str(Path(__file__).resolve().parents[1]), kill_at, *args]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_two_gloo_ranks(script: Path, *args: str) -> list[dict]:
+    """Run ``script`` as ranks 0 and 1 of a gloo process group on 127.0.0.1; their RESULT lines."""
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "WORLD_SIZE": "2"}
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err[-4000:]
+            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+            results.append(json.loads(line[len("RESULT "):]))
+    finally:  # a rank that failed leaves the other waiting for it: stop it too
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return sorted(results, key=lambda r: r["rank"])

@@ -5,11 +5,9 @@ cover the data, under the default last_batch and "pad"."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.helpers import run_two_gloo_ranks
 
 RANK_SCRIPT = r"""
 import json, sys
@@ -46,38 +44,13 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_gloo_ranks_step_together_and_read_disjoint_covering_samples(image_folder: Path, tmp_path: Path):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     manifest = tmp_path / "21.jsonl"  # 21 samples, 2 ranks, batch 5: 11 and 10 samples, 3 batches each
     files = sorted(image_folder.rglob("*.jpg"))[:21]
     manifest.write_text("".join(json.dumps({"path": str(p)}) + "\n" for p in files))
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "WORLD_SIZE": "2"}
-        procs.append(subprocess.Popen([sys.executable, str(script), str(image_folder), str(manifest)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=240)
-            assert p.returncode == 0, err
-            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-            results.append(json.loads(line[len("RESULT "):]))
-    finally:  # a rank that failed leaves the other waiting for it: stop it too
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    results.sort(key=lambda r: r["rank"])
+    results = run_two_gloo_ranks(script, str(image_folder), str(manifest))
     for name, count in (("pad", 24), ("default", 21)):
         a, b = results[0]["runs"][name], results[1]["runs"][name]
         assert a["len"] == b["len"]  # equal batch counts: no rank waits on another

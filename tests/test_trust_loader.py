@@ -5,10 +5,6 @@ costs the next pass a batch, on the torch, DALI and Ray loaders alike."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +16,7 @@ from mediapipe.errors import PipelineError
 from mediapipe.loaders import sampling
 from mediapipe.loaders.bucketing import DurationBucketSampler
 from mediapipe.loaders.samplers import EpochBatchSampler, PlannedBatch
-from tests.helpers import assert_same, collect, write_image_folder
+from tests.helpers import assert_same, collect, run_two_gloo_ranks, write_image_folder
 
 # -- fixtures: the README's datasets, small ------------------------------------------------
 
@@ -135,36 +131,6 @@ dist.barrier()
 dist.destroy_process_group()
 print("RESULT " + json.dumps(out))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_two_gloo_ranks(script: Path, *args: str) -> list[dict]:
-    """Run ``script`` as ranks 0 and 1 of a gloo process group on 127.0.0.1; their RESULT lines."""
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "WORLD_SIZE": "2"}
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=240)
-            assert p.returncode == 0, err[-4000:]
-            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-            results.append(json.loads(line[len("RESULT "):]))
-    finally:  # a rank that failed leaves the other waiting for it: stop it too
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return sorted(results, key=lambda r: r["rank"])
 
 
 @pytest.mark.timeout(300)
