@@ -50,7 +50,7 @@ def main() -> None:
 
     from mediapipe.bench import datasets
     from mediapipe.bench.images import TRAIN, mediapipe_pipeline
-    from mediapipe.loaders.ray_loader import stop_actors
+    from mediapipe.loaders.ray_actors import stop_actors
 
     data = datasets.prepare("sample-images", progress=False)
     opts = {"max_batches": (args.warmup + args.batches) * 4, "repeat": True}

@@ -132,7 +132,7 @@ def test_ray_of_the_library_belongs_to_its_driver(tmp_path):
     SIGKILLed it 5 s after Ray shut down."""
     ray = pytest.importorskip("ray")
     from mediapipe.errors import WorkerError
-    from mediapipe.loaders import ray_loader as rl
+    from mediapipe.loaders import ray_connection as rl
 
     if ray.is_initialized():
         ray.shutdown()

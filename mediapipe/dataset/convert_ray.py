@@ -31,7 +31,8 @@ def run_ray(out: Path, tasks: list[ShardTask], options: TranscodeOptions, *, add
     plan does not flood the scheduler.
     """
     try:
-        from mediapipe.loaders.ray_loader import import_ray, release_ray, use_ray
+        from mediapipe.loaders.ray_base import import_ray
+        from mediapipe.loaders.ray_connection import release_ray, use_ray
 
         import_ray()
     except ImportError as err:
