@@ -15,11 +15,10 @@ import sys
 import time
 
 import pytest
-import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from tests.helpers import state_after, write_image_folder
+from tests.helpers import assert_same, collect, state_after, write_image_folder
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -58,18 +57,6 @@ def make_pipeline(root, batch_size: int = 4, **kwargs) -> mp.Pipeline:
     return mp.Pipeline(source=mp.loaders.folder(root), decode={"image": mp.decoders.image()},
                        augment=[A.RandomResizedCrop(24, scale=(0.3, 1.0)), A.HorizontalFlip(), A.Normalize()],
                        batch_size=batch_size, seed=3, device="cpu", **kwargs)
-
-
-def collect(batches) -> list[dict]:
-    return [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in batches]
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert torch.equal(x[k], y[k]), k
 
 
 def ray_loader(pipe, **kwargs):

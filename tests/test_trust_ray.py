@@ -19,7 +19,7 @@ import torch
 
 import mediapipe as mp
 from mediapipe import augment as A
-from tests.helpers import write_image_folder
+from tests.helpers import assert_same, write_image_folder
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -57,14 +57,6 @@ def ray_loader(pipe, **kwargs):
 
 def clone(batch: dict) -> dict:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert torch.equal(x[k], y[k]), k
 
 
 # -- processes, read from ps and /proc --------------------------------------------------------
