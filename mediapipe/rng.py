@@ -22,12 +22,13 @@ _TWO_53 = float(1 << 53)
 
 T = TypeVar("T")
 
-# Keys for draws that belong to a batch rather than a sample (MixUp's lambda, a
-# replacement for a bad sample) live in their own index range.
-BATCH_INDEX_BASE = 1 << 48
-REPLACEMENT_OP_INDEX = -2
-TEMPLATE_OP_INDEX = -3  # on_error="replace": the sample whose shapes a batch of failures takes
-DECODER_OP_INDEX_BASE = 1 << 20
+# The key's fourth part says whose draw it is: an op's (its index in the pipeline), a
+# decoder's, a replacement's or a template's; draws made once per batch (MixUp's lambda) take
+# their own index range. `op_rng` and its siblings below are the only places that build keys.
+_BATCH_INDEX_BASE = 1 << 48
+_REPLACEMENT = -2
+_TEMPLATE = -3  # on_error="replace": the sample whose shapes a batch of failures takes
+_DECODER_BASE = 1 << 20
 
 
 def _mix64(z: int) -> int:
@@ -94,3 +95,28 @@ class SampleRNG:
     def numpy(self) -> np.random.Generator:
         """A numpy generator for array draws (noise), seeded by this key and counter."""
         return np.random.Generator(np.random.Philox(key=self.bits()))
+
+
+def op_rng(seed: int, epoch: int, index: int, op_index: int) -> SampleRNG:
+    """The draws of op ``op_index`` (its place in the pipeline's list) for sample ``index``."""
+    return SampleRNG(seed, epoch, index, op_index)
+
+
+def decoder_rng(seed: int, epoch: int, index: int, field_index: int) -> SampleRNG:
+    """The draws of the decoder of field ``field_index`` (its place in ``decode``), e.g. a clip's start."""
+    return SampleRNG(seed, epoch, index, _DECODER_BASE + field_index)
+
+
+def batch_rng(seed: int, epoch: int, draw_number: int, op_index: int) -> SampleRNG:
+    """The draw of a per-batch op (MixUp's lambda) for batch ``draw_number`` of every rank's step."""
+    return SampleRNG(seed, epoch, _BATCH_INDEX_BASE + draw_number, op_index)
+
+
+def replacement_rng(seed: int, epoch: int, index: int) -> SampleRNG:
+    """Which samples stand in, in turn, for failed sample ``index`` (``on_error="skip"``)."""
+    return SampleRNG(seed, epoch, index, _REPLACEMENT)
+
+
+def template_rng(seed: int, epoch: int, index: int) -> SampleRNG:
+    """Which sample gives the shapes of a batch, led by ``index``, in which every sample failed."""
+    return SampleRNG(seed, epoch, index, _TEMPLATE)

@@ -14,7 +14,7 @@ from mediapipe import augment as A
 from mediapipe.augment.base import op_from_config
 from mediapipe.augment.functional import mix as FM
 from mediapipe.errors import PipelineError
-from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+from mediapipe.rng import SampleRNG, batch_rng
 from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import photo_like
 
@@ -103,7 +103,7 @@ def test_random_erasing_value_per_channel_must_match() -> None:
 
 # -- MixUp, CutMix ----------------------------------------------------------------------------------------------
 def batch_params(op: A.Op, number: int = 0) -> dict:
-    return op.batch_params(SampleRNG(0, 0, BATCH_INDEX_BASE + number, 5), 8)
+    return op.batch_params(batch_rng(0, 0, number, 5), 8)
 
 
 def test_mixup_matches_formula() -> None:

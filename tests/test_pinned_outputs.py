@@ -20,7 +20,7 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+from mediapipe.rng import SampleRNG, batch_rng
 from mediapipe.stages.collate import stack_params
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
@@ -104,7 +104,7 @@ def test_image_ops_draw_and_give_what_they_gave():
     drawn = stack_params([flip.sample_params(SampleRNG(7, 1, i, 3), meta) for i in range(4)])
     assert same(fingerprint(norm.apply_absorbing(x, {}, flip, drawn)), pinned["batch"]["normalize_absorbing_flip"])
     for name, op in {"mixup": A.MixUp(num_classes=5, alpha=0.4), "cutmix": A.CutMix(num_classes=5)}.items():
-        p = op.batch_params(SampleRNG(7, 1, BATCH_INDEX_BASE + 2, 4), 4)
+        p = op.batch_params(batch_rng(7, 1, 2, 4), 4)
         assert {k: plain(v) for k, v in p.items()} == pinned["params"][name]
         data = {"image": x.clone(), "label": torch.tensor([0, 1, 2, 4])}
         op.apply_fields(data, p)

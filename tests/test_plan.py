@@ -84,7 +84,7 @@ def test_the_error_policy_alone():
 
 
 def test_the_batch_stage_alone(image_folder):
-    from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+    from mediapipe.rng import batch_rng
     from mediapipe.stages.batch_stage import batch_params, run_batch_ops
 
     pipe = image_pipeline(image_folder, [A.Resize((16, 16)), A.HorizontalFlip(p=1.0), A.MixUp(num_classes=3)])
@@ -93,7 +93,7 @@ def test_the_batch_stage_alone(image_folder):
     data = {"image": x.clone(), "label": torch.tensor([0, 2]), "index": torch.tensor([5, 9])}
     samples = [{"index": 5, "image": x[0]}, {"index": 9, "image": x[1]}]
     params = batch_params(plan, 6, 1, np.array([5, 9]), samples, data)
-    assert params[2]["lam"] == A.MixUp(num_classes=3).batch_params(SampleRNG(7, 1, BATCH_INDEX_BASE + 6, 2), 2)["lam"]
+    assert params[2]["lam"] == A.MixUp(num_classes=3).batch_params(batch_rng(7, 1, 6, 2), 2)["lam"]
     out = run_batch_ops(plan, data, params)
     lam = float(params[2]["lam"])
     flipped = x.flip(-1)

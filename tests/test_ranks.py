@@ -141,7 +141,7 @@ def _mix_pipeline(image_folder) -> mp.Pipeline:
 
 
 def test_per_batch_draws_differ_by_rank_and_repeat(image_folder):
-    from mediapipe.rng import BATCH_INDEX_BASE, SampleRNG
+    from mediapipe.rng import batch_rng
     from mediapipe.stages.batch_builder import BatchBuilder
     from mediapipe.stages.host_batch import BatchTask
 
@@ -157,7 +157,7 @@ def test_per_batch_draws_differ_by_rank_and_repeat(image_folder):
     assert ranks == [draws(3, r, 4) for r in range(4)]  # and the same again: keyed
     # one rank keeps the key it had: (seed, epoch, batch number, op)
     mixup = pipe.augment[1]
-    assert draws(3, 0, 1)[0] == mixup.batch_params(SampleRNG(2, 1, BATCH_INDEX_BASE + 3, 1), 4)["lam"]
+    assert draws(3, 0, 1)[0] == mixup.batch_params(batch_rng(2, 1, 3, 1), 4)["lam"]
     assert draws(3, 0, 1) != draws(3, 0, 2)  # rank 0 of 2 is not rank 0 of 1: global batch 6, not 3
 
 

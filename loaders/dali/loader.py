@@ -49,7 +49,7 @@ from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import build_sampler, check_process_group, may_pad, resolve_ranks
 from mediapipe.options import LastBatch
 from mediapipe.plan import BatchField
-from mediapipe.rng import SampleRNG
+from mediapipe.rng import op_rng
 from mediapipe.sample import Blob, SampleRef
 from mediapipe.stages.collate import collate
 from mediapipe.stages.sample_stage import SampleStage
@@ -132,7 +132,7 @@ class HostSample:
     def params(self, op_index: int, op: Any, size: tuple[int, int]) -> dict[str, Any]:
         """``op.sample_params`` with the torch backend's key (seed, epoch, index, op index): the same draws."""
         if op_index not in self._params:
-            rng = SampleRNG(self.seed, self.epoch, self.ref.index, op_index)
+            rng = op_rng(self.seed, self.epoch, self.ref.index, op_index)
             self._params[op_index] = op.sample_params(rng, {**self.ref.meta, "size": size})
         return self._params[op_index]
 

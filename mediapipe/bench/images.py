@@ -224,7 +224,7 @@ def fused_psnr(scenario: str, data: Path, samples: int = PSNR_SAMPLES, seed: int
 
     from mediapipe.decoders import create
     from mediapipe.decoders.image import plan_decode
-    from mediapipe.rng import SampleRNG
+    from mediapipe.rng import op_rng
     from mediapipe.sample import Blob
 
     op = scenario_ops(scenario)[0]
@@ -237,9 +237,9 @@ def fused_psnr(scenario: str, data: Path, samples: int = PSNR_SAMPLES, seed: int
             blob = Blob(name, data=payload)
             meta = decoder.probe(blob)
             meta["size"] = (meta["height"], meta["width"])
-            params = op.sample_params(SampleRNG(seed, 0, index, 0), meta)
+            params = op.sample_params(op_rng(seed, 0, index, 0), meta)
             hint = op.decode_hint(params, meta)
-            got = op.apply_decoded(decoder.decode(blob, hint, SampleRNG(seed, 0, index, 1), meta), params)
+            got = op.apply_decoded(decoder.decode(blob, hint, op_rng(seed, 0, index, 1), meta), params)
             full = torch.from_numpy(np.array(Image.open(io.BytesIO(payload)).convert("RGB"))).permute(2, 0, 1)
             expected = op.apply(full, params)
             mse = (got.double() - expected.double()).pow(2).mean().item()

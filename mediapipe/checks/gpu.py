@@ -60,7 +60,7 @@ def check_device_decode(work: Path, device: torch.device, quick: bool = False) -
     from mediapipe.augment.functional.geometry import resized_crop_image
     from mediapipe.decoders import create
     from mediapipe.decoders.base import NO_HINT
-    from mediapipe.rng import SampleRNG
+    from mediapipe.rng import SampleRNG, op_rng
 
     if not nvimgcodec_installed():
         raise AssertionError("nvImageCodec is not installed (pip install nvidia-nvimgcodec-cu13)")
@@ -74,9 +74,9 @@ def check_device_decode(work: Path, device: torch.device, quick: bool = False) -
         assert set(devices.values()) == {device} or all(d.type == device.type for d in devices.values()), devices
         for got, index in zip(batch["image"].cpu(), batch["index"].tolist()):
             full = turbo.decode(next(iter(pipe.source.ref(index).blobs.values())), NO_HINT, SampleRNG(0, 0, 0, 0), {})
-            box = crop.sample_params(SampleRNG(pipe.seed, 0, index, 0), {"size": tuple(full.shape[-2:])})
+            box = crop.sample_params(op_rng(pipe.seed, 0, index, 0), {"size": tuple(full.shape[-2:])})
             expected = resized_crop_image(full, box["top"], box["left"], box["height"], box["width"], (CROP, CROP))
-            if flip.sample_params(SampleRNG(pipe.seed, 0, index, 1), {})["flip"]:
+            if flip.sample_params(op_rng(pipe.seed, 0, index, 1), {})["flip"]:
                 expected = expected.flip(-1)
             scores.append(_psnr(got, expected))
             worst = max(worst, int((got.int() - expected.int()).abs().max()))

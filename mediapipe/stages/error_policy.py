@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mediapipe.errors import MediapipeError, SampleUnavailableError
-from mediapipe.rng import REPLACEMENT_OP_INDEX, TEMPLATE_OP_INDEX, SampleRNG
+from mediapipe.rng import SampleRNG, replacement_rng, template_rng
 from mediapipe.stages.stats import StageStats
 
 MAX_REPLACEMENT_TRIES = 16
@@ -52,16 +52,14 @@ class ErrorPolicy:
                 failures.append((index, err))
             if self.on_error == "replace":
                 return None
-            return self._stand_in(load, epoch, index, REPLACEMENT_OP_INDEX, [(index, err)])
+            return self._stand_in(load, replacement_rng(self.seed, epoch, index), [(index, err)])
 
     def template(self, load: LoadSample, epoch: int, failures: list[tuple[int, BaseException]]) -> Sample:
         """A good sample whose fields give the shapes and dtypes of a batch in which every sample
         failed (under "replace": all zeros, all invalid). Keyed by the batch's first sample."""
-        return self._stand_in(load, epoch, failures[0][0], TEMPLATE_OP_INDEX, failures)
+        return self._stand_in(load, template_rng(self.seed, epoch, failures[0][0]), failures)
 
-    def _stand_in(self, load: LoadSample, epoch: int, key: int, op_index: int,
-                  failures: list[tuple[int, BaseException]]) -> Sample:
-        rng = SampleRNG(self.seed, epoch, key, op_index)
+    def _stand_in(self, load: LoadSample, rng: SampleRNG, failures: list[tuple[int, BaseException]]) -> Sample:
         seen = {index for index, _ in failures}
         tried: list[str] = []
         for _ in range(MAX_REPLACEMENT_TRIES):

@@ -20,7 +20,7 @@ from mediapipe.errors import DecodeError, LimitError
 from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK, OBJECTS, RASTER
 from mediapipe.loaders.sources.targets import BAD_ANNOTATION, frame_problem, orient_targets
 from mediapipe.plan import Plan
-from mediapipe.rng import DECODER_OP_INDEX_BASE, SampleRNG
+from mediapipe.rng import decoder_rng, op_rng
 from mediapipe.sample import SampleRef
 from mediapipe.stages.host_batch import Deferred
 from mediapipe.stages.stats import StageStats
@@ -138,7 +138,7 @@ class SampleStage:
                     first = data[p.size_field]
                     op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape),
                                "fields": {f: data[f] for f in p.op.draws_on()}}
-                    params = p.op.sample_params(SampleRNG(plan.seed, epoch, index, p.index), op_meta)
+                    params = p.op.sample_params(op_rng(plan.seed, epoch, index, p.index), op_meta)
                     self.check_output_size(params, p.op, key or f"sample {index}")
                     canvas = None
                 else:  # fused: drawn on the size the decoder saw
@@ -189,7 +189,7 @@ class SampleStage:
             params = params_cache.get(fused.index)
             if params is None:  # a draw on a source's boxes (RandomIoUCrop) has them before decoding
                 draw_meta = {**meta, "fields": {f: data[f] for f in fused.op.draws_on()}}
-                params = fused.op.sample_params(SampleRNG(plan.seed, epoch, ref.index, fused.index), draw_meta)
+                params = fused.op.sample_params(op_rng(plan.seed, epoch, ref.index, fused.index), draw_meta)
                 self.check_output_size(params, fused.op, ref.key)
                 params_cache[fused.index] = params
                 params_cache[canvas_key(fused.index)] = meta.get("size")
@@ -203,7 +203,7 @@ class SampleStage:
         if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
             data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
             return
-        rng = SampleRNG(plan.seed, epoch, ref.index, DECODER_OP_INDEX_BASE + field_index)
+        rng = decoder_rng(plan.seed, epoch, ref.index, field_index)
         x = decoder.decode(blob, hint, rng, meta)
         if isinstance(x, Decoded):
             data.update({f"{name}_{side}": value for side, value in x.fields.items()})
