@@ -214,14 +214,10 @@ class PipelineDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         import numpy as np
 
-        from mediapipe.stages.batch_stage import run_batch_ops
-        from mediapipe.stages.device_stage import finish_deferred
+        from mediapipe.stages.device_stage import finish_batch
         from mediapipe.stages.host_batch import BatchTask
 
-        host = self.builder(BatchTask(0, self.epoch, np.array([index]), 1))
-        if self.plan.deferred:
-            finish_deferred(self.plan, host)
-        data = run_batch_ops(self.plan, host.data, host.params)
+        data = finish_batch(self.plan, self.builder(BatchTask(0, self.epoch, np.array([index]), 1)))
         return {k: (v[0] if isinstance(v, torch.Tensor) else v[0] if isinstance(v, list) else v)
                 for k, v in data.items()}
 

@@ -18,7 +18,7 @@ frame indices). A `Plan` is fixed once built; the stages that run it live in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,8 +28,9 @@ from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
 from mediapipe.errors import PipelineError
 from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources.folder import Source
-from mediapipe.options import ON_ERROR, OnError
+from mediapipe.options import ON_ERROR, OnError, Where
 from mediapipe.sample import Blob, SampleRef
+from mediapipe.stages.error_policy import ErrorPolicy
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,14 @@ class BatchField:
 
 @dataclass(frozen=True)
 class PlacedOp:
+    """An op bound to its fields, with its stage (per sample or per batch) and where it runs: a
+    sample-stage op in the workers, or on the device after a device decode it reads from; a
+    batch-stage op on the device (or in the workers for a CPU device, the loader's choice)."""
+
     index: int  # position in the user's list: the op's RNG key
     op: Op  # bound to its fields
     stage: Stage
+    where: Where = "worker"
 
     @property
     def size_field(self) -> str:
@@ -110,14 +116,15 @@ class Plan:
         self.seed, self.on_error, self.limits = seed, on_error, limits
         self.device = device if device is not None else torch.device("cpu")
         self.collate_policy = dict(collate or {})
+        self.error_policy = ErrorPolicy(on_error, len(source), seed)  # what a failed sample becomes, in every stage
         self.base_types = self._base_types()
         self.ops, self.types = self._bind(list(ops))
         # the source's fields of one row per object (boxes, keypoints, class ids...), checked per sample
         self.object_fields = tuple(n for n, t in self.base_types.items() if t.rows_are_objects and t.kind != MASK)
         self.placed = self._place()
+        self.deferred = self._deferrals()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
-        self.deferred, self.deferred_ops = self._deferrals()
         self.absorbed = self._absorptions()
         self.done_by_next = {before.index for before in self.absorbed.values()}
         self.decode_order = decode_order(self.decode, self.deferred)
@@ -279,16 +286,18 @@ class Plan:
                     source[dst] = dst
         return source
 
-    def _deferrals(self) -> tuple[set[str], set[int]]:
-        """Fields decoded on the device (and what sample-stage ops derive from them), and
-        the sample-stage ops that must therefore run after the device decode."""
+    def _deferrals(self) -> set[str]:
+        """Fields decoded on the device (and what sample-stage ops derive from them); the
+        sample-stage ops that read them are placed on the device, after the decode."""
         deferred = {name for name, spec in self.decode.items() if spec.placement(self.device) == "device"}
-        ops: set[int] = set()
+        placed = []
         for p in self.placed:
-            if p.stage is Stage.SAMPLE and set(p.op.reads()) & deferred:
-                ops.add(p.index)
+            on_device = p.stage is Stage.BATCH or bool(set(p.op.reads()) & deferred)
+            if p.stage is Stage.SAMPLE and on_device:
                 deferred |= set(p.op.writes())
-        return deferred, ops
+            placed.append(replace(p, where="device" if on_device else "worker"))
+        self.placed = placed
+        return deferred
 
     def _absorptions(self) -> dict[int, PlacedOp]:
         """Batch ops done by the next one on the CPU (a flip by Normalize): absorber index -> op.
@@ -312,6 +321,16 @@ class Plan:
     @property
     def sample_ops(self) -> list[PlacedOp]:
         return [p for p in self.placed if p.stage is Stage.SAMPLE]
+
+    @property
+    def worker_sample_ops(self) -> list[PlacedOp]:
+        """The sample-stage ops a worker runs, after its decoders."""
+        return [p for p in self.placed if p.stage is Stage.SAMPLE and p.where == "worker"]
+
+    @property
+    def device_sample_ops(self) -> list[PlacedOp]:
+        """The sample-stage ops that run after the device decode, per sample, in the training process."""
+        return [p for p in self.placed if p.stage is Stage.SAMPLE and p.where == "device"]
 
     @property
     def batch_ops(self) -> list[PlacedOp]:

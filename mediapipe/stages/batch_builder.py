@@ -16,7 +16,6 @@ import torch
 from mediapipe.plan import Plan
 from mediapipe.stages.batch_stage import batch_params, run_batch_ops
 from mediapipe.stages.collate import collate
-from mediapipe.stages.error_policy import ErrorPolicy
 from mediapipe.stages.host_batch import BatchTask, HostBatch, lend
 from mediapipe.stages.sample_stage import SampleStage
 from mediapipe.stages.stats import StageStats
@@ -31,7 +30,7 @@ class BatchBuilder:
     def __init__(self, plan: Plan, *, finish: bool = False) -> None:
         self.plan, self.finish = plan, finish
         self.samples = SampleStage(plan)
-        self.policy = ErrorPolicy(plan.on_error, len(plan.source), plan.seed)
+        self.policy = plan.error_policy
         # fields a batch op replaces: when it runs here, the collated input never leaves the worker
         self.private = frozenset(f for p in plan.batch_ops for f in p.op.outputs if f in p.op.inputs) \
             if finish else frozenset()

@@ -11,8 +11,8 @@ import torch
 
 from mediapipe.augment.base import Params
 from mediapipe.plan import Plan
-from mediapipe.rng import batch_rng, op_rng
 from mediapipe.stages.collate import stack_params
+from mediapipe.stages.draws import draw, draw_per_batch
 
 
 def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, samples: list, data: dict,
@@ -26,8 +26,7 @@ def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, 
         if bool(set(p.op.inputs) & plan.deferred) != deferred:
             continue
         if p.op.per_batch:
-            rng = batch_rng(plan.seed, epoch, draw_number, p.index)
-            out[p.index] = p.op.batch_params(rng, len(indices))
+            out[p.index] = draw_per_batch(plan, p, epoch, draw_number, len(indices))
             continue
         shape_field = plan.shape_source.get(p.size_field, p.size_field)
         drawn = []
@@ -38,7 +37,7 @@ def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, 
                 x = data[shape_field][position]
             meta = {} if x is None else {"size": tuple(x.shape[-2:]), "shape": tuple(x.shape)}
             real_index = sample["index"] if sample is not None else index
-            drawn.append(p.op.sample_params(op_rng(plan.seed, epoch, real_index, p.index), meta))
+            drawn.append(draw(plan, p, epoch, real_index, meta))
         out[p.index] = stack_params(drawn)
     return out
 

@@ -34,17 +34,6 @@ class BatchTask:
 
 
 @dataclass
-class Deferred:
-    """A sample's field left for the device to decode: the bytes, the hint, and the fused
-    op's parameters (drawn in the worker)."""
-
-    blob: Any
-    hint: Any
-    meta: dict[str, Any]
-    fused_params: Params | None
-
-
-@dataclass
 class HostBatch:
     """What a worker sends: collated tensors, the batch-stage parameters, and its stats."""
 

@@ -2,7 +2,8 @@
 
 Runs in a worker (or inline). Every random draw is keyed by (seed, epoch, sample index,
 op index), so a sample gets the same values in any process. A field whose decoder runs on
-the device is left as a `Deferred` (bytes, checked header, the fused op's drawn parameters).
+the device is left as a `Deferred` (bytes, checked header, and the sample's `SampleProgress`:
+what the device's half needs, such as the fused op's drawn parameters).
 """
 
 from __future__ import annotations
@@ -13,22 +14,18 @@ from typing import Any
 
 import torch
 
-from mediapipe.augment.base import CanvasError, ObjectCountError, Params
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
 from mediapipe.decoders.exif import file_orientation, oriented_size
-from mediapipe.errors import DecodeError, LimitError
+from mediapipe.errors import DecodeError
 from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK, OBJECTS, RASTER
 from mediapipe.loaders.sources.targets import BAD_ANNOTATION, frame_problem, orient_targets
 from mediapipe.plan import Plan
-from mediapipe.rng import decoder_rng, op_rng
+from mediapipe.rng import decoder_rng
 from mediapipe.sample import SampleRef
-from mediapipe.stages.host_batch import Deferred
+from mediapipe.stages.draws import draw_within_limits
+from mediapipe.stages.progress import Deferred, SampleProgress
+from mediapipe.stages.sample_ops import run_sample_ops
 from mediapipe.stages.stats import StageStats
-
-
-def canvas_key(op_index: int) -> tuple[str, int]:
-    """Where a params cache keeps the (H, W) an op fused into a decoder drew on."""
-    return ("canvas", op_index)
 
 
 class SampleStage:
@@ -48,13 +45,12 @@ class SampleStage:
         label, index and the source's extra fields. Raises on a bad sample."""
         ref = self.plan.source.ref(index)
         data = self.source_fields(ref)
-        params_cache: dict[int, Params] = {}
-        done: set[tuple[int, str]] = set()
+        progress = SampleProgress(meta=ref.meta)
         decoders, spans = self.plan.decoders(), {}
         for field_index, name in self.plan.decode_order:
-            self.decode_field(ref, name, field_index, decoders[name], epoch, data, params_cache, done, stats, spans)
+            self.decode_field(ref, name, field_index, decoders[name], epoch, data, progress, stats, spans)
         t0 = time.perf_counter()
-        self.run_ops(data, epoch, index, ref.meta, params_cache, done, deferred=False, key=ref.key)
+        run_sample_ops(self.plan, self.plan.worker_sample_ops, data, progress, epoch, index, ref.key)
         stats.seconds["sample_ops"] += time.perf_counter() - t0
         return data
 
@@ -109,56 +105,8 @@ class SampleStage:
             value = value.to(torch.int64)
         return value
 
-    def check_output_size(self, params: Params, op: Any, key: str) -> None:
-        """An op's drawn output size within the pipeline's ``max_pixels``, before it allocates: a
-        resize's size follows the input's aspect ratio, so a 1 x 60000 image (under the limit)
-        resized to a shorter side of 256 would be 256 x 15 million pixels."""
-        size, limit = params.get("size"), self.plan.limits.max_pixels
-        if limit is None or size is None or len(size) != 2:
-            return
-        height, width = (int(v) for v in size)
-        if height * width > limit:
-            raise LimitError(key, type(op).__name__, f"output of {height}x{width} = {height * width} pixels is above "
-                             f"max_pixels={limit}")
-
-    def run_ops(self, data: dict[str, Any], epoch: int, index: int, meta: dict, params_cache: dict,
-                done: set, *, deferred: bool, key: str | None = None) -> None:
-        """The sample-stage ops on one sample: those before a device decode (``deferred=False``,
-        in a worker) or those after it (``deferred=True``, on the device). An op's draw sees the
-        size of its canvas (its first raster input); an op fused into a decoder drew on the
-        decoded file's size, which its other fields (a mask, boxes) must then have too."""
-        plan = self.plan
-        for p in plan.sample_ops:
-            if (p.index in plan.deferred_ops) != deferred:
-                continue
-            todo = [s for s in p.op.inputs if (p.index, s) not in done]
-            try:
-                params = params_cache.get(p.index)
-                if params is None:
-                    first = data[p.size_field]
-                    op_meta = {**meta, "size": tuple(first.shape[-2:]), "shape": tuple(first.shape),
-                               "fields": {f: data[f] for f in p.op.draws_on()}}
-                    params = p.op.sample_params(op_rng(plan.seed, epoch, index, p.index), op_meta)
-                    self.check_output_size(params, p.op, key or f"sample {index}")
-                    canvas = None
-                else:  # fused: drawn on the size the decoder saw
-                    canvas = params_cache.get(canvas_key(p.index))
-                    canvas = tuple(canvas) if canvas is not None else None
-                    off = {f: s for f, s in p.op.raster_sizes(data, todo).items() if s != canvas}
-                    if off and canvas is not None:
-                        raise CanvasError(f"{type(p.op).__name__} draws once for {list(p.op.inputs)} on the "
-                                          f"decoded {canvas}, but " + ", ".join(f"{f} is {s}" for f, s in off.items()))
-                p.op.apply_fields(data, params, only=None if len(todo) == len(p.op.inputs) else todo,
-                                  canvas_size=canvas)
-            except CanvasError as err:
-                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
-                                  category="fields of one draw differ in size") from None
-            except ObjectCountError as err:
-                raise DecodeError(key or f"sample {index}", type(p.op).__name__, str(err),
-                                  category="bad annotation") from None
-
     def decode_field(self, ref: SampleRef, name: str, field_index: int, decoder: Decoder, epoch: int,
-                     data: dict[str, Any], params_cache: dict[int, Params], done: set, stats: StageStats,
+                     data: dict[str, Any], progress: SampleProgress, stats: StageStats,
                      spans: dict[str, Any]) -> None:
         """Field ``name`` of one sample into ``data``: read its blob, probe the header when an op
         is fused into the decoder (drawing that op's parameters for the hint), decode, and
@@ -186,13 +134,11 @@ class SampleStage:
             meta.update(probe)
             if "height" in meta and "width" in meta:
                 meta["size"] = (meta["height"], meta["width"])
-            params = params_cache.get(fused.index)
+            params = progress.drawn.get(fused.index)  # drawn already when fused into an earlier field too
             if params is None:  # a draw on a source's boxes (RandomIoUCrop) has them before decoding
                 draw_meta = {**meta, "fields": {f: data[f] for f in fused.op.draws_on()}}
-                params = fused.op.sample_params(op_rng(plan.seed, epoch, ref.index, fused.index), draw_meta)
-                self.check_output_size(params, fused.op, ref.key)
-                params_cache[fused.index] = params
-                params_cache[canvas_key(fused.index)] = meta.get("size")
+                params = draw_within_limits(plan, fused, epoch, ref.index, draw_meta, ref.key)
+                progress.drew(fused.index, params, meta.get("size"))
             hint = fused.op.decode_hint(params, meta) or NO_HINT
         if source is not None:
             hint = replace(hint, span=spans.get(source))
@@ -201,10 +147,9 @@ class SampleStage:
         if frame is not None and (fused is not None or name in plan.deferred) and "height" in meta and "width" in meta:
             self.check_frame(blob, decoder, frame, (meta["height"], meta["width"]))  # the probed header
         if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
-            data[name] = Deferred(blob, hint, meta, params_cache.get(fused.index) if fused else None)
+            data[name] = Deferred(blob, hint, meta, progress)
             return
-        rng = decoder_rng(plan.seed, epoch, ref.index, field_index)
-        x = decoder.decode(blob, hint, rng, meta)
+        x = decoder.decode(blob, hint, decoder_rng(plan.seed, epoch, ref.index, field_index), meta)
         if isinstance(x, Decoded):
             data.update({f"{name}_{side}": value for side, value in x.fields.items()})
             if x.span is not None:
@@ -222,8 +167,8 @@ class SampleStage:
         t2 = time.perf_counter()
         stats.seconds["decode"] += t2 - t1
         if fused is not None and hint is not NO_HINT:
-            x = fused.op.apply_decoded(x, params_cache[fused.index])
-            done.add((fused.index, name))
+            x = fused.op.apply_decoded(x, progress.drawn[fused.index])
+            progress.done.add((fused.index, name))
             dst = fused.op.outputs[fused.op.inputs.index(name)]
             data[dst] = x
             if dst != name:
