@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 _INT64_MAX = (1 << 63) - 1
-WINDOWS = ("hann", "hamming", "rectangular")
+WINDOWS = tuple(F.WINDOWS)
 
 
 def _range(op: Op, value: float | tuple[float, float], name: str) -> tuple[float, float]:

@@ -47,7 +47,7 @@ import torch
 from mediapipe.augment.functional.dispatch import Functional
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.errors import PipelineError
-from mediapipe.fields import AUDIO, FEATURES, IMAGE, KINDS, MASK, OBJECTS, OTHER, RASTER, VIDEO, FieldType
+from mediapipe.fields import AUDIO, FEATURES, IMAGE, KINDS, MASK, OTHER, VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -207,9 +207,8 @@ class Op:
         for f in inputs:
             if f in types and (why := self.refuses(types[f])) is not None:
                 raise PipelineError(f"{name} cannot transform field {f!r} of kind {types[f]}: {why}")
-        kinds = {types[f].kind for f in inputs if f in types}
-        if kinds & OBJECTS and not kinds & RASTER and not self.reads_canvas:
-            objects = [f for f in inputs if f in types and types[f].kind in OBJECTS]
+        objects = [f for f in inputs if f in types and types[f].spec.is_objects]
+        if objects and not any(types[f].spec.has_canvas for f in inputs if f in types) and not self.reads_canvas:
             raise PipelineError(f"{name} moves {objects} but no image, mask or video: boxes and keypoints are in "
                                 "pixels of the image they move with, so list that image in keys too")
         outputs = self._out_names() or inputs
@@ -260,7 +259,7 @@ class Op:
             return self.transform(x, params, ftype, _one_canvas(canvas_size, 0))
         if isinstance(x, list):
             return self._apply_list(x, params, ftype, canvas_size)
-        if ftype.kind in OBJECTS:
+        if ftype.spec.is_objects:
             return self._apply_rows(x, params, ftype, canvas_size, lengths)
         if is_single(params):
             xb, pb = promote(x, params)
@@ -278,7 +277,7 @@ class Op:
             canvas_size = self.canvas_of(data, todo)
         for src in todo:
             dst, ftype = b.outputs[b.inputs.index(src)], b.type_of(src)
-            lengths = data.get(f"{src}_lengths") if ftype.kind in OBJECTS else None
+            lengths = data.get(f"{src}_lengths") if ftype.spec.is_objects else None
             data[dst] = self.apply(data[src], params, ftype, canvas_size, lengths)
             if lengths is not None and dst != src:
                 data[f"{dst}_lengths"] = lengths
@@ -304,7 +303,7 @@ class Op:
         b = self.binding
         sizes: dict[str, Any] = {}
         for f in fields if fields is not None else b.inputs:
-            if f in b.inputs and b.type_of(f).kind in RASTER and f in data:
+            if f in b.inputs and b.type_of(f).spec.has_canvas and f in data:
                 x = data[f]
                 sizes[f] = [tuple(v.shape[-2:]) for v in x] if isinstance(x, list) else tuple(x.shape[-2:])
         return sizes
@@ -315,7 +314,7 @@ class Op:
         for i, x in enumerate(xs):
             one = sample_slice(params, i)
             c = _one_canvas(canvas, i)
-            if ftype.kind in OBJECTS:
+            if ftype.spec.is_objects:
                 out.append(self.transform(x, expand_rows(one, torch.zeros(x.shape[0], dtype=torch.int64)), ftype, c))
             else:
                 out.append(self.transform(x[None], one, ftype, c)[0])

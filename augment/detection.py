@@ -35,7 +35,7 @@ from mediapipe.augment.functional import spatial as S
 from mediapipe.augment.geometry import Fill, Size, _check_fill, _check_interpolation, _meta, _pair, _Resizing
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.errors import PipelineError
-from mediapipe.fields import BOXES, IMAGE, RASTER, VIDEO, FieldType
+from mediapipe.fields import BOXES, IMAGE, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -63,7 +63,7 @@ class _OnCanvas(Op):
 
     def _with_canvas(self, bound: Op, types: Mapping[str, FieldType], where: str) -> Op:
         name = f"{where}{type(self).__name__}"
-        rasters = [f for f, t in types.items() if t.kind in RASTER]
+        rasters = [f for f, t in types.items() if t.spec.has_canvas]
         canvas = self.canvas_key or (rasters[0] if rasters else None)
         if canvas is None or canvas not in rasters:
             raise PipelineError(f"{name} needs the image its boxes are in pixels of, and "
@@ -329,7 +329,7 @@ class RandomIoUCrop(Op):
                           **_meta(field, canvas_size))
 
     def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
+        return field_type.spec.decoder_fuses
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         if not params["crop"]:

@@ -18,7 +18,7 @@ from mediapipe.augment.functional import geometry as F
 from mediapipe.augment.functional import resample as R
 from mediapipe.augment.functional import spatial as S
 from mediapipe.decoders.base import DecodeHint
-from mediapipe.fields import IMAGE, OBJECTS, VIDEO, FieldType
+from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -100,7 +100,7 @@ class RandomResizedCrop(Op):
                               interpolation=self.interpolation, antialias=self.antialias, **_meta(field, canvas_size))
 
     def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)  # a mask is never smoothed by a reduced-scale decode
+        return field_type.spec.decoder_fuses  # a mask is never smoothed by a reduced-scale decode
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         roi = (params["top"], params["left"], params["height"], params["width"])
@@ -135,7 +135,7 @@ class _Resizing(Op):
                         **_meta(field, canvas_size))
 
     def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
+        return field_type.spec.decoder_fuses
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         if self.interpolation.startswith("nearest"):
@@ -218,7 +218,7 @@ class CenterCrop(Op):
         return S.crop(x, params["top"], params["left"], *self.size, **_meta(field, canvas_size))
 
     def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
+        return field_type.spec.decoder_fuses
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         height, width = meta["size"]
@@ -300,7 +300,7 @@ def _check_fill(op: Op, fill: Fill | None, scalar_only: bool = False) -> None:
 
 def _constant_only(op: Op, field: FieldType) -> str | None:
     """Boxes and keypoints move with a constant pad only (torchvision refuses the other modes)."""
-    if field.kind in OBJECTS and op.padding_mode != "constant":
+    if field.spec.is_objects and op.padding_mode != "constant":
         return f"padding_mode={op.padding_mode!r} mirrors pixels, which no box or keypoint can follow; pad " \
                "with padding_mode='constant'"
     return None
@@ -407,7 +407,7 @@ class RandomCrop(Op):
         return S.crop(x, params["top"], params["left"], *self.size, **_meta(field, canvas_size))
 
     def fusable(self, field_type: FieldType) -> bool:
-        return field_type.kind in (IMAGE, VIDEO)
+        return field_type.spec.decoder_fuses
 
     def decode_hint(self, params: Params, meta: SampleMeta) -> DecodeHint | None:
         if any(params["padding"]):

@@ -12,7 +12,7 @@ from mediapipe.augment.base import Op, Params, Stage, check_range
 from mediapipe.augment.functional import geometry as F
 from mediapipe.augment.functional import spatial as S
 from mediapipe.augment.geometry import Canvas, Fill, _check_fill, _meta
-from mediapipe.fields import OBJECTS, FieldType
+from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -66,7 +66,7 @@ class _Warp(Op):
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
         canvas_size = canvas_size or tuple(x.shape[-2:])
         matrix = self.inverse_matrices(params, canvas_size)
-        if field.kind in OBJECTS and x.shape[0] == 0:
+        if field.spec.is_objects and x.shape[0] == 0:
             return x
         size = self.output_size(matrix, canvas_size)
         return S.affine(x, matrix, interpolation=self.interpolation, fill=self.fill, output_size=size,

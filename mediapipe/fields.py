@@ -23,6 +23,10 @@ of boxes, keypoints and per-object values, e.g. boxes (B, N_max, 4)), or "list" 
 samples' tensors). Boxes, keypoints and per-object fields default to "list", audio and features
 to "pad", everything else to "stack"; ``Pipeline(collate={"boxes": "pad"})`` chooses per field.
 
+`KIND_SPECS` holds one `KindSpec` per kind: its family (raster, objects, signal, value), the axis
+"pad" pads, its default and allowed collates, and what its kernels branch on (a mask's nearest
+resampling, the canvas and format a boxes kernel takes). Code reads the table, never ``kind ==``.
+
 Per-object fields: a sample's boxes and keypoints have one row per object, and so may other
 fields a source declares with ``per_object(kind)``: the objects' class ids (``per_object()``,
 int64 (N,)), one mask per object (``per_object("mask")``, (N, H, W)), or any value per object
@@ -36,21 +40,81 @@ from dataclasses import dataclass, replace
 
 IMAGE, MASK, BOXES, KEYPOINTS, VIDEO = "image", "mask", "boxes", "keypoints", "video"
 AUDIO, FEATURES, LABEL, OTHER = "audio", "features", "label", "other"
-KINDS = (IMAGE, MASK, BOXES, KEYPOINTS, VIDEO, AUDIO, FEATURES, LABEL, OTHER)
-
-RASTER = frozenset({IMAGE, MASK, VIDEO})  # pixels: their (H, W) is the canvas of a draw
-GEOMETRIC = frozenset({IMAGE, MASK, BOXES, KEYPOINTS, VIDEO})  # what a geometric op moves together
-OBJECTS = frozenset({BOXES, KEYPOINTS})  # one row per object: the count varies per sample
 
 BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
 COLLATES = ("stack", "pad", "list")
-_DEFAULT_COLLATE = {BOXES: "list", KEYPOINTS: "list", AUDIO: "pad", FEATURES: "pad"}
-# which collate policies each kind can take ("pad" needs an axis that varies)
-_ALLOWED_COLLATE = {IMAGE: ("stack", "list"), MASK: ("stack", "list"), VIDEO: ("stack", "list"),
-                    AUDIO: ("pad", "stack", "list"), FEATURES: ("pad", "stack", "list")}
+
+# The families of kinds: pixels whose (H, W) is the canvas of a draw; rows of objects in pixels
+# of a canvas; signals with a time axis; values passed along (labels, anything else).
+RASTER_FAMILY, OBJECTS_FAMILY, SIGNAL_FAMILY, VALUE_FAMILY = "raster", "objects", "signal", "value"
+FAMILIES = (RASTER_FAMILY, OBJECTS_FAMILY, SIGNAL_FAMILY, VALUE_FAMILY)
 
 
-PER_OBJECT_KINDS = (MASK, LABEL, OTHER)  # kinds a source may declare one row per object of
+@dataclass(frozen=True)
+class KindSpec:
+    """What every part of the library needs to know about a field kind, in one row: collate,
+    padding, and the arguments its kernels branch on, so no code asks ``kind ==``.
+
+    family: one of `FAMILIES`. pad_axis: the axis "pad" pads (time, last, for signals; objects,
+    first, otherwise). default_collate / collates: how its samples batch unless told, and the
+    policies it can take ("pad" needs an axis that varies). resampling: the interpolation a
+    geometric op resamples it with whatever the op is set to for images, never antialiased and
+    new pixels 0 ("nearest" for a mask: class ids are never blended); None: the op's own.
+    kernel_args: what its kernels take besides the op's options (boxes: their canvas and format).
+    per_object: whether a source may declare a field of it with one row per object (`per_object`).
+    """
+
+    kind: str
+    family: str
+    pad_axis: int = 0
+    default_collate: str = "stack"
+    collates: tuple[str, ...] = COLLATES
+    resampling: str | None = None
+    kernel_args: tuple[str, ...] = ()
+    per_object: bool = False
+
+    @property
+    def has_canvas(self) -> bool:
+        """Whether its (H, W) is the canvas of a draw: the pixels boxes and keypoints are in."""
+        return self.family == RASTER_FAMILY
+
+    @property
+    def is_objects(self) -> bool:
+        """Whether it holds one row per object in pixels of a canvas (boxes, keypoints)."""
+        return self.family == OBJECTS_FAMILY
+
+    @property
+    def decoder_fuses(self) -> bool:
+        """Whether its decoder may do a geometric op's crop and resize: pixels resampled as the op
+        says (a mask never is: a reduced-scale decode would smooth its class ids)."""
+        return self.has_canvas and self.resampling is None
+
+
+_PIXELS = ("stack", "list")  # equal sizes stack; nothing to pad along
+_SIGNAL = ("pad", "stack", "list")
+KIND_SPECS: dict[str, KindSpec] = {spec.kind: spec for spec in (
+    KindSpec(IMAGE, RASTER_FAMILY, collates=_PIXELS),
+    KindSpec(MASK, RASTER_FAMILY, collates=_PIXELS, resampling="nearest", per_object=True),
+    KindSpec(BOXES, OBJECTS_FAMILY, default_collate="list", kernel_args=("canvas_size", "format")),
+    KindSpec(KEYPOINTS, OBJECTS_FAMILY, default_collate="list", kernel_args=("canvas_size",)),
+    KindSpec(VIDEO, RASTER_FAMILY, collates=_PIXELS),
+    KindSpec(AUDIO, SIGNAL_FAMILY, pad_axis=-1, default_collate="pad", collates=_SIGNAL),
+    KindSpec(FEATURES, SIGNAL_FAMILY, pad_axis=-1, default_collate="pad", collates=_SIGNAL),
+    KindSpec(LABEL, VALUE_FAMILY, per_object=True),
+    KindSpec(OTHER, VALUE_FAMILY, per_object=True),
+)}
+KINDS = tuple(KIND_SPECS)
+
+
+def _of_families(*families: str) -> frozenset[str]:
+    return frozenset(k for k, spec in KIND_SPECS.items() if spec.family in families)
+
+
+RASTER = _of_families(RASTER_FAMILY)  # pixels: their (H, W) is the canvas of a draw
+OBJECTS = _of_families(OBJECTS_FAMILY)  # one row per object: the count varies per sample
+GEOMETRIC = _of_families(RASTER_FAMILY, OBJECTS_FAMILY)  # what a geometric op moves together
+
+PER_OBJECT_KINDS = tuple(k for k, spec in KIND_SPECS.items() if spec.per_object)  # mask, label, other
 
 
 @dataclass(frozen=True)
@@ -78,11 +142,11 @@ class FieldType:
             object.__setattr__(self, "format", fmt)
         elif self.format is not None:
             raise ValueError(f"format={self.format!r} is for boxes, not a {self.kind} field")
-        if self.per_object and self.kind not in PER_OBJECT_KINDS + tuple(OBJECTS):
+        if self.per_object and not (self.spec.per_object or self.spec.is_objects):
             raise ValueError(f"per_object=True for a {self.kind} field: one row per object is for "
                              f"{sorted(PER_OBJECT_KINDS)} fields (boxes and keypoints always are)")
         if self.collate is not None:
-            allowed = COLLATES if self.per_object else _ALLOWED_COLLATE.get(self.kind, COLLATES)
+            allowed = COLLATES if self.per_object else self.spec.collates
             if self.collate not in allowed:
                 raise ValueError(f"collate={self.collate!r} for a {self.kind} field: expected one of {allowed}")
 
@@ -90,12 +154,17 @@ class FieldType:
     def batching(self) -> str:
         """The collate policy in effect: the declared one, else the kind's default ("list" for
         per-object fields, whose number of rows varies per sample)."""
-        return self.collate or ("list" if self.per_object else _DEFAULT_COLLATE.get(self.kind, "stack"))
+        return self.collate or ("list" if self.per_object else self.spec.default_collate)
 
     @property
     def rows_are_objects(self) -> bool:
         """Whether this field holds one row per object of its sample (boxes, keypoints, per-object fields)."""
-        return self.per_object or self.kind in OBJECTS
+        return self.per_object or self.spec.is_objects
+
+    @property
+    def spec(self) -> KindSpec:
+        """The row of `KIND_SPECS` for this field's kind."""
+        return KIND_SPECS[self.kind]
 
     def with_collate(self, collate: str | None) -> FieldType:
         return self if collate is None else replace(self, collate=collate)
@@ -144,12 +213,13 @@ def per_object(kind: str = LABEL, collate: str | None = None) -> FieldType:
 
 
 def pad_axis(kind: str) -> int:
-    """The axis that "pad" pads: time (last) for audio and features, objects (first) otherwise."""
-    return -1 if kind in (AUDIO, FEATURES) else 0
+    """The axis that "pad" pads: time (last) for audio and features, objects (first) otherwise
+    (`KindSpec.pad_axis`)."""
+    return KIND_SPECS[kind].pad_axis
 
 
 __all__ = [
-    "AUDIO", "BOXES", "BOX_FORMATS", "COLLATES", "FEATURES", "GEOMETRIC", "IMAGE", "KEYPOINTS", "KINDS", "LABEL",
-    "MASK", "OBJECTS", "OTHER", "PER_OBJECT_KINDS", "RASTER", "VIDEO", "FieldType", "boxes", "field_type", "keypoints",
-    "pad_axis", "per_object",
+    "AUDIO", "BOXES", "BOX_FORMATS", "COLLATES", "FAMILIES", "FEATURES", "GEOMETRIC", "IMAGE", "KEYPOINTS", "KINDS",
+    "KIND_SPECS", "LABEL", "MASK", "OBJECTS", "OTHER", "PER_OBJECT_KINDS", "RASTER", "VIDEO", "FieldType", "KindSpec",
+    "boxes", "field_type", "keypoints", "pad_axis", "per_object",
 ]

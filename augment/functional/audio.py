@@ -9,6 +9,7 @@ so a sample's frames do not depend on what it was batched with.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import torch
@@ -162,16 +163,18 @@ def nonsilent_region(x: torch.Tensor, cutoff_db: float, window: int, reference_p
 # -- features -----------------------------------------------------------------------------
 
 
+WINDOWS: dict[str, Callable[[int], torch.Tensor]] = {  # window name -> the window of a length
+    "hann": lambda n: torch.hann_window(n, periodic=True, dtype=torch.float32),
+    "hamming": lambda n: torch.hamming_window(n, periodic=True, dtype=torch.float32),
+    "rectangular": torch.ones,
+}
+
+
 @lru_cache(maxsize=16)
 def _window(kind: str, win_length: int, n_fft: int, device: str) -> torch.Tensor:
-    if kind == "hann":
-        w = torch.hann_window(win_length, periodic=True, dtype=torch.float32)
-    elif kind == "hamming":
-        w = torch.hamming_window(win_length, periodic=True, dtype=torch.float32)
-    elif kind == "rectangular":
-        w = torch.ones(win_length)
-    else:
-        raise ValueError(f"window {kind!r}: expected 'hann', 'hamming' or 'rectangular'")
+    if kind not in WINDOWS:
+        raise ValueError(f"window {kind!r}: expected one of {tuple(WINDOWS)}")
+    w = WINDOWS[kind](win_length)
     if win_length < n_fft:  # centred in the FFT frame, as torch.stft does
         left = (n_fft - win_length) // 2
         w = torch.nn.functional.pad(w, (left, n_fft - win_length - left))

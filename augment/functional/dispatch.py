@@ -9,10 +9,11 @@ kernel, named ``<functional>_<kind>`` (``hflip_image``, ``hflip_boxes``...)::
     @register_kernel(hflip, "boxes")
     def hflip_boxes(boxes, flip, *, canvas_size, format): ...
 
-Calling the functional with ``kind=`` runs that kind's kernel. Boxes kernels also get the
-boxes' ``format`` and ``canvas_size`` (H, W) as keywords, keypoints kernels ``canvas_size``;
-every kernel gets the op's options as keywords and ignores those that do not apply to its
-kind (a mask's resize ignores ``interpolation``: a mask is resampled with nearest).
+Calling the functional with ``kind=`` runs that kind's kernel. A kernel also gets the keywords
+its kind's `KindSpec.kernel_args` names: boxes kernels the boxes' ``format`` and ``canvas_size``
+(H, W), keypoints kernels ``canvas_size``; every kernel gets the op's options as keywords and
+ignores those that do not apply to its kind (a mask's resize ignores ``interpolation``: a mask
+is resampled with nearest).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mediapipe.fields import BOXES, KEYPOINTS, KINDS
+from mediapipe.fields import KIND_SPECS, KINDS
 
 K = TypeVar("K", bound=Callable[..., Any])
 
@@ -47,11 +48,8 @@ class Functional:
     def __call__(self, x: Any, *args: Any, kind: str, canvas_size: tuple[int, int] | None = None,
                  format: str | None = None, **options: Any) -> Any:
         kernel = self.kernel(kind)
-        if kind == BOXES:
-            return kernel(x, *args, canvas_size=canvas_size, format=format, **options)
-        if kind == KEYPOINTS:
-            return kernel(x, *args, canvas_size=canvas_size, **options)
-        return kernel(x, *args, **options)
+        given = {"canvas_size": canvas_size, "format": format}
+        return kernel(x, *args, **{name: given[name] for name in KIND_SPECS[kind].kernel_args}, **options)
 
     def __repr__(self) -> str:
         return f"Functional({self.name!r}, kinds={sorted(self.kernels)})"

@@ -17,7 +17,7 @@ import torch
 from mediapipe.augment.functional import geometry as G
 from mediapipe.augment.functional import objects as O
 from mediapipe.augment.functional.dispatch import Functional, register_kernel
-from mediapipe.fields import BOXES, IMAGE, KEYPOINTS, MASK, VIDEO
+from mediapipe.fields import BOXES, IMAGE, KEYPOINTS, KIND_SPECS, MASK, VIDEO
 
 hflip = Functional("hflip")
 vflip = Functional("vflip")
@@ -32,11 +32,13 @@ clamp = Functional("clamp")  # boxes clipped to their canvas (ClampBoundingBoxes
 
 def sampling(kind: str, interpolation: str, antialias: bool = False, fill: Any = 0) -> tuple[str, bool, Any]:
     """(interpolation, antialias, fill) a field of ``kind`` is resampled with, for an op set to
-    these for images: a mask takes nearest ("nearest-exact" when asked for), no antialiasing and
-    fill 0, whatever the op says. The torch kernels and the DALI lowering both ask here."""
-    if kind == MASK:
-        return ("nearest-exact" if interpolation == "nearest-exact" else "nearest"), False, 0
-    return interpolation, antialias, fill
+    these for images: a kind with its own `KindSpec.resampling` (a mask: nearest, or
+    "nearest-exact" when asked for) takes it, no antialiasing and fill 0, whatever the op says.
+    The torch kernels and the DALI lowering both ask here."""
+    own = KIND_SPECS[kind].resampling
+    if own is None:
+        return interpolation, antialias, fill
+    return ("nearest-exact" if own == "nearest" and interpolation == "nearest-exact" else own), False, 0
 
 
 def check_fill(fill: Any, x: torch.Tensor) -> None:
