@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +21,7 @@ from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, distribu
 from mediapipe.options import LAST_BATCH, LastBatch
 
 if TYPE_CHECKING:
+    from mediapipe.loaders.sources.folder import Source
     from mediapipe.pipeline import Pipeline
 
 
@@ -49,7 +50,7 @@ class Ranks:
         return 1 if self.split_by_source else self.world_size
 
 
-def resolve_ranks(source: Any, rank: int | None = None, world_size: int | None = None) -> Ranks:
+def resolve_ranks(source: Source, rank: int | None = None, world_size: int | None = None) -> Ranks:
     """The given rank and world size, else torch.distributed's (or 0 of 1), and whether
     ``source`` is already this rank's part (``source.split_by_rank``)."""
     from_process_group = rank is None and world_size is None
@@ -59,7 +60,7 @@ def resolve_ranks(source: Any, rank: int | None = None, world_size: int | None =
         world_size = auto_size if world_size is None else world_size
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
-    return Ranks(rank, world_size, bool(getattr(source, "split_by_rank", False)), from_process_group)
+    return Ranks(rank, world_size, source.split_by_rank, from_process_group)
 
 
 def check_process_group(ranks: Ranks) -> None:
@@ -125,7 +126,7 @@ def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: LastB
         len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
         rank=ranks.sampler_rank, world_size=ranks.sampler_world_size,
         last_batch=resolve_last_batch(last_batch, drop_last),
-        part_sizes=getattr(pipeline.source, "rank_samples", None) if ranks.split_by_source else None,
+        part_sizes=pipeline.source.rank_samples if ranks.split_by_source else None,
     )
 
 

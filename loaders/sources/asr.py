@@ -180,6 +180,7 @@ class LhotseSource(_Segments):
     files by their ``sources[*].channels``, one file per microphone included."""
 
     kind = "lhotse"
+    declares_rates = True  # every recording states its rate, which may not be its file's (Opus: 48 kHz)
 
     def __init__(self, cuts: str | os.PathLike | None = None, recordings: str | os.PathLike | None = None,
                  supervisions: str | os.PathLike | None = None) -> None:
@@ -196,7 +197,6 @@ class LhotseSource(_Segments):
         if not self._rows:
             raise SourceError(str(cuts or supervisions), "manifest lists no samples")
         self.picks_channels = any(CHANNEL_SOURCES in row[5] for row in self._rows)  # not all of a file's
-        self.declares_rates = True  # every recording states its rate, which may not be its file's (Opus: 48 kHz)
 
     def _read_cuts(self, path: Path) -> None:
         for lineno, cut in json_lines(path):

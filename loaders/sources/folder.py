@@ -9,20 +9,30 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from mediapipe.errors import SourceError
+from mediapipe.fields import FieldType
 from mediapipe.sample import Blob, SampleMeta, SampleRef, kind_of_extension
 
 _SOURCES: dict[str, type[Source]] = {}
 
 
 class Source:
-    """Base of the sources: random access by index, a config round trip."""
+    """Base of the sources: random access by index, a config round trip. Every optional hook a
+    pipeline, loader or conversion reads is declared here with its default (what a source that
+    does not override it gives)."""
 
     kind: str = ""
+    collate: Mapping[str, str] = MappingProxyType({})  # field -> how it batches ("pad": token ids)
+    split_by_rank: bool = False  # True: this rank's part already (shards read by rank), not split again
+    rank_samples: tuple[int, ...] | None = None  # with split_by_rank: every rank's part's size
+    fingerprint: str | None = None  # a digest of the annotations, that a conversion's resume checks
+    picks_channels: bool = False  # some samples take only some channels of their files (Lhotse cuts)
+    declares_rates: bool = False  # samples state their audio's rate, which may not be their file's
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -47,6 +57,11 @@ class Source:
     def prefetch(self, indices: Iterable[int]) -> None:
         """Hint that these samples are read next, so a source whose bytes sit in a few large
         files can start their I/O now and overlap it with decoding. Never required."""
+
+    def field_types(self) -> dict[str, FieldType]:
+        """The types of the fields a sample carries besides its media (boxes, labels, masks...),
+        so that ops move them with the pixels; {} for none."""
+        return {}
 
     @property
     def classes(self) -> list[str] | None:

@@ -146,8 +146,7 @@ def target_types(item: InputItem) -> dict[str, Any]:
     conversion writes into each sample's ``.json`` member ({} for none)."""
     if item.source is None:
         return {}
-    declared = getattr(_source(item.source), "field_types", None)
-    return declared() if callable(declared) else {}
+    return _source(item.source).field_types()
 
 
 class Input(NamedTuple):

@@ -213,8 +213,6 @@ class ShardSource(Source):
     """
 
     kind = "shards"
-    split_by_rank = False  # True for `for_rank`'s sources: the loader must not split them again
-    rank_samples: tuple[int, ...] | None = None  # for `for_rank`'s sources: every rank's part's size
 
     def __init__(self, root: str | os.PathLike, shard_ids: list[int] | None = None, verify: str | None = None) -> None:
         if verify not in VERIFY:
@@ -368,7 +366,7 @@ class ShardSource(Source):
         if not ids:
             raise ValueError(f"{self.num_shards} shards cannot be shared by world_size={world_size} ranks")
         source = ShardSource(self.root, ids, verify=self.verify)
-        source.split_by_rank = True  # read by Loader: this rank's part already
+        source.split_by_rank = True  # `Source.split_by_rank`: the loader must not split it again
         source.rank_samples = self.rank_sizes(world_size)
         return source
 

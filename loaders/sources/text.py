@@ -9,12 +9,14 @@ longest in the batch) and ``<out>_lengths``, next to the text itself as a list o
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
 
 from mediapipe.errors import SourceError
+from mediapipe.fields import FieldType
 from mediapipe.loaders.sources.folder import Source, source_from_config
 from mediapipe.sample import SampleMeta, SampleRef
 
@@ -48,9 +50,6 @@ class TokenizedSource(Source):
         if not callable(self.tokenizer):
             raise TypeError(f"tokenizer={tokenizer!r}: expected a callable str -> list[int]")
         self.field, self.out = field, out or f"{field}_ids"
-        self.collate = {self.out: "pad"}  # read by the batch builder: padded, with <out>_lengths
-        self.split_by_rank = getattr(self.source, "split_by_rank", False)
-        self.rank_samples = getattr(self.source, "rank_samples", None)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -78,6 +77,35 @@ class TokenizedSource(Source):
     @property
     def classes(self) -> list[str] | None:
         return self.source.classes
+
+    # the declared hooks, the inner source's (``__getattr__`` sees only what `Source` does not declare)
+    @property
+    def collate(self) -> Mapping[str, str]:  # type: ignore[override]
+        """The inner source's policies, and the token ids padded (with ``<out>_lengths``)."""
+        return MappingProxyType({**self.source.collate, self.out: "pad"})
+
+    @property
+    def split_by_rank(self) -> bool:  # type: ignore[override]
+        return self.source.split_by_rank
+
+    @property
+    def rank_samples(self) -> tuple[int, ...] | None:  # type: ignore[override]
+        return self.source.rank_samples
+
+    @property
+    def fingerprint(self) -> str | None:  # type: ignore[override]
+        return self.source.fingerprint
+
+    @property
+    def picks_channels(self) -> bool:  # type: ignore[override]
+        return self.source.picks_channels
+
+    @property
+    def declares_rates(self) -> bool:  # type: ignore[override]
+        return self.source.declares_rates
+
+    def field_types(self) -> dict[str, FieldType]:
+        return self.source.field_types()
 
     def __getattr__(self, name: str) -> Any:  # locate(), row_groups(), window_sampler() of the inner source
         if name.startswith("_") or name == "source":

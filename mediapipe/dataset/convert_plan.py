@@ -115,11 +115,9 @@ def plan_conversion(src: Any, *, shard_size: str | int = "256MB", shuffle: bool 
     if current:
         tasks.append(ShardTask(len(tasks), tuple(current)))
     settings = {"shard_size": str(shard_size), "shuffle": shuffle, "seed": seed, "options": options.to_dict()}
-    declared = getattr(source, "field_types", None)
-    types = {name: t.to_config() for name, t in declared().items()} if callable(declared) else None
+    types = {name: t.to_config() for name, t in source.field_types().items()}
     if types:  # a resume must not mix targets of another annotation file or other settings
-        settings["targets"] = {"field_types": types, "source": source.to_config(),
-                               "annotations": getattr(source, "fingerprint", None)}
+        settings["targets"] = {"field_types": types, "source": source.to_config(), "annotations": source.fingerprint}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for task in tasks:
         for item in task.items:
