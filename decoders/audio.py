@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits, size_of
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, size_of
+from mediapipe.decoders.options import DecoderOptions, written_unless_default
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
@@ -41,14 +42,43 @@ SOURCE_RATE = "source_sample_rate"
 CHANNEL_LENGTH_TOLERANCE = 0.5
 
 
+@dataclass(frozen=True)
+class AudioOptions(DecoderOptions):
+    """The options of `audio` (documented there), as every audio backend reads them."""
+
+    factory: ClassVar[str] = "audio"
+
+    sample_rate: int | None = None
+    mono: bool = False
+    offset: float = 0.0
+    duration: float | None = None
+    random_crop: float | None = None
+    max_duration: float | None = None
+    from_field: str | None = written_unless_default(None)
+
+    def check(self) -> None:
+        if self.sample_rate is not None and self.sample_rate <= 0:
+            raise self.refuse("sample_rate", "expected a positive rate in Hz or None")
+        if self.offset < 0:
+            raise self.refuse("offset", "expected seconds >= 0")
+        for name in ("duration", "max_duration"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise self.refuse(name, "expected positive seconds or None")
+        if self.random_crop is not None and (self.random_crop <= 0 or self.duration is not None):
+            raise self.refuse("random_crop", "expected positive seconds, and no duration=")
+        if self.from_field is not None and (self.offset or self.duration is not None or self.random_crop is not None):
+            raise self.refuse("from_field", "expected a field name, and no offset, duration or random_crop (the "
+                                            "window is the field's clips)")
+
+
 def audio(
-    sample_rate: int | None = None,
-    mono: bool = False,
-    offset: float = 0.0,
-    duration: float | None = None,
-    random_crop: float | None = None,
-    max_duration: float | None = None,
-    from_field: str | None = None,
+    sample_rate: int | None = AudioOptions.sample_rate,
+    mono: bool = AudioOptions.mono,
+    offset: float = AudioOptions.offset,
+    duration: float | None = AudioOptions.duration,
+    random_crop: float | None = AudioOptions.random_crop,
+    max_duration: float | None = AudioOptions.max_duration,
+    from_field: str | None = AudioOptions.from_field,
     backend: str = "auto",
 ) -> DecoderSpec:
     """An audio decoder: WAV, FLAC, Ogg Vorbis, Opus, MP3, AAC/M4A, or a video file's audio track.
@@ -73,24 +103,8 @@ def audio(
         backend: "auto", "soundfile" (libsndfile for FLAC and WAV, the pyav backend for the
             rest; what "auto" picks where the soundfile package is installed) or "pyav".
     """
-    if sample_rate is not None and sample_rate <= 0:
-        raise ValueError(f"audio(sample_rate={sample_rate}): expected a positive rate in Hz or None")
-    if offset < 0:
-        raise ValueError(f"audio(offset={offset}): expected seconds >= 0")
-    if duration is not None and duration <= 0:
-        raise ValueError(f"audio(duration={duration}): expected positive seconds or None")
-    if random_crop is not None and (random_crop <= 0 or duration is not None):
-        raise ValueError(f"audio(random_crop={random_crop}): expected positive seconds, and no duration=")
-    if max_duration is not None and max_duration <= 0:
-        raise ValueError(f"audio(max_duration={max_duration}): expected positive seconds or None")
-    if from_field is not None and (not isinstance(from_field, str) or offset or duration is not None
-                                   or random_crop is not None):
-        raise ValueError(f"audio(from_field={from_field!r}): expected a field name, and no offset, duration "
-                         "or random_crop (the window is the field's clips)")
-    options = {"sample_rate": sample_rate, "mono": mono, "offset": offset, "duration": duration,
-               "random_crop": random_crop, "max_duration": max_duration}
-    if from_field is not None:
-        options["from_field"] = from_field
+    options = AudioOptions(sample_rate=sample_rate, mono=mono, offset=offset, duration=duration,
+                           random_crop=random_crop, max_duration=max_duration, from_field=from_field)
     return DecoderSpec("audio", backend, options)
 
 
@@ -132,47 +146,34 @@ class AudioDecoder(Decoder):
     kind: ClassVar[str] = "audio"
     collate: ClassVar[str] = "pad"
     reads_whole: ClassVar[bool] = False  # the demuxer seeks inside the file; no need to read it all
+    options_type: ClassVar[type[DecoderOptions]] = AudioOptions
+    options: AudioOptions
 
-    def __init__(
-        self,
-        *,
-        device: torch.device | None = None,
-        limits: Limits = Limits(),
-        sample_rate: int | None = None,
-        mono: bool = False,
-        offset: float = 0.0,
-        duration: float | None = None,
-        random_crop: float | None = None,
-        max_duration: float | None = None,
-        from_field: str | None = None,
-    ) -> None:
-        super().__init__(device=device, limits=limits)
-        self.sample_rate, self.mono = sample_rate, mono
-        self.offset, self.duration, self.random_crop = offset, duration, random_crop
-        self.from_field = from_field
-        caps = [d for d in (max_duration, limits.max_duration) if d is not None]
-        self.max_duration = min(caps) if caps else None
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        caps = [d for d in (self.options.max_duration, self.limits.max_duration) if d is not None]
+        self.max_duration = min(caps) if caps else None  # the option's or the pipeline's, the smaller
 
     @classmethod
-    def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        return ("present",) if options.get("from_field") else ()
+    def side_fields_for(cls, options: AudioOptions) -> tuple[str, ...]:
+        return ("present",) if options.from_field else ()
 
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
         """float32 (C, N) of the window (see `grid_windows`), of the channels the source names
         (``meta[CHANNEL_SOURCES]``, else all); with ``from_field``, a `Decoded` with ``present``."""
         declared = meta.get(SOURCE_RATE)
-        if self.sample_rate is None and isinstance(declared, int) and declared > 0:
+        if self.options.sample_rate is None and isinstance(declared, int) and declared > 0:
             return self.at_rate(declared).decode(blob, hint, rng, {k: v for k, v in meta.items() if k != SOURCE_RATE})
         parts = meta.get(CHANNEL_SOURCES)
         if not parts:
-            out = self.decode_file(blob, hint, rng, meta, ChannelPick(None, self.mono))
+            out = self.decode_file(blob, hint, rng, meta, ChannelPick(None, self.options.mono))
         elif len(parts) == 1:
-            out = self.decode_file(blob, hint, rng, meta, ChannelPick(tuple(parts[0][1]), self.mono))
+            out = self.decode_file(blob, hint, rng, meta, ChannelPick(tuple(parts[0][1]), self.options.mono))
         else:
             out = self.decode_files(blob, parts, hint, rng, meta)
         segment = meta.get("segment")
         if segment is not None and hint.window is not None and tuple(hint.window) == tuple(segment) \
-                and self.from_field is None:
+                and self.options.from_field is None:
             self.check_segment(blob, out, segment)
         return out
 
@@ -181,7 +182,7 @@ class AudioDecoder(Decoder):
         before is a `DecodeError` naming both ends: its transcript would go with less audio than
         it was written for. (A window of ``audio(offset=, duration=)`` may pass a file's end.)"""
         start, length = segment
-        rate = self.sample_rate or int(self.probe(blob)["sample_rate"])
+        rate = self.options.sample_rate or int(self.probe(blob)["sample_rate"])
         expected = round((start + length) * rate) - round(start * rate)
         seconds, fraction = SHORTFALL_TOLERANCE
         if out.shape[-1] < expected - max(seconds * rate, fraction * expected):
@@ -193,7 +194,7 @@ class AudioDecoder(Decoder):
     def at_rate(self, rate: int) -> AudioDecoder:
         """This decoder with ``sample_rate=rate`` (for a sample whose source declares its rate)."""
         twin = copy.copy(self)
-        twin.sample_rate = rate
+        twin.options = replace(self.options, sample_rate=rate)
         return twin
 
     def decode_file(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta,
@@ -206,14 +207,14 @@ class AudioDecoder(Decoder):
         each file's channels over the same window at one rate, stacked in the source's order (a
         file that ends up to `CHANNEL_LENGTH_TOLERANCE` early zero-padded, as Lhotse does; more, or
         files of different rates with ``sample_rate=None``, a `DecodeError`), then averaged with ``mono``."""
-        if self.from_field is not None:
-            raise DecodeError(blob.name, self.name, f"audio(from_field={self.from_field!r}) reads one file; this "
+        if self.options.from_field is not None:
+            raise DecodeError(blob.name, self.name, f"audio(from_field={self.options.from_field!r}) reads one file; this "
                                                     f"sample's channels lie in {len(parts)} files")
         pieces, rates = [], []
         for i, (path, indices) in enumerate(parts):
             part = blob if i == 0 else Blob(path, path=path)
             part.check()
-            if self.sample_rate is None:  # each file at its own rate: they must share one
+            if self.options.sample_rate is None:  # each file at its own rate: they must share one
                 rates.append((part.name, int(self.probe(part)["sample_rate"])))
                 if rates[-1][1] != rates[0][1]:
                     raise DecodeError(part.name, self.name, f"this file is {rates[-1][1]} Hz and {rates[0][0]} of "
@@ -222,7 +223,7 @@ class AudioDecoder(Decoder):
             x = self.decode_file(part, hint, copy.copy(rng), meta, ChannelPick(tuple(indices), False))
             pieces.append((part.name, x.numpy()))
         longest_name, longest = max(((name, p.shape[1]) for name, p in pieces), key=lambda item: item[1])
-        rate = self.sample_rate or rates[0][1]
+        rate = self.options.sample_rate or rates[0][1]
         for name, p in pieces:
             if longest - p.shape[1] > CHANNEL_LENGTH_TOLERANCE * rate:
                 raise DecodeError(name, self.name, f"this file gives {p.shape[1] / rate:.3f} s of the sample's window "
@@ -230,7 +231,7 @@ class AudioDecoder(Decoder):
                                                    f"recording's channels differ in length by more than "
                                                    f"{CHANNEL_LENGTH_TOLERANCE:g} s")
         x = np.concatenate([np.pad(p, ((0, 0), (0, longest - p.shape[1]))) for _, p in pieces])
-        return torch.from_numpy(ChannelPick(None, self.mono).apply(x, blob.name, self.name))
+        return torch.from_numpy(ChannelPick(None, self.options.mono).apply(x, blob.name, self.name))
 
     def no_samples(self, path: str, windows: list[GridWindow], rate: int, duration: float | None) -> DecodeError:
         """The error for a window that holds no sample: where it starts, and how long the file is."""
@@ -265,7 +266,7 @@ class AudioDecoder(Decoder):
                                                f"{expected / rate:.3f} s the header declares")
 
     def out_rate(self, rate: int) -> int:
-        return self.sample_rate or rate
+        return self.options.sample_rate or rate
 
     def grid_windows(self, hint: DecodeHint, rng: SampleRNG, total: float | None, rate: int,
                      track_start: float = 0.0) -> tuple[list[GridWindow], bool]:
@@ -276,9 +277,9 @@ class AudioDecoder(Decoder):
         `window`. A window starts on the output rate's own grid, ``round(start * out_rate)``.
         """
         out = self.out_rate(rate)
-        if self.from_field is not None:
+        if self.options.from_field is not None:
             if hint.span is None:
-                raise ValueError(f"audio(from_field={self.from_field!r}) got no time span from that field")
+                raise ValueError(f"audio(from_field={self.options.from_field!r}) got no time span from that field")
             windows = [GridWindow(round((s - track_start) * out), max(0, round((e - s) * out)))
                        for s, e in hint.span.spans]
             return windows, hint.span.stacked
@@ -326,13 +327,13 @@ class AudioDecoder(Decoder):
             value = torch.from_numpy(np.stack([np.pad(p, ((0, 0), (0, longest - p.shape[1]))) for p in pieces]))
         else:
             value = torch.from_numpy(pieces[0])
-        if self.from_field is None:
+        if self.options.from_field is None:
             return value
         return Decoded(value, {"present": present})
 
     def absent(self, hint: DecodeHint) -> Decoded:
         """What a ``from_field`` decoder gives for a file without an audio track: no samples."""
-        channels = 1 if self.mono else ABSENT_CHANNELS
+        channels = 1 if self.options.mono else ABSENT_CHANNELS
         count = len(hint.span.spans) if hint.span is not None else 1
         empty = [np.zeros((channels, 0), np.float32)] * count
         return self.result(empty, hint.span is not None and hint.span.stacked, present=False)
@@ -346,11 +347,11 @@ class AudioDecoder(Decoder):
         if hint.window is not None:
             start, length = hint.window
             return max(0.0, float(start)), None if length is None else float(length)
-        if self.random_crop is not None:
-            if total is None or total <= self.random_crop:
-                return 0.0, self.random_crop
-            return rng.uniform(0.0, total - self.random_crop), self.random_crop
-        return self.offset, self.duration
+        if self.options.random_crop is not None:
+            if total is None or total <= self.options.random_crop:
+                return 0.0, self.options.random_crop
+            return rng.uniform(0.0, total - self.options.random_crop), self.options.random_crop
+        return self.options.offset, self.options.duration
 
 
 def resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
@@ -388,7 +389,3 @@ def resample_swr(x: np.ndarray, rate: int, target: int) -> np.ndarray:
     out = [f.to_ndarray() for f in resampler.resample(frame)] + [f.to_ndarray() for f in resampler.resample(None)]
     y = np.concatenate(out, axis=1) if out else np.zeros((x.shape[0], 0), np.float32)
     return y[:, : round(x.shape[1] * target / rate)]
-
-
-def describe(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in options.items() if v is not None)

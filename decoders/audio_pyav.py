@@ -95,7 +95,7 @@ class PyAVAudioDecoder(AudioDecoder):
     def decode_file(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta, pick: ChannelPick) -> Any:
         """float32 (C, N) of the window (see `AudioDecoder.grid_windows`) and ``pick``'s channels;
         with ``from_field``, a `Decoded` of the clips' audio and side field ``present``."""
-        container = self._open(blob, absent_ok=self.from_field is not None)
+        container = self._open(blob, absent_ok=self.options.from_field is not None)
         if container is None:
             return self.absent(hint)
         try:
@@ -122,7 +122,7 @@ class PyAVAudioDecoder(AudioDecoder):
             raise DecodeError(blob.name, self.name, f"truncated or corrupt: {reason(err)}") from err
         finally:
             container.close()
-        if x.shape[1] == 0 and self.from_field is None:
+        if x.shape[1] == 0 and self.options.from_field is None:
             raise self.no_samples(blob.name, windows, rate, header.get("duration"))
         x = pick.apply(x, blob.name, self.name)
         pieces = [self.to_window(x[:, r0 - lo : None if r1 is None else r1 - lo], r0, rate, w)
@@ -149,7 +149,7 @@ class PyAVAudioDecoder(AudioDecoder):
                                   first, last, limit)
             finally:
                 fresh.close()
-        if self.from_field is None:  # a video's track may end before the clip: that is padded, not an error
+        if self.options.from_field is None:  # a video's track may end before the clip: that is padded, not an error
             self._check_shortfall(container, blob.name, header, first, last, x.shape[1])
         return x
 

@@ -135,7 +135,7 @@ class SoundfileAudioDecoder(AudioDecoder):
                 x = _read(f, count)
             except (_sf.LibsndfileError, RuntimeError) as err:
                 raise DecodeError(blob.name, self.name, f"truncated or corrupt: {err}") from err
-        if self.from_field is None:
+        if self.options.from_field is None:
             self.check_shortfall(blob.name, frames, rate, first, last, x.shape[0])
             if x.shape[0] == 0:
                 raise self.no_samples(blob.name, windows, rate, header["duration"])

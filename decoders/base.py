@@ -7,11 +7,13 @@ registry, so "auto" can pick a backend for the device that the worker sees.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
+from mediapipe.decoders.options import DecoderOptions
 from mediapipe.fields import KINDS, OTHER, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
@@ -80,7 +82,8 @@ class Limits:
 
 
 class Decoder:
-    """A live decoder of one media kind. Subclasses register with `registry.register`."""
+    """A live decoder of one media kind. Subclasses register with `registry.register`; every
+    capability a pipeline asks of a decoder is declared here with its default."""
 
     kind: ClassVar[str] = ""
     name: ClassVar[str] = ""
@@ -88,18 +91,19 @@ class Decoder:
     collate: ClassVar[str] = "stack"  # "stack": equal shapes; "pad": pad the last dim, add <field>_lengths
     side_fields: ClassVar[tuple[str, ...]] = ()  # names a `Decoded` result adds, as <field>_<name>
     uses_cuda: ClassVar[bool] = False  # decodes with CUDA in the loader workers (see mediapipe.cuda_access)
+    reads_whole: ClassVar[bool] = True  # wants the blob's bytes read for it; False: opens the file itself
+    options_type: ClassVar[type[DecoderOptions]] = DecoderOptions  # the kind's options (none by default)
     auto_fallback: str | None = None  # set by `registry.create`: why "auto" passed over a faster backend
 
     @classmethod
-    def side_fields_for(cls, options: dict[str, Any]) -> tuple[str, ...]:
+    def side_fields_for(cls, options: DecoderOptions) -> tuple[str, ...]:
         """The side fields a decoder with ``options`` adds (`side_fields` unless options change them)."""
         return cls.side_fields
 
     def __init__(self, *, device: torch.device | None = None, limits: Limits = Limits(), **options: Any):
         self.device = device
         self.limits = limits
-        if options:
-            raise TypeError(f"{type(self).__name__} got unknown options {sorted(options)}")
+        self.options = self.options_type.of(options)  # an unknown or ill-typed option: a PipelineError naming it
 
     @classmethod
     def available(cls, device: torch.device | None) -> bool:
@@ -122,12 +126,17 @@ class Decoder:
         """Cheap metadata from the header (height/width, frames...), without decoding."""
         return {}
 
+    def orientation(self, data: bytes) -> int:
+        """The EXIF orientation (2 to 8) this decoder turns ``data`` by, 1 when it keeps the stored
+        frame: what a source's targets are turned by before any op draws on them."""
+        return 1
+
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Any:
         """Decode ``blob``; honour ``hint`` where the backend can. Raise `DecodeError` on bad input."""
         raise NotImplementedError
 
     @classmethod
-    def placement(cls, device: torch.device | None, options: dict[str, Any]) -> str:
+    def placement(cls, device: torch.device | None, options: DecoderOptions) -> str:
         """"worker": decode per sample in the loader workers (CPU backends). "device": the
         workers read the bytes and draw the parameters, and the training process decodes
         the whole batch on ``device`` with `decode_batch` (nvJPEG-style GPU decoders)."""
@@ -146,15 +155,23 @@ class Decoder:
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """What the user writes: a media kind, a backend name ("auto") and backend options.
+    """What the user writes: a media kind, a backend name ("auto") and the kind's options.
 
-    ``field_kind``: the kind of field the decoded tensor is (see `mediapipe.fields`), when it is
-    not the media kind: "mask" for a segmentation mask decoded from an image file."""
+    ``options``: the kind's options dataclass (`Decoder.options_type`: `ImageOptions`...); a
+    mapping (a config's) is read into it, checked. ``field_kind``: the kind of field the decoded
+    tensor is (see `mediapipe.fields`), when it is not the media kind: "mask" for a segmentation
+    mask decoded from an image file."""
 
     kind: str
     backend: str = "auto"
-    options: dict[str, Any] = field(default_factory=dict)
+    options: DecoderOptions = field(default_factory=dict)  # type: ignore[assignment]  # read in __post_init__
     field_kind: str | None = None
+
+    def __post_init__(self) -> None:
+        from mediapipe.decoders.registry import options_type
+
+        given: Mapping[str, Any] = self.options
+        object.__setattr__(self, "options", options_type(self.kind, self.backend).of(given))
 
     def create(self, device: torch.device | None = None, limits: Limits = Limits()) -> Decoder:
         from mediapipe.decoders.registry import create

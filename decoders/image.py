@@ -1,26 +1,40 @@
-"""The image decoder spec and what every image backend shares: limits, modes, hints."""
+"""The image decoder spec and what every image backend shares: options, limits, modes, hints."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 import numpy as np
 import torch
 
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
-from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec
 from mediapipe.decoders.exif import file_orientation, jpeg_orientation
 from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 from mediapipe.decoders.jpeg_scans import COARSE_MARGIN, without_final_refinement
+from mediapipe.decoders.options import DecoderOptions, written_unless_default
 from mediapipe.errors import DecodeError, LimitError
 
-MODES = ("RGB", "L")  # 3-channel colour (default) or 1-channel grayscale
+Mode = Literal["RGB", "L"]  # 3-channel colour (default) or 1-channel grayscale
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+@dataclass(frozen=True)
+class ImageOptions(DecoderOptions):
+    """The options of `image` and `mask`, as every image backend reads them."""
+
+    factory: ClassVar[str] = "image"
+
+    mode: Mode = "RGB"
+    exif_transpose: bool = False
+    exact: bool = written_unless_default(False)
+    device_decode: bool | None = written_unless_default(None)
 
 
 def image(
-    backend: str = "auto", *, mode: str = "RGB", exif_transpose: bool = False, device_decode: bool | None = None,
-    exact: bool = False,
+    backend: str = "auto", *, mode: Mode = ImageOptions.mode, exif_transpose: bool = ImageOptions.exif_transpose,
+    device_decode: bool | None = ImageOptions.device_decode, exact: bool = ImageOptions.exact,
 ) -> DecoderSpec:
     """An image decoder: JPEG fast path, and PNG, WebP, BMP, GIF, TIFF through Pillow.
 
@@ -46,17 +60,11 @@ def image(
     is an error on "turbo"; "pillow" and "nvimgcodec" decode such a file as libjpeg does,
     with grey or smeared blocks past the damage (neither reports the warning).
     """
-    if mode not in MODES:
-        raise ValueError(f"image(mode={mode!r}): expected one of {MODES}")
-    options = {"mode": mode, "exif_transpose": exif_transpose}
-    if exact:
-        options["exact"] = True
-    if device_decode is not None:
-        options["device_decode"] = device_decode
+    options = ImageOptions(mode=mode, exif_transpose=exif_transpose, exact=exact, device_decode=device_decode)
     return DecoderSpec("image", backend, options)
 
 
-def mask(backend: str = "auto", *, exif_transpose: bool = False) -> DecoderSpec:
+def mask(backend: str = "auto", *, exif_transpose: bool = ImageOptions.exif_transpose) -> DecoderSpec:
     """A segmentation mask: an image file (PNG, usually) decoded to uint8 (1, H, W), typed as a
     mask, so every op resamples it with nearest (never smoothed or antialiased), fills its new
     pixels with 0 and keeps it out of colour ops, normalisation and mixing.
@@ -66,37 +74,25 @@ def mask(backend: str = "auto", *, exif_transpose: bool = False) -> DecoderSpec:
     palette index; store class ids as greyscale values. A mask is never fused into its decoder
     (a reduced-scale decode would smooth it); it follows the drawn crop of the image exactly.
     """
-    return DecoderSpec("image", backend, {"mode": "L", "exif_transpose": exif_transpose}, field_kind="mask")
+    return DecoderSpec("image", backend, ImageOptions(mode="L", exif_transpose=exif_transpose), field_kind="mask")
 
 
 class ImageDecoder(Decoder):
-    """Base of the image backends: options, the pixel limit, and hint arithmetic."""
+    """Base of the image backends: the pixel limit and hint arithmetic; its options are `ImageOptions`."""
 
     kind: ClassVar[str] = "image"
-
-    def __init__(
-        self,
-        *,
-        device: torch.device | None = None,
-        limits: Limits = Limits(),
-        mode: str = "RGB",
-        exif_transpose: bool = False,
-        device_decode: bool | None = None,
-        exact: bool = False,
-    ) -> None:
-        super().__init__(device=device, limits=limits)
-        self.mode, self.exif_transpose, self.device_decode = mode, exif_transpose, device_decode
-        self.exact = exact
+    options_type: ClassVar[type[DecoderOptions]] = ImageOptions
+    options: ImageOptions
 
     def plan(self, hint: DecodeHint, full: tuple[int, int]) -> ScaledDecode:
         """The DCT scale to decode at (`plan_decode`; full scale when ``exact``)."""
-        return FULL_SCALE if self.exact else plan_decode(hint, full)
+        return FULL_SCALE if self.options.exact else plan_decode(hint, full)
 
     def scans(self, data: bytes, hint: DecodeHint) -> bytes:
         """The JPEG to decode for this hint: ``data``, or a progressive JPEG without its final
         refinement scans where the resize shrinks the region enough for its quantisation
         (`region_shrink`, `without_final_refinement`; never when ``exact``)."""
-        if self.exact or hint.size is None:
+        if self.options.exact or hint.size is None:
             return data
         frame = jpeg_frame(data)
         shrink = 0.0 if frame is None or not frame.progressive else region_shrink(hint, (frame.height, frame.width))
@@ -106,17 +102,17 @@ class ImageDecoder(Decoder):
 
     @property
     def channels(self) -> int:
-        return 1 if self.mode == "L" else 3
+        return 1 if self.options.mode == "L" else 3
 
     def turns(self, data: bytes) -> bool:
         """Whether ``exif_transpose`` may turn or mirror this JPEG (then Pillow decodes it): False
         for a header that says upright, True where only Pillow can tell (see `jpeg_orientation`)."""
-        return self.exif_transpose and jpeg_orientation(data) not in (0, 1)
+        return self.options.exif_transpose and jpeg_orientation(data) not in (0, 1)
 
     def orientation(self, data: bytes) -> int:
         """The EXIF orientation this decoder turns ``data`` by (2 to 8), 1 when it does not turn it
         (``exif_transpose=False``, or an upright file): what a source's targets are turned by."""
-        return file_orientation(data) if self.exif_transpose else 1
+        return file_orientation(data) if self.options.exif_transpose else 1
 
     def check_jpeg(self, data: bytes, path: str, read: JpegFrame | None = None) -> None:
         """DecodeError for a JPEG whose header declares more than its bytes can hold (`jpeg_claim_error`)."""

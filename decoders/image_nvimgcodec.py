@@ -36,6 +36,7 @@ from mediapipe.cuda_access import nvidia_gpu
 from mediapipe.decoders.base import _NO_RNG, Decoded, DecodeHint
 from mediapipe.decoders.image import (
     ImageDecoder,
+    ImageOptions,
     JpegFrame,
     check_hint,
     crop_chw,
@@ -118,8 +119,8 @@ class NvImageCodecImageDecoder(ImageDecoder):
         return True
 
     @classmethod
-    def placement(cls, device: torch.device | None, options: dict) -> str:
-        forced = options.get("device_decode")
+    def placement(cls, device: torch.device | None, options: ImageOptions) -> str:
+        forced = options.device_decode
         if forced is not None:
             return "device" if forced else "worker"
         return "device" if nvidia_gpu(device) else "worker"
@@ -142,8 +143,8 @@ class NvImageCodecImageDecoder(ImageDecoder):
                                            backends=[nc.Backend(nc.BackendKind.CPU_ONLY)],
                                            max_num_cpu_threads=threads)
             local.pid = os.getpid()
-            self._params = nc.DecodeParams(apply_exif_orientation=self.exif_transpose,
-                                           color_spec=nc.ColorSpec.GRAY if self.mode == "L" else nc.ColorSpec.SRGB)
+            self._params = nc.DecodeParams(apply_exif_orientation=self.options.exif_transpose,
+                                           color_spec=nc.ColorSpec.GRAY if self.options.mode == "L" else nc.ColorSpec.SRGB)
         return local.decoder
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:

@@ -119,7 +119,7 @@ class PillowImageDecoder(ImageDecoder):
 
     def _oriented(self, im: Image.Image) -> bool:
         """Whether EXIF orientation will swap or flip this image."""
-        if not self.exif_transpose:
+        if not self.options.exif_transpose:
             return False
         try:
             return im.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
@@ -150,7 +150,7 @@ class PillowImageDecoder(ImageDecoder):
         full = (im.size[1], im.size[0])
         plan = FULL_SCALE
         if self._oriented(im):
-            if im.format in JPEG_FORMATS and self.mode == "L":
+            if im.format in JPEG_FORMATS and self.options.mode == "L":
                 im.draft("L", None)  # the luma plane, as for an upright JPEG (see the module docstring)
             im = ImageOps.exif_transpose(im)
             full = (im.size[1], im.size[0])
@@ -159,11 +159,11 @@ class PillowImageDecoder(ImageDecoder):
         im.load()
         if im.mode in SIXTEEN_BIT_MODES:
             im = to_8_bits(im)
-        if im.mode != self.mode:
-            if im.mode in ("P", "PA", "RGBA", "LA") and self.mode == "RGB":
+        if im.mode != self.options.mode:
+            if im.mode in ("P", "PA", "RGBA", "LA") and self.options.mode == "RGB":
                 im = im.convert("RGBA").convert("RGB") if im.mode in ("P", "PA") else im.convert("RGB")
             else:
-                im = im.convert(self.mode)
+                im = im.convert(self.options.mode)
         # at full scale the resize to hint.size is left to the op (torch's uint8 antialiased
         # kernel, faster than Pillow's); a reduced decode is resampled here, on the box drawn
         return finish_decode(np.asarray(im), hint, plan)
@@ -171,12 +171,12 @@ class PillowImageDecoder(ImageDecoder):
     def _draft(self, im: Image.Image, plan: ScaledDecode, full: tuple[int, int]) -> ScaledDecode:
         """Ask libjpeg for the plan's scale (and for a JPEG's luma plane in mode L); the plan
         that the decode will follow (full scale where Pillow declines)."""
-        if plan.denominator == 1 and self.mode != "L":
+        if plan.denominator == 1 and self.options.mode != "L":
             return plan
         d = plan.denominator
         # draft picks the largest of 8, 4, 2, 1 not above min(W // w, H // h): exactly d here
         size = (max(1, full[1] // d), max(1, full[0] // d)) if d > 1 else None
-        im.draft(self.mode if self.mode == "L" else "RGB", size)
+        im.draft(self.options.mode if self.options.mode == "L" else "RGB", size)
         decoded = (im.size[1], im.size[0])
         if decoded == plan.reduced_size(full):
             return plan

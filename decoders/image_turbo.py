@@ -95,7 +95,7 @@ class TurboImageDecoder(ImageDecoder):
         # min_width: the reduced size itself asks for exactly 1/denominator
         min_height, min_width = plan.reduced_size(full) if plan.denominator > 1 else (0, 0)
         try:
-            return simplejpeg.decode_jpeg(data, colorspace="GRAY" if self.mode == "L" else "RGB",
+            return simplejpeg.decode_jpeg(data, colorspace="GRAY" if self.options.mode == "L" else "RGB",
                                           min_height=min_height, min_width=min_width, strict=True)
         except ValueError as err:
             raise DecodeError(path, self.name, str(err)) from err

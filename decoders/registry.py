@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import torch
 
 from mediapipe.decoders.base import Decoder, Limits
+from mediapipe.decoders.options import DecoderOptions
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,13 @@ def backends(kind: str) -> dict[str, type[Decoder]]:
     return dict(sorted(found.items(), key=lambda item: item[1].priority))
 
 
+def options_type(kind: str, backend: str = "auto") -> type[DecoderOptions]:
+    """The options dataclass of ``kind``'s decoders (the named backend's; its kind's for "auto" or
+    a name not registered, whose error comes when the backend is chosen)."""
+    candidates = _of_kind(kind)
+    return candidates.get(backend, next(iter(candidates.values()))).options_type
+
+
 def decoder_class(kind: str, backend: str = "auto", device: torch.device | None = None) -> type[Decoder]:
     """The class that `create` would instantiate; a backend named outright that cannot decode here
     (`Decoder.refusal`) is an error."""
@@ -62,9 +70,7 @@ def decoder_class(kind: str, backend: str = "auto", device: torch.device | None 
 
 def _choose(kind: str, backend: str, device: torch.device | None) -> tuple[type[Decoder], str | None]:
     """The backend class for ``backend`` on ``device``, and for "auto" why it passed over a better one."""
-    candidates = backends(kind)
-    if not candidates:
-        raise ValueError(f"no decoders of kind {kind!r}; kinds known: {sorted({k for k, _ in _REGISTRY})}")
+    candidates = _of_kind(kind)
     if backend != "auto":
         if backend not in candidates:
             raise ValueError(f"no {kind} decoder {backend!r}; known: {sorted(candidates)}")
@@ -83,6 +89,14 @@ def _choose(kind: str, backend: str, device: torch.device | None) -> tuple[type[
         if passed_over is None:
             passed_over = f"auto passed over {cls.name}: {refused}"
     raise RuntimeError(f"no {kind} decoder can run on {device}; tried {sorted(candidates)}")
+
+
+def _of_kind(kind: str) -> dict[str, type[Decoder]]:
+    """`backends` of ``kind``; an unknown kind is an error naming the known ones."""
+    candidates = backends(kind)
+    if not candidates:
+        raise ValueError(f"no decoders of kind {kind!r}; kinds known: {sorted({k for k, _ in _REGISTRY})}")
+    return candidates
 
 
 def create(

@@ -26,39 +26,74 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.video import colour_code, yuv_to_rgb
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits, TimeSpans
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, TimeSpans
+from mediapipe.decoders.options import DecoderOptions, written_unless_default
 from mediapipe.decoders.video_index import VideoIndex
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG
 
-SAMPLINGS = ("random", "uniform", "all")
-PADS = ("repeat_last", "loop", "error")
-OUTPUTS = ("rgb", "yuv")
-BIT_DEPTHS = (8, 16)
+Sampling = Literal["random", "uniform", "all"]
+Pad = Literal["repeat_last", "loop", "error"]
+Output = Literal["rgb", "yuv"]
+BitDepth = Literal[8, 16]
+SAMPLINGS: tuple[str, ...] = get_args(Sampling)
+PADS: tuple[str, ...] = get_args(Pad)
+OUTPUTS: tuple[str, ...] = get_args(Output)
+BIT_DEPTHS: tuple[int, ...] = get_args(BitDepth)
 RESAMPLINGS = ("bilinear", "bicubic")  # what the fused plane resize honours from the hint
 
 
 MIN_FPS, MAX_FPS = 1e-3, 1e4  # fps= bounds: a frame every 1000 s to high-speed cameras; NaN and inf refused
 
+
+@dataclass(frozen=True)
+class VideoOptions(DecoderOptions):
+    """The options of `video` (documented there), as every video backend reads them."""
+
+    factory: ClassVar[str] = "video"
+
+    clip_len: int = 16
+    stride: int = 1
+    fps: float | None = None
+    clips_per_video: int = 1
+    sampling: Sampling = "random"
+    pad: Pad = "repeat_last"
+    output: Output = "rgb"
+    threads: int | None = None
+    apply_rotation: bool = written_unless_default(True)
+    bit_depth: BitDepth = written_unless_default(8)
+
+    def check(self) -> None:
+        for name in ("clip_len", "stride", "clips_per_video"):
+            if getattr(self, name) < 1:
+                raise self.refuse(name, "expected >= 1")
+        if self.fps is not None and not MIN_FPS <= self.fps <= MAX_FPS:
+            raise self.refuse("fps", f"expected frames per second in [{MIN_FPS:g}, {MAX_FPS:g}] or None")
+        if self.threads is not None and self.threads < 0:
+            raise self.refuse("threads", "expected >= 0 or None")
+        if self.bit_depth == 16 and self.output != "rgb":
+            raise self.refuse("bit_depth", "only with output='rgb' (YUVToRGB reads 8-bit planes)")
+
+
 def video(
-    clip_len: int = 16,
-    stride: int = 1,
-    fps: float | None = None,
-    clips_per_video: int = 1,
-    sampling: str = "random",
-    pad: str = "repeat_last",
-    output: str = "rgb",
+    clip_len: int = VideoOptions.clip_len,
+    stride: int = VideoOptions.stride,
+    fps: float | None = VideoOptions.fps,
+    clips_per_video: int = VideoOptions.clips_per_video,
+    sampling: Sampling = VideoOptions.sampling,
+    pad: Pad = VideoOptions.pad,
+    output: Output = VideoOptions.output,
     backend: str = "auto",
-    threads: int | None = None,
-    apply_rotation: bool = True,
-    bit_depth: int = 8,
+    threads: int | None = VideoOptions.threads,
+    apply_rotation: bool = VideoOptions.apply_rotation,
+    bit_depth: BitDepth = VideoOptions.bit_depth,
 ) -> DecoderSpec:
     """A video decoder: clips of ``clip_len`` frames, ``stride`` frames apart, as uint8 tensors.
 
@@ -85,32 +120,9 @@ def video(
         bit_depth: 8 (uint8; 10- and 12-bit streams are converted from their full precision)
             or 16 (uint16 RGB, 0-65535, for HDR work; ``output="rgb"`` only).
     """
-    if clip_len < 1:
-        raise ValueError(f"video(clip_len={clip_len}): expected >= 1")
-    if stride < 1:
-        raise ValueError(f"video(stride={stride}): expected >= 1")
-    if fps is not None and (isinstance(fps, bool) or not (isinstance(fps, (int, float)) and MIN_FPS <= fps <= MAX_FPS)):
-        raise ValueError(f"video(fps={fps}): expected frames per second in [{MIN_FPS:g}, {MAX_FPS:g}] or None")
-    if clips_per_video < 1:
-        raise ValueError(f"video(clips_per_video={clips_per_video}): expected >= 1")
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"video(sampling={sampling!r}): expected one of {SAMPLINGS}")
-    if pad not in PADS:
-        raise ValueError(f"video(pad={pad!r}): expected one of {PADS}")
-    if output not in OUTPUTS:
-        raise ValueError(f"video(output={output!r}): expected one of {OUTPUTS}")
-    if threads is not None and threads < 0:
-        raise ValueError(f"video(threads={threads}): expected >= 0 or None")
-    if bit_depth not in BIT_DEPTHS:
-        raise ValueError(f"video(bit_depth={bit_depth}): expected one of {BIT_DEPTHS}")
-    if bit_depth == 16 and output != "rgb":
-        raise ValueError("video(bit_depth=16): only with output='rgb' (YUVToRGB reads 8-bit planes)")
-    options = {"clip_len": clip_len, "stride": stride, "fps": fps, "clips_per_video": clips_per_video,
-               "sampling": sampling, "pad": pad, "output": output, "threads": threads}
-    if not apply_rotation:
-        options["apply_rotation"] = False
-    if bit_depth != 8:
-        options["bit_depth"] = bit_depth
+    options = VideoOptions(clip_len=clip_len, stride=stride, fps=fps, clips_per_video=clips_per_video,
+                           sampling=sampling, pad=pad, output=output, threads=threads,
+                           apply_rotation=apply_rotation, bit_depth=bit_depth)
     return DecoderSpec("video", backend, options)
 
 
@@ -135,44 +147,24 @@ class VideoDecoder(Decoder):
     kind: ClassVar[str] = "video"
     side_fields: ClassVar[tuple[str, ...]] = ("colour",)  # <field>_colour: colour_code of the stream
     reads_whole: ClassVar[bool] = False  # the demuxer reads (and seeks in) the file itself
-
-    def __init__(
-        self,
-        *,
-        device: torch.device | None = None,
-        limits: Limits = Limits(),
-        clip_len: int = 16,
-        stride: int = 1,
-        fps: float | None = None,
-        clips_per_video: int = 1,
-        sampling: str = "random",
-        pad: str = "repeat_last",
-        output: str = "rgb",
-        threads: int | None = None,
-        apply_rotation: bool = True,
-        bit_depth: int = 8,
-    ) -> None:
-        super().__init__(device=device, limits=limits)
-        video(clip_len, stride, fps, clips_per_video, sampling, pad, output, threads=threads,
-              apply_rotation=apply_rotation, bit_depth=bit_depth)  # validates
-        self.clip_len, self.stride, self.fps = clip_len, stride, fps
-        self.clips_per_video, self.sampling, self.pad, self.output = clips_per_video, sampling, pad, output
-        self.threads, self.apply_rotation, self.bit_depth = threads, apply_rotation, bit_depth
+    options_type: ClassVar[type[DecoderOptions]] = VideoOptions
+    options: VideoOptions
 
     def thread_count(self) -> int:
-        if self.threads is not None:
-            return self.threads
+        if self.options.threads is not None:
+            return self.options.threads
         return max(1, min(torch.get_num_threads(), os.cpu_count() or 1))
 
     def turns(self, index: VideoIndex) -> int:
         """Counter-clockwise quarter turns from the stored frames to the output (0 to 3)."""
-        return (index.rotation // 90) % 4 if self.apply_rotation else 0
+        return (index.rotation // 90) % 4 if self.options.apply_rotation else 0
 
     # -- clips ----------------------------------------------------------------------------
     def plan(self, index: VideoIndex, rng: SampleRNG, path: str) -> ClipPlan:
         """Choose the clips' frames (a pure function of the index, the options and ``rng``)."""
-        return plan_clips(index.frames, index.fps, clip_len=self.clip_len, stride=self.stride, fps=self.fps,
-                          clips_per_video=self.clips_per_video, sampling=self.sampling, pad=self.pad,
+        o = self.options
+        return plan_clips(index.frames, index.fps, clip_len=o.clip_len, stride=o.stride, fps=o.fps,
+                          clips_per_video=o.clips_per_video, sampling=o.sampling, pad=o.pad,
                           rng=rng, path=path, decoder=self.name, times=index.times)
 
     def span(self, plan: ClipPlan, index: VideoIndex) -> TimeSpans:
@@ -210,12 +202,12 @@ class VideoDecoder(Decoder):
         """(F, 3, H, W) Y/U/V of ``depth`` bits (uint8, or float after a high-depth resize) to the
         output: RGB or YUV, uint8 or (``bit_depth=16``) uint16."""
         code = colour_code(*colour)
-        if depth == 8 and yuv.dtype == torch.uint8 and self.bit_depth == 8:
-            return yuv_to_rgb(yuv, code) if self.output == "rgb" else yuv.contiguous()
+        if depth == 8 and yuv.dtype == torch.uint8 and self.options.bit_depth == 8:
+            return yuv_to_rgb(yuv, code) if self.options.output == "rgb" else yuv.contiguous()
         eight = yuv.float() / float(1 << (depth - 8)) if depth != 8 else yuv.float()  # 8-bit code values
-        if self.output == "yuv":
+        if self.options.output == "yuv":
             return eight.round_().clamp_(0, 255).to(torch.uint8)
-        if self.bit_depth == 8:
+        if self.options.bit_depth == 8:
             return yuv_to_rgb(eight / 255.0, code, dtype=torch.uint8)
         rgb = yuv_to_rgb(eight / 255.0, code, dtype=torch.float32)
         return rgb.mul_(65535.0).round_().to(torch.int32).to(torch.uint16)
@@ -386,10 +378,6 @@ def plan_clips(
     clips = tuple(tuple(frame_of(n) for n in positions) for positions in starts_positions)
     spans = tuple((seconds(min(p))[0], seconds(max(p))[1]) for p in starts_positions)
     return ClipPlan(clips, stacked=stacked, spans=spans)
-
-
-def describe_options(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in options.items())
 
 
 # The backends register themselves on import; they import this module, so they come last.

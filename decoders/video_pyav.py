@@ -179,7 +179,7 @@ class PyAVVideoDecoder(VideoDecoder):
         return source
 
     def probe(self, blob: Blob, data: bytes | None = None) -> SampleMeta:
-        return self.index(blob).as_meta(rotate=self.apply_rotation)
+        return self.index(blob).as_meta(rotate=self.options.apply_rotation)
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, blob: Blob, hint: DecodeHint, rng: SampleRNG, meta: SampleMeta) -> Decoded:

@@ -158,11 +158,13 @@ def test_on_rocm_decoding_stays_in_the_cpu_workers(cuda_machine, monkeypatch, im
                        [mp.augment.RandomResizedCrop(32), mp.augment.Normalize()], device="cuda")
     assert pipe.device == cuda and pipe.plan.deferred == set()
     assert [p.stage.value for p in pipe.plan.placed] == ["sample", "batch"]
+    from mediapipe.decoders.image import ImageOptions
     from mediapipe.decoders.image_nvimgcodec import NvImageCodecImageDecoder
 
-    assert NvImageCodecImageDecoder.placement(cuda, {}) == "worker" and not NvImageCodecImageDecoder(device=cuda).on_gpu
+    defaults = ImageOptions()
+    assert NvImageCodecImageDecoder.placement(cuda, defaults) == "worker" and not NvImageCodecImageDecoder(device=cuda).on_gpu
     monkeypatch.setattr(torch.version, "hip", None)  # the same build on an NVIDIA GPU
-    assert NvImageCodecImageDecoder.placement(cuda, {}) == "device" and NvImageCodecImageDecoder(device=cuda).on_gpu
+    assert NvImageCodecImageDecoder.placement(cuda, defaults) == "device" and NvImageCodecImageDecoder(device=cuda).on_gpu
 
 
 NVIDIA_ONLY = re.compile(r"\bnvidia\.|\bnvimgcodec\b|\bhwaccel\b|\bpynvml\b|\bcupy\b|torch\.cuda\.(?:nvtx|jiterator)")
