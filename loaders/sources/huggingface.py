@@ -30,22 +30,20 @@ from typing import Any
 import numpy as np
 
 from mediapipe.errors import SourceError
-from mediapipe.loaders.sources.parquet import (
-    DEFAULT_CACHE_BYTES,
+from mediapipe.loaders.sources.parquet import DEFAULT_CACHE_BYTES, ParquetSource
+from mediapipe.loaders.sources.parquet_columns import (
     Column,
-    ParquetSource,
     _pyarrow,
     class_names,
     column_kind,
     external_path,
     hf_features,
     known_meta,
-    parquet_splits,
     plan_columns,
     row_numbers,
-    several_splits,
     text_value,
 )
+from mediapipe.loaders.sources.parquet_splits import parquet_splits, several_splits
 from mediapipe.loaders.sources.records import FileRecords, RangeBlob, advise, file_size, pread_exact
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 

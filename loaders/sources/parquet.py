@@ -19,19 +19,17 @@ of every sample). The field ``label`` is the sample's class: an integer, never a
 A folder of Parquet files whose names or folders name several splits (a Hub snapshot's
 ``data/train-00000-of-00002.parquet`` beside ``data/test-00000-of-00001.parquet``, or
 ``default/<split>/0000.parquet``), or one split in the folders of several configs, is refused
-rather than read as one dataset (`split_place`).
+rather than read as one dataset (`mediapipe.loaders.sources.parquet_splits`).
 """
+
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,233 +37,21 @@ import numpy as np
 from mediapipe.errors import SourceError
 from mediapipe.loaders.samplers import EpochBatchSampler, check_resume
 from mediapipe.loaders.sources.folder import Source
-from mediapipe.loaders.sources.labels import class_label
+from mediapipe.loaders.sources.parquet_columns import (
+    Column,
+    _pyarrow,
+    class_names,
+    external_path,
+    hf_features,
+    known_meta,
+    plan_columns,
+    row_numbers,
+    text_value,
+)
+from mediapipe.loaders.sources.parquet_splits import check_one_split
 from mediapipe.sample import Blob, SampleMeta, SampleRef
 
 DEFAULT_CACHE_BYTES = 512 * 2**20
-META_KEYS = ("width", "height", "duration", "frames", "fps", "sample_rate", "num_samples", "channels")
-
-
-def _pyarrow() -> Any:
-    try:
-        import pyarrow
-        import pyarrow.parquet  # noqa: F401
-    except ImportError as err:
-        raise ImportError("reading Parquet and Hugging Face datasets needs pyarrow: "
-                          "pip install mediapipe-loader[hf]") from err
-    return pyarrow
-
-
-# -- what each column is -------------------------------------------------------------------
-@dataclass(frozen=True)
-class Column:
-    """A column as a source reads it: ``kind`` "media" (bytes, or a struct with bytes and
-    path), "text" or "number"; ``field`` is its name in the batch."""
-
-    field: str
-    name: str
-    kind: str
-
-
-def column_kind(arrow_type: Any) -> str | None:
-    """"media", "text", "number" or None (not read) for an Arrow type."""
-    pa = _pyarrow()
-    t = pa.types
-    if t.is_struct(arrow_type):
-        names = {arrow_type.field(i).name for i in range(arrow_type.num_fields)}
-        if "bytes" in names and t.is_binary(arrow_type.field("bytes").type) or (
-                "bytes" in names and t.is_large_binary(arrow_type.field("bytes").type)):
-            return "media"
-        return None
-    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type):
-        return "media"
-    if t.is_string(arrow_type) or t.is_large_string(arrow_type):
-        return "text"
-    if t.is_integer(arrow_type) or t.is_floating(arrow_type) or t.is_boolean(arrow_type):
-        return "number"
-    return None
-
-
-def hf_features(metadata: Mapping[bytes, bytes] | None) -> dict[str, Any]:
-    """The Hugging Face features recorded in an Arrow schema's metadata (empty when none)."""
-    raw = (metadata or {}).get(b"huggingface")
-    if not raw:
-        return {}
-    try:
-        info = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    features = info.get("info", {}).get("features", {}) if isinstance(info, dict) else {}
-    return features if isinstance(features, dict) else {}
-
-
-def class_names(features: Mapping[str, Any], column: str) -> list[str] | None:
-    """A ``ClassLabel`` column's names."""
-    spec = features.get(column)
-    if isinstance(spec, dict) and spec.get("_type") == "ClassLabel" and isinstance(spec.get("names"), list):
-        return [str(n) for n in spec["names"]]
-    return None
-
-
-def plan_columns(schema: Any, columns: Mapping[str, str] | None, where: str) -> list[Column]:
-    """Each wanted column (``columns``: batch field -> column; None: every readable column
-    under its own name) with its kind; an unknown or unreadable column asked for is an error."""
-    names = {schema.field(i).name: schema.field(i).type for i in range(len(schema.names))}
-    wanted = dict(columns) if columns is not None else {n: n for n in names if column_kind(names[n])}
-    out = []
-    for field, name in wanted.items():
-        if name not in names:
-            raise SourceError(where, f"no column {name!r}; it has {sorted(names)}")
-        kind = column_kind(names[name])
-        if kind is None:
-            raise SourceError(where, f"column {name!r} has type {names[name]}, which is not media bytes, text "
-                              "or a number")
-        if field == "label" and kind != "number":
-            raise SourceError(where, f"label column {name!r} has type {names[name]}, expected integers")
-        out.append(Column(field, name, kind))
-    if not out:
-        raise SourceError(where, "no column to read")
-    return out
-
-
-def external_path(value: str, root: str | None, where: str) -> str:
-    """The file a media value names by path only (no bytes stored): it must resolve inside
-    ``media_root`` (relative paths are taken from there)."""
-    if root is None:
-        raise SourceError(where, f"the value has no bytes, only the path {value!r}; pass media_root= (the folder "
-                          "that holds such files) to read them")
-    base = os.path.realpath(root)
-    path = os.path.realpath(os.path.join(base, value))
-    if os.path.commonpath([base, path]) != base:
-        raise SourceError(where, f"path {value!r} leaves media_root {root}")
-    return path
-
-
-def text_value(raw: Any, where: str, field: str) -> str:
-    if isinstance(raw, str):
-        return raw
-    try:
-        return bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SourceError(where, f"{field!r} is not UTF-8 text (at byte {err.start})") from None
-
-
-def null_number(where: str, column: str) -> SourceError:
-    """The error of a null in a number column: a batch needs the number of every sample."""
-    return SourceError(where, f"number column {column!r} is null here; a batch needs it in every sample: fill the "
-                              "nulls, or leave the column out with columns=")
-
-
-# -- the splits of a Hub-style snapshot --------------------------------------------------------
-SPLIT_WORDS = ("train", "training", "validation", "valid", "val", "dev", "test", "testing", "eval", "evaluation")
-_SHARD_NAME = re.compile(r"(?P<split>.+?)-\d+-of-\d+(?:-[^.]*)?\.parquet")  # an older push_to_hub's -<hash> too
-_NUMBERED_NAME = re.compile(r"\d+\.parquet")
-_SPLIT_TOKEN = re.compile(rf"(?:^|[-._ ])(?:{'|'.join(SPLIT_WORDS)})(?=$|[-._ 0-9])", re.IGNORECASE)
-_WORD_AND_NUMBER = re.compile(rf"(?P<split>{'|'.join(SPLIT_WORDS)})[-._ ]?\d+", re.IGNORECASE)
-
-
-def split_place(relative: Path) -> tuple[str, tuple[str, ...]] | None:
-    """(the split, the folders above the part of the path that names it) of a Parquet file of a
-    Hub-style snapshot, from its path below the snapshot: ``<split>-00000-of-00002[-<hash>].parquet``,
-    ``<config>/<split>/0000.parquet``, or a file or folder whose name holds a usual split word
-    (``train``, ``validation``, ``test``...) as a word: ``test.parquet``, ``train_3.parquet`` (split
-    ``train``), ``validation_matched.parquet`` (split ``validation_matched``: a name that says more
-    than the word is its own split, never merged into the word's), ``imdb-train.parquet``."""
-    name, folders = relative.name, relative.parts[:-1]
-    if shard := _SHARD_NAME.fullmatch(name):
-        return shard["split"], folders
-    if folders and _NUMBERED_NAME.fullmatch(name):
-        return folders[-1], folders[:-1]
-    for depth, part in ((len(folders), name.removesuffix(".parquet")), *reversed(list(enumerate(folders)))):
-        if _SPLIT_TOKEN.search(part):
-            numbered = _WORD_AND_NUMBER.fullmatch(part)
-            return (numbered["split"] if numbered else part), folders[:depth]
-    return None
-
-
-def split_of(relative: Path) -> str | None:
-    """The split a Parquet file of a Hub-style snapshot belongs to (`split_place`), or None."""
-    place = split_place(relative)
-    return None if place is None else place[0]
-
-
-def parquet_splits(root: Path, files: Iterable[Path]) -> dict[str, list[Path]]:
-    """The files of each split named below ``root`` (files that name no split are left out). A
-    split named in several folders (one per config of a snapshot: ``en/train/0000.parquet`` and
-    ``fr/train/0000.parquet``) is refused rather than merged."""
-    splits: dict[str, list[Path]] = {}
-    places: dict[str, set[tuple[str, ...]]] = {}
-    for f in files:
-        place = split_place(f.relative_to(root))
-        if place is not None:
-            splits.setdefault(place[0], []).append(f)
-            places.setdefault(place[0], set()).add(place[1])
-    for split, folders in places.items():
-        if len(folders) > 1:
-            shown = sorted(str(Path(*p)) if p else "." for p in folders)
-            raise SourceError(str(root), f"split {split!r} is in several folders {shown} (configs of a snapshot?), "
-                                         "which reading them together would merge: pass the folder of one (or its "
-                                         "files, to mp.loaders.parquet)")
-    return splits
-
-
-def _split_files_hint(split: str, files: list[Path]) -> str:
-    """A path that gives one split's files to `parquet` or ``mediapipe convert``: their folder
-    when it holds only them, else a glob of their names."""
-    folder = files[0].parent
-    if all(f.parent == folder for f in files):
-        if sorted(folder.rglob("*.parquet")) == sorted(files):
-            return str(folder)
-        if len(files) == 1:
-            return str(files[0])
-        return str(folder / f"{split}-*.parquet")
-    return " ".join(str(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
-
-
-def several_splits(root: Path, splits: Mapping[str, list[Path]]) -> str:
-    """Why a folder of several splits is not read whole, and how to read one of them."""
-    names = sorted(splits)
-    example = "train" if "train" in names else names[0]
-    hints = "; ".join(f"{name}: {_split_files_hint(name, sorted(splits[name]))}" for name in names)
-    return (f"its Parquet files are of splits {names}, which reading them together would merge: pass split= "
-            f"(mp.loaders.huggingface({str(root)!r}, split={example!r}); mediapipe convert --split {example}), "
-            f"or give one split's files (to mp.loaders.parquet or mediapipe convert): {hints}")
-
-
-def check_one_split(folder: str | os.PathLike) -> None:
-    """Refuse a folder whose Parquet files are of several splits (see `split_of`)."""
-    root = Path(folder)
-    splits = parquet_splits(root, root.rglob("*.parquet"))
-    if len(splits) > 1:
-        raise SourceError(str(root), several_splits(root, splits))
-
-
-def _python_number(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
-
-
-def row_numbers(numbers: Mapping[str, np.ndarray], columns: Iterable[Column], index: int, where: str,
-                classes: list[str] | None = None) -> tuple[int | None, dict[str, Any]]:
-    """(label, other numbers) of row ``index``: the label an integer class (one of ``classes``
-    when they are named), every number present (a null, or a label that is not a class, is a
-    `SourceError` naming ``where``)."""
-    names = {c.field: c.name for c in columns}
-    label, out = None, {}
-    for field, values in numbers.items():
-        value = values[index]
-        if field == "label":
-            label = class_label(value, where, None if classes is None else len(classes))
-        elif value is None:
-            raise null_number(where, names.get(field, field))
-        else:
-            out[field] = _python_number(value)
-    return label, out
-
-
-def known_meta(numbers: Mapping[str, np.ndarray], index: int) -> SampleMeta:
-    """The metadata numbers of row ``index`` that are not null."""
-    return {k: _python_number(numbers[k][index]) for k in META_KEYS
-            if k in numbers and numbers[k][index] is not None}
 
 
 # -- the per-process cache of decoded row groups -----------------------------------------
