@@ -46,9 +46,11 @@ class DecoderOptions(Mapping[str, Any]):
         if isinstance(values, cls):
             return values
         known = [f.name for f in fields(cls)]
+        offered = f"the options are {known}" if known else ("its decoders declare none (a backend declares its "
+                                                             "kind's options as Decoder.options_type)")
         for name, value in values.items():
             if name not in known:
-                raise PipelineError(f"{cls.factory}({name}={value!r}): no such option; the options are {known}")
+                raise PipelineError(f"{cls.factory}({name}={value!r}): no such option; {offered}")
         return cls(**values)
 
     def check(self) -> None:
