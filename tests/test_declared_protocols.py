@@ -247,3 +247,18 @@ def test_numpy_values_are_taken_as_python_ones():
     spec = mp.decoders.video(clip_len=np.int64(4), fps=np.float32(10.0))
     assert type(spec.options.clip_len) is int and type(spec.options.fps) is float
     assert spec.to_config()["clip_len"] == 4
+
+
+def test_a_live_decoder_checks_its_options_so_an_empty_manifest_segment_is_refused_by_name(tmp_path):
+    """The live decoder checks what the factory checks: the converter cutting a manifest's segment of
+    no duration says which file and segment, rather than passing audio(duration=0) on."""
+    from mediapipe.errors import SourceError
+    from mediapipe.loaders.sources.asr import segment_flac
+    from mediapipe.synthetic.audio import encode_audio, speech_like
+
+    data = encode_audio(tmp_path / "talk.wav", speech_like(1.0, seed=0), 16000).read_bytes()
+    assert len(segment_flac(data, "talk.wav", 0.1, 0.5)) > 0
+    with pytest.raises(SourceError, match=r"'talk.wav'.*segment \[0.100, 0.100\) s is empty"):
+        segment_flac(data, "talk.wav", 0.1, 0.0)
+    with pytest.raises(PipelineError, match=r"audio\(duration=0.0\): expected positive seconds"):
+        mp.decoders.create("audio", "pyav", duration=0.0)

@@ -284,6 +284,9 @@ def segment_flac(data: bytes, name: str, start: float, duration: float,
     from mediapipe.decoders.registry import create
     from mediapipe.rng import SampleRNG
 
+    if duration <= 0:  # the decoder takes a window of some length: say which segment, not which option
+        raise SourceError(name, f"the manifest's segment [{start:.3f}, {start + duration:.3f}) s is empty: there is "
+                                "no audio to convert (drop the row, or give it its duration)")
     decoder = create("audio", "auto", mono=False, offset=start, duration=duration)
     meta: dict[str, Any] = {CHANNEL_SOURCES: channel_sources} if channel_sources else {}
     if source_rate:
