@@ -110,6 +110,9 @@ class Plan:
     ) -> None:
         if not decode:
             raise PipelineError("decode: name at least one field, e.g. {'image': mp.decoders.image()}")
+        if not isinstance(source, Source):
+            raise PipelineError(f"source {type(source).__name__}: expected a mediapipe.loaders.Source (subclass it: "
+                                "it declares the optional hooks a source may override, with their defaults)")
         if on_error not in ON_ERROR:
             raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
         self.source, self.decode = source, dict(decode)
@@ -168,10 +171,9 @@ class Plan:
         """The type of every field a sample has before the ops: decoded fields (in ``decode``'s
         order, which is the order an op without keys lists them in), the source's, side fields."""
         types: dict[str, FieldType] = {name: spec.field_type for name, spec in self.decode.items()}
-        declared = getattr(self.source, "field_types", None)
-        for name, t in (declared() if callable(declared) else {}).items():
+        for name, t in self.source.field_types().items():
             types.setdefault(name, field_type(t))
-        for name, policy in (getattr(self.source, "collate", None) or {}).items():  # e.g. token ids: "pad"
+        for name, policy in self.source.collate.items():  # e.g. token ids: "pad"
             types[name] = types.get(name, FieldType(OTHER)).with_collate(policy)
         types.setdefault("label", FieldType(LABEL))
         types.setdefault("index", FieldType(OTHER))

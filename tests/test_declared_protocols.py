@@ -262,3 +262,20 @@ def test_a_live_decoder_checks_its_options_so_an_empty_manifest_segment_is_refus
         segment_flac(data, "talk.wav", 0.1, 0.0)
     with pytest.raises(PipelineError, match=r"audio\(duration=0.0\): expected positive seconds"):
         mp.decoders.create("audio", "pyav", duration=0.0)
+
+
+def test_a_source_that_is_not_a_source_is_refused_by_name():
+    """The hooks live on `Source`: an object that only looks like one is refused when the
+    pipeline is made, naming its class and what to subclass, not an AttributeError later."""
+    import mediapipe as mp
+    from mediapipe.errors import PipelineError
+
+    class LooksLikeOne:
+        def __len__(self) -> int:
+            return 1
+
+        def ref(self, index: int):
+            raise AssertionError("never read")
+
+    with pytest.raises(PipelineError, match="LooksLikeOne: expected a mediapipe.loaders.Source"):
+        mp.Pipeline(LooksLikeOne(), {"image": mp.decoders.image()}, [], batch_size=1)

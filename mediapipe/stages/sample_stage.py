@@ -117,7 +117,7 @@ class SampleStage:
         t0 = time.perf_counter()
         source = plan.decode[name].from_field
         blob = plan.blob(ref, name)
-        if getattr(decoder, "reads_whole", True) and blob.data is None:
+        if decoder.reads_whole and blob.data is None:
             blob = replace(blob, data=blob.read())
         else:
             blob.check()  # the decoder opens the file itself: never a FIFO or a device
@@ -186,7 +186,7 @@ class SampleStage:
         if name != self.targets_canvas or decoder.kind != "image" or not any(f in data for f in self.targets):
             return None
         height, width = ref.meta.get("height"), ref.meta.get("width")
-        orientation = decoder.orientation(blob.read()) if hasattr(decoder, "orientation") else 1
+        orientation = decoder.orientation(blob.read())
         if orientation != 1:
             stored = (height, width) if type(height) is int and type(width) is int else None
             if stored is None:  # no declared size: the header's, turned back to the stored frame
