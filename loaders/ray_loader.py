@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from mediapipe.errors import WorkerError
-from mediapipe.loaders.loader import Loader
+from mediapipe.loaders.loader import HostBatchLoader
+from mediapipe.loaders.loader_base import SamplingOptions, check_count
 from mediapipe.loaders.ray_actors import (
     _FORKED_KEEP,
     ActorPool,
@@ -42,16 +43,18 @@ from mediapipe.loaders.ray_actors import (
 )
 from mediapipe.loaders.ray_base import _lost_errors
 from mediapipe.loaders.ray_connection import check_not_forked, release_ray, use_ray
-from mediapipe.options import LastBatch
 from mediapipe.stages.host_batch import BatchTask, HostBatch
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from mediapipe.loaders.workers import ProcessPool
     from mediapipe.pipeline import Pipeline
 
 
-class RayLoader(Loader):
-    """`Loader` whose sample stage runs on Ray actors (``pipe.loader(backend="ray")``).
+class RayLoader(HostBatchLoader):
+    """The Ray backend (``pipe.loader(backend="ray")``): host batches built by Ray actors and
+    finished on this process's device by `LoaderIterator`, as the torch `Loader`'s.
 
     ``num_workers`` actors of ``num_cpus_per_worker`` CPUs each (spread over the cluster's
     nodes) build the batches; ``prefetch`` batches per actor may be in flight
@@ -68,29 +71,22 @@ class RayLoader(Loader):
     A batch lost with its actor or node is built again on a live actor, at most
     ``max_retries`` times (a batch that kills every actor it meets raises `WorkerError`);
     ``timeout`` (seconds, 0: none) bounds the wait for one batch. Everything else (length,
-    epochs, ``state_dict``, ``on_error``, ``stats``, ranks) is the local `Loader`'s.
+    epochs, ``state_dict``, ranks: `LoaderBase`; ``on_error``, ``stats``: the plan's) is the
+    local `Loader`'s.
     """
 
-    def __init__(self, pipeline: Pipeline, *, num_workers: int = 2, shuffle: bool = True,
-                 drop_last: bool | None = None, last_batch: LastBatch = "partial", prefetch: int = 2,
-                 pin_memory: bool | None = None, sampler: Any = None, rank: int | None = None,
-                 world_size: int | None = None, timeout: float = 0.0, batch_ops_in_workers: bool | None = None,
-                 ray_address: str | None = None, num_cpus: int | None = None, num_cpus_per_worker: float = 1.0,
-                 max_in_flight: int | None = None, max_retries: int = 3, spread: bool = True) -> None:
-        if num_workers < 1:
-            raise ValueError(f"num_workers={num_workers}: the Ray backend needs at least one actor")
-        if max_retries < 0:
-            raise ValueError(f"max_retries={max_retries}: expected >= 0")
-        plan = pipeline.plan
-        if batch_ops_in_workers is None:
-            batch_ops_in_workers = pipeline.device.type == "cpu" and not plan.deferred
-        super().__init__(pipeline, num_workers=0, shuffle=shuffle, drop_last=drop_last, last_batch=last_batch,
-                         prefetch=prefetch, pin_memory=pin_memory, sampler=sampler, rank=rank,
-                         world_size=world_size, timeout=timeout, batch_ops_in_workers=batch_ops_in_workers)
-        self.num_workers = num_workers
+    min_workers = 1  # an actor at least
+    default_workers = 2
+
+    def __init__(self, pipeline: Pipeline, *, num_workers: int = 2, prefetch: int = 2, pin_memory: bool | None = None,
+                 timeout: float = 0.0, batch_ops_in_workers: bool | None = None, ray_address: str | None = None,
+                 num_cpus: int | None = None, num_cpus_per_worker: float = 1.0, max_in_flight: int | None = None,
+                 max_retries: int = 3, spread: bool = True, **sampling: Unpack[SamplingOptions]) -> None:
+        check_count("max_retries", max_retries, 0)
+        super().__init__(pipeline, num_workers=num_workers, prefetch=prefetch, pin_memory=pin_memory,
+                         timeout=timeout, batch_ops_in_workers=batch_ops_in_workers, **sampling)
         self.max_in_flight = max_in_flight or num_workers * prefetch
-        if self.max_in_flight < 1:
-            raise ValueError(f"max_in_flight={max_in_flight}: expected >= 1")
+        check_count("max_in_flight", self.max_in_flight, 1)
         self.max_retries = max_retries
         self.ray_address, self.num_cpus, self.num_cpus_per_worker = ray_address, num_cpus, num_cpus_per_worker
         self.spread = spread
@@ -126,12 +122,6 @@ class RayLoader(Loader):
     def worker_pids(self) -> list[int]:
         """The pids of the live actors (on their own nodes)."""
         return self._actors.pids if self._actors is not None else []
-
-    def __del__(self) -> None:
-        try:  # (no module globals: this may run as the interpreter exits)
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def close(self) -> None:
         """Let go of the actors (they stop unless another live Ray loader of this driver uses

@@ -10,17 +10,15 @@ import pytest
 
 import mediapipe as mp
 from mediapipe import options
-from mediapipe.loaders.dali.loader import DaliLoader
 from mediapipe.loaders.loader import Loader
-from mediapipe.loaders.ray_loader import RayLoader
+from mediapipe.loaders.loader_base import LoaderBase
 from mediapipe.loaders.samplers import EpochBatchSampler
 from mediapipe.plan import Plan
 
 TYPED = [
     (mp.Pipeline.__init__, "on_error", "OnError"), (Plan.__init__, "on_error", "OnError"),
     (mp.Pipeline.loader, "last_batch", "LastBatch"), (mp.Pipeline.loader, "backend", "LoaderBackend"),
-    (Loader.__init__, "last_batch", "LastBatch"), (Loader.__init__, "worker_type", "WorkerType"),
-    (DaliLoader.__init__, "last_batch", "LastBatch"), (RayLoader.__init__, "last_batch", "LastBatch"),
+    (LoaderBase.__init__, "last_batch", "LastBatch"), (Loader.__init__, "worker_type", "WorkerType"),
     (EpochBatchSampler.__init__, "last_batch", "LastBatch"),
 ]
 

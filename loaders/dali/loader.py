@@ -1,9 +1,9 @@
 """The DALI backend: ``pipe.loader(backend="dali")`` runs the same pipeline spec on NVIDIA DALI.
 
-The sample order is ours: the torch loader's sampler (`build_sampler`: shuffle, ranks, a
+The sample order is ours: the torch loader's sampler (`LoaderBase`: shuffle, ranks, a
 source already split by rank, last-batch policy) plans each epoch's batches, and the bytes
 each decoded field reads (`Plan.blob`: files, a manifest's named columns, byte ranges of
-converted shards) are fed to DALI in that order through ``fn.external_source``; DALI decodes
+converted shards) are fed to DALI in that order through ``fn.external_source`` (`feed`); DALI decodes
 (``mixed`` = nvJPEG on a GPU, ``cpu`` with ``device_id=None``) and runs the lowered ops (see
 `dali_lowering`). A batch holds the fields the plan lists (`Plan.batch_fields`), as the torch
 backend's do; index, label and manifest fields (`SampleStage.source_fields`) never enter DALI: they are
@@ -26,14 +26,11 @@ Importing this module does not import DALI; building a `DaliLoader` does.
 
 from __future__ import annotations
 
-import collections
-import copy
 import importlib.util
 import time
 import warnings
-import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,24 +40,22 @@ from mediapipe.errors import PipelineError
 from mediapipe.fields import MASK, OBJECTS
 from mediapipe.loaders.dali.buffers import RecycledBuffers
 from mediapipe.loaders.dali.context import FieldNode, LoweringContext, decode_problem
+from mediapipe.loaders.dali.feed import Feed
 from mediapipe.loaders.dali.lowering import LOWERINGS, lowering_table, unsupported
-from mediapipe.loaders.loader import SamplerDriven
-from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
-from mediapipe.loaders.sampling import build_sampler, check_process_group, may_pad, resolve_ranks
-from mediapipe.options import LastBatch
+from mediapipe.loaders.loader_base import LoaderBase, PassCursor, SamplingOptions
+from mediapipe.loaders.samplers import PlannedBatch
+from mediapipe.loaders.sampling import may_pad
 from mediapipe.plan import BatchField
-from mediapipe.rng import op_rng
-from mediapipe.sample import Blob, SampleRef
+from mediapipe.sample import SampleRef
 from mediapipe.stages.collate import collate
 from mediapipe.stages.sample_stage import SampleStage
-from mediapipe.stages.stats import StageStats
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from mediapipe.pipeline import Pipeline
-    from mediapipe.plan import Plan
 
 INSTALL_HINT = "pip install mediapipe-loader[dali]"
-WHOLE = 2**31 - 1  # an audio window's count to the file's end (DALI's slice trims it)
 RNG_MODES = ("dali", "keyed")
 
 
@@ -117,230 +112,78 @@ def dali_seed(seed: int, rank: int, epoch: int) -> int:
     return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-class HostSample:
-    """One sample as the feed sees it: its ref, the blob of each decoded field with its bytes
-    read (``data``: the same bytes as arrays), header sizes, and the keyed draws of ops whose
-    parameters are drawn on the host."""
-
-    def __init__(self, ref: SampleRef, blobs: dict[str, Blob], probe: dict[str, Any], seed: int,
-                 epoch: int) -> None:
-        self.ref, self.blobs, self._probe, self._sizes = ref, blobs, probe, {}
-        self.data = {name: np.frombuffer(blob.read(), dtype=np.uint8) for name, blob in blobs.items()}
-        self.seed, self.epoch = seed, epoch
-        self._params: dict[int, dict[str, Any]] = {}
-
-    def params(self, op_index: int, op: Any, size: tuple[int, int]) -> dict[str, Any]:
-        """``op.sample_params`` with the torch backend's key (seed, epoch, index, op index): the same draws."""
-        if op_index not in self._params:
-            rng = op_rng(self.seed, self.epoch, self.ref.index, op_index)
-            self._params[op_index] = op.sample_params(rng, {**self.ref.meta, "size": size})
-        return self._params[op_index]
-
-    def window(self, name: str, sample_rate: int | None) -> tuple[int, int]:
-        """(first, count) of the audio samples of field ``name`` the torch backend's decoder
-        gives: the source's segment (an ASR manifest's utterance) on the output rate's grid, as
-        `AudioDecoder.grid_windows` rounds it; the whole file without one."""
-        segment = self.ref.meta.get("segment")
-        if segment is None:
-            return 0, WHOLE
-        start, length = segment
-        rate = sample_rate or int(self._probe[name](self)["sample_rate"])
-        return round(max(0.0, float(start)) * rate), WHOLE if length is None else round(float(length) * rate)
-
-    def size(self, name: str) -> tuple[int, int]:
-        """(height, width) of field ``name`` as decoded, from its header (no decoding)."""
-        if name not in self._sizes:
-            meta = self._probe[name](self)
-            self._sizes[name] = (int(meta["height"]), int(meta["width"]))
-        return self._sizes[name]
-
-
-class _Feed:
-    """External-source callbacks, one per DALI input, fed in lockstep from planned batches.
-
-    Each input pulls its own queue; when a queue is empty the next planned batch is read
-    (bytes, header checks, keyed draws) and every queue gets its part, so the order in which
-    DALI calls them does not matter. The feed runs on into the next epochs' plans, so DALI
-    prefetches across an epoch's end as its own readers do (no bubble, no reset).
-    """
-
-    def __init__(self, plan: Plan) -> None:
-        # the plan, never the loader: DALI holds these callbacks, so a feed that held the loader
-        # would close a cycle (loader -> pipeline -> callbacks -> loader) that only the cyclic
-        # GC frees, maybe in a forked child, where DALI's teardown waits on the parent's threads
-        self.plan = plan
-        decoders = plan.decoders()
-        self.probes = {name: (lambda s, d=decoders[name], n=name: d.probe(s.blobs[n])) for name in plan.decode}
-        # image fields whose header is probed (raising LimitError) before DALI decodes them
-        self.checked = [name for name, spec in plan.decode.items()
-                        if spec.kind == "image" and plan.limits.max_pixels is not None]
-        self.inputs: dict[str, Any] = {}  # name -> compute(sample) -> np.ndarray
-        self.queues: dict[str, collections.deque] = {}
-        self.fields: dict[str, FieldNode] = {}  # the pipeline's outputs, in order
-        self.planned: Iterator[tuple[int, PlannedBatch]] = iter(())
-        self.host: collections.deque = collections.deque()  # (PlannedBatch, refs) per batch fed
-
-    def add(self, name: str, compute: Any) -> Any:
-        self.inputs[name] = compute
-        self.queues[name] = collections.deque()
-
-        feed = weakref.ref(self)  # DALI holds this callback, and the feed holds DALI's graph nodes
-
-        def source() -> list[np.ndarray]:
-            return _pull(feed, name)
-
-        return source
-
-    def start(self, sampler: BatchSampler, epoch: int, position: int) -> None:
-        self.planned = _plans(sampler, epoch, position)
-
-    def _next_batch(self) -> None:
-        epoch, batch = next(self.planned)
-        plan = self.plan
-        refs = [plan.source.ref(int(i)) for i in batch.indices]
-        samples = []
-        for ref in refs:
-            blobs = {name: plan.blob(ref, name) for name in plan.decode}
-            blobs = {name: replace(blob, data=blob.read()) for name, blob in blobs.items()}
-            sample = HostSample(ref, blobs, self.probes, plan.seed, epoch)
-            for name in self.checked:  # max_pixels on the header, before DALI spends memory
-                sample.size(name)
-            samples.append(sample)
-        for name, compute in self.inputs.items():
-            self.queues[name].append([compute(s) for s in samples])
-        self.host.append((batch, refs))
-
-
-def _pull(feed_ref: weakref.ref, name: str) -> list[np.ndarray]:
-    """The next batch of input ``name`` from the feed DALI's callback holds weakly (the loader's
-    live pipeline keeps the feed, and the feed goes with it)."""
-    feed = feed_ref()
-    if feed is None:
-        raise RuntimeError("the DALI loader this pipeline fed was dropped")
-    if not feed.queues[name]:
-        feed._next_batch()
-    return feed.queues[name].popleft()
-
-
-def _plans(sampler: BatchSampler, epoch: int, position: int) -> Iterator[tuple[int, PlannedBatch]]:
-    """(epoch, batch) from ``position`` of ``epoch`` on, then every later epoch's, endlessly."""
-    planner = copy.copy(sampler)  # plans other epochs without moving the loader's sampler
-    while True:
-        planner.set_epoch(epoch)
-        planned = planner.batches()
-        for batch in planned[position:]:
-            yield epoch, batch
-        if not planned:
-            raise PipelineError(f"epoch {epoch} has no batches (fewer samples than one batch with drop_last?)")
-        epoch, position = epoch + 1, 0
-
-
 @dataclass
 class _Live:
     """The DALI pipeline in use and the (epoch, position) of the next batch it will give."""
 
     pipe: Any
-    feed: _Feed
+    feed: Feed
     epoch: int
     position: int
     busy: bool = False  # a pass is running on it
 
 
-class DaliLoader(SamplerDriven):
-    """`Loader`'s contract on DALI: the same batches (dict of tensors on the pipeline's device),
-    ``len()``, ``set_epoch()``, ``last_batch``, rank sharding, ``state_dict()``.
+class DaliLoader(LoaderBase):
+    """The DALI backend: `LoaderBase`'s contract on DALI, the same batches (dict of tensors on the
+    pipeline's device) as the torch `Loader`'s, with its ``len()``, epochs, ranks and ``state_dict()``.
 
-    Args beyond `Loader`'s: ``num_workers`` sets DALI's ``num_threads``; ``prefetch`` its
-    ``prefetch_queue_depth``; ``device_id`` the GPU (default: the pipeline's CUDA device, or
-    None, CPU only, when the pipeline's device is the CPU). ``rng``: "dali" (default) lets DALI
-    draw RandomResizedCrop's windows and the flips (``image_random_crop``, ``coin_flip``: the
+    Args beyond the sampling ones (`SamplingOptions`): ``num_workers`` sets DALI's ``num_threads``;
+    ``prefetch`` its ``prefetch_queue_depth``; ``device_id`` the GPU (default: the pipeline's CUDA
+    device, or None, CPU only, when the pipeline's device is the CPU). ``rng``: "dali" (default) lets
+    DALI draw RandomResizedCrop's windows and the flips (``image_random_crop``, ``coin_flip``: the
     graph a hand-written DALI pipeline uses); "keyed" feeds the torch backend's keyed draws for
     those too, so every op gets exactly the torch backend's parameters (a header parse and a
     few microseconds of Python per sample on the host). Other random ops always take the keyed draws.
+
+    Passes: a pass begun while an older one still runs gets a DALI pipeline of its own (a
+    pipeline is one stream: two passes never share one).
     """
 
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        *,
-        num_workers: int = 0,
-        shuffle: bool = True,
-        drop_last: bool | None = None,
-        last_batch: LastBatch = "partial",
-        prefetch: int = 2,
-        sampler: BatchSampler | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        device_id: int | None = None,
-        rng: str = "dali",
-    ) -> None:
-        if num_workers < 0:
-            raise ValueError(f"num_workers={num_workers}: expected >= 0")
-        if prefetch < 1:
-            raise ValueError(f"prefetch={prefetch}: expected >= 1")
+    def __init__(self, pipeline: Pipeline, *, num_workers: int = 0, prefetch: int = 2, device_id: int | None = None,
+                 rng: str = "dali", **sampling: Unpack[SamplingOptions]) -> None:
+        # the torch loader's sampler: a source already split by rank is not split again, and the
+        # true rank keys DALI's seed
+        super().__init__(pipeline, num_workers=num_workers, prefetch=prefetch, **sampling)
         if rng not in RNG_MODES:
             raise ValueError(f"rng={rng!r}: expected one of {RNG_MODES}")
         check_lowerable(pipeline)
         self.rng = rng
         self._dali = import_dali()
-        self.pipeline, self.plan, self.device = pipeline, pipeline.plan, pipeline.device
-        self.num_threads, self.prefetch = max(1, num_workers), prefetch
+        self.num_threads = max(1, num_workers)
         if self.device.type == "cuda":
             self.device_id = self.device.index if self.device.index is not None else torch.cuda.current_device()
             self.device_id = self.device_id if device_id is None else device_id
         else:
             self.device_id = None
-        # the torch loader's sampler: a source already split by rank is not split again, and the
-        # true rank keys DALI's seed
-        self.ranks = resolve_ranks(pipeline.source, rank, world_size)
-        self.sampler: BatchSampler = build_sampler(
-            pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
-            rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
         self.fields: list[BatchField] = self.plan.batch_fields()
         self._policies = self.plan.collate_policies()  # the source's fields' (boxes: lists, token ids: padded)
         self._source_fields = SampleStage(self.plan).source_fields
-        self.stats = StageStats()
         self._buffers = RecycledBuffers()  # CPU outputs' memory, reused once the training loop drops a batch
-        self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
         self._checkpoint: tuple[str, int, int] | None = None  # (DALI checkpoint, epoch, position) loaded
-        self._current: object | None = None  # the token of the pass that moves the sampler's position
+        self._live: _Live | None = self._start(self.sampler.epoch, self.sampler.position, None)  # lowering errors surface here
 
-    # -- the contract (len, epoch, set_epoch: SamplerDriven) ----------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The sampler's position and DALI's checkpoint (its generators' state) at that position;
-        where a new pass starts (the epoch's first batch unless loaded) is `Loader.state_dict`'s rule."""
-        state: dict[str, Any] = {"sampler": self.sampler.state_dict()}
+    # -- state: the sampler's (LoaderBase) and DALI's checkpoint ---------------------------
+    def _backend_state(self) -> dict[str, Any]:
+        """DALI's checkpoint (its generators' state) at the sampler's position, so a resumed run
+        equals an uninterrupted one."""
         checkpoint = self._current_checkpoint()
-        if checkpoint is not None:
-            state["dali"] = {"checkpoint": checkpoint, "epoch": self.sampler.epoch,
-                             "position": self.sampler.position}
-        return state
+        if checkpoint is None:
+            return {}
+        return {"dali": {"checkpoint": checkpoint, "epoch": self.sampler.epoch, "position": self.sampler.position}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        self.sampler.load_state_dict(state.pop("sampler"))
-        self._live, self._checkpoint, self._current = None, None, None  # a running pass no longer moves it
-        self._loaded, self._resumed = True, False  # the next pass starts at the loaded position
+    def _load_backend_state(self, state: dict[str, Any]) -> None:
+        self._live, self._checkpoint = None, None  # the next pass starts a pipeline at the loaded position
         dali = state.pop("dali", None)
         if dali is not None:
             self._checkpoint = (dali["checkpoint"], dali["epoch"], dali["position"])
         if state:
             raise ValueError(f"unexpected keys in DALI loader state: {sorted(state)}")
 
-    def set_epoch(self, epoch: int) -> None:
-        self._current = None  # a running pass goes on with its own epoch, no longer moving the loader's
-        super().set_epoch(epoch)
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """A pass, as `Loader`'s: it starts where `begin_pass` says (its epoch's first batch unless
-        ``load_state_dict`` ran since the last pass began, the next epoch after one delivered to its
-        end); the newest pass is the loader's current one (only it moves the position that
-        `state_dict` describes), and a pass begun while an older one still runs gets a DALI
-        pipeline of its own (a pipeline is one stream: two passes never share one)."""
-        check_process_group(self.ranks)
-        sampler = self.sampler
-        planned = self.begin_pass()
-        epoch, start = sampler.epoch, sampler.position
+        """A pass (see `LoaderBase`), on the loader's DALI pipeline when it stands where the pass
+        starts and no other pass runs on it, else on a fresh one."""
+        cursor, _ = self.begin_pass()
+        epoch, start = cursor.epoch, cursor.start
         live = self._live
         if live is None or live.busy or (live.epoch, live.position) != (epoch, start):
             # a fresh pipeline: at a checkpoint's position, or seeded by (seed, rank, epoch)
@@ -353,16 +196,14 @@ class DaliLoader(SamplerDriven):
             live = self._start(epoch, start, checkpoint)
         self._live, self._checkpoint = live, None
         live.busy = True
-        self._current = current = object()
-        run = self._pass(live, current, epoch, start, len(planned))
+        run = self._pass(live, cursor)
         next(run)  # started: dropping or closing the pass now runs its `finally`, which frees the pipeline
         return run
 
-    def _pass(self, live: _Live, current: object, epoch: int, start: int, length: int) -> Iterator[dict[str, Any]]:
-        sampler = self.sampler
+    def _pass(self, live: _Live, cursor: PassCursor) -> Iterator[dict[str, Any]]:
         try:
             yield {}  # (taken by __iter__)
-            for _ in range(length - start):
+            for _ in range(cursor.length - cursor.start):
                 t0 = time.perf_counter()
                 try:
                     outputs = live.pipe.run()
@@ -378,12 +219,10 @@ class DaliLoader(SamplerDriven):
                 self.stats.samples += batch.valid
                 self.stats.batches += 1
                 live.position += 1
-                if self._current is current:
-                    sampler.position += 1  # delivered: a state_dict() taken now resumes after this batch
+                self.batch_delivered(cursor)
                 yield out
-            live.epoch, live.position = epoch + 1, 0  # the feed runs on into the next epoch
-            if self._current is current and sampler.epoch == epoch and sampler.position >= length:
-                sampler.set_epoch(epoch + 1)
+            live.epoch, live.position = cursor.epoch + 1, 0  # the feed runs on into the next epoch
+            self.pass_ended(cursor)
         finally:
             live.busy = False
 
@@ -409,12 +248,6 @@ class DaliLoader(SamplerDriven):
             self._checkpoint = (checkpoint, *here)
         self._live = None
 
-    def __enter__(self) -> DaliLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- DALI graph -------------------------------------------------------------------
     def _current_checkpoint(self) -> str | None:
         here = (self.sampler.epoch, self.sampler.position)
@@ -430,9 +263,9 @@ class DaliLoader(SamplerDriven):
         feed.start(self.sampler, epoch, position)
         return _Live(pipe, feed, epoch, position)
 
-    def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, _Feed]:
+    def _build(self, epoch: int, checkpoint: str | None) -> tuple[Any, Feed]:
         DaliPipeline, fn, types = self._dali
-        feed = _Feed(self.plan)
+        feed = Feed(self.plan)
         seed = dali_seed(self.pipeline.seed, self.ranks.rank, epoch)
         pipe = DaliPipeline(batch_size=self.pipeline.batch_size, num_threads=self.num_threads,
                             device_id=self.device_id, seed=seed, prefetch_queue_depth=self.prefetch,
@@ -453,7 +286,7 @@ class DaliLoader(SamplerDriven):
             pipe.build()
         return pipe, feed
 
-    def _define(self, pipe: Any, ctx: LoweringContext, feed: _Feed) -> None:
+    def _define(self, pipe: Any, ctx: LoweringContext, feed: Feed) -> None:
         fn = ctx.fn
         with pipe:
             for name, spec in self.plan.decode.items():
