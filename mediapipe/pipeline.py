@@ -12,14 +12,15 @@ import torch
 
 from mediapipe.augment.base import Op, op_from_config
 from mediapipe.decoders.base import DecoderSpec, Limits
-from mediapipe.loaders.loader import Loader
+from mediapipe.loaders.loader_base import loader_class
 from mediapipe.loaders.sources.folder import Source, source_from_config
-from mediapipe.options import LOADER_BACKENDS, LastBatch, LoaderBackend, OnError
+from mediapipe.options import LastBatch, LoaderBackend, OnError
 from mediapipe.plan import Plan
 from mediapipe.stages.stats import StageStats
 
 if TYPE_CHECKING:
     from mediapipe.loaders.dali.loader import DaliLoader
+    from mediapipe.loaders.loader import Loader
     from mediapipe.loaders.ray_loader import RayLoader
 
 CONFIG_VERSION = 1
@@ -116,21 +117,11 @@ class Pipeline:
                last_batch: LastBatch = "partial", backend: LoaderBackend = "torch",
                **kwargs: Any) -> Loader | DaliLoader | RayLoader:
         """An iterable of device batches (see `Loader`); ``backend="dali"`` lowers the spec to DALI;
-        ``backend="ray"`` runs the sample stage on a Ray cluster (see `RayLoader`)."""
-        if backend == "ray":
-            from mediapipe.loaders.ray_loader import RayLoader
-
-            return RayLoader(self, num_workers=num_workers or 2, shuffle=shuffle, drop_last=drop_last,
-                             last_batch=last_batch, **kwargs)
-        if backend == "dali":
-            from mediapipe.loaders.dali.loader import DaliLoader
-
-            return DaliLoader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
-                              last_batch=last_batch, **kwargs)
-        if backend != "torch":
-            raise ValueError(f"backend={backend!r}: expected one of {LOADER_BACKENDS}")
-        return Loader(self, num_workers=num_workers, shuffle=shuffle, drop_last=drop_last,
-                      last_batch=last_batch, **kwargs)
+        ``backend="ray"`` runs the sample stage on a Ray cluster (see `RayLoader`). The backends are
+        `mediapipe.loaders.loader_base.BACKENDS`; ``num_workers=0`` asks each for its default."""
+        cls = loader_class(backend)
+        return cls(self, num_workers=num_workers or cls.default_workers, shuffle=shuffle, drop_last=drop_last,
+                   last_batch=last_batch, **kwargs)
 
     def dataset(self) -> PipelineDataset:
         """A map-style torch Dataset of processed samples, for users who bring their own DataLoader."""

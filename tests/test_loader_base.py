@@ -190,6 +190,19 @@ def test_the_backends_are_registered_in_one_place(image_folder):
     assert type(make_pipeline(image_folder).loader(backend="ray")) is RayLoader
 
 
+class CountingLoader(Loader):
+    """A backend registered for one test: the torch loader under another name."""
+
+    default_workers = 1
+
+
+def test_pipeline_loader_picks_its_backend_from_the_registry(image_folder, monkeypatch):
+    monkeypatch.setitem(BACKENDS, "counting", f"{__name__}:CountingLoader")
+    loader = make_pipeline(image_folder).loader(backend="counting", worker_type="thread")
+    assert type(loader) is CountingLoader and loader.num_workers == 1  # num_workers=0: the backend's default
+    assert len(collect(loader)) == len(loader)
+
+
 def test_the_torch_backend_imports_neither_dali_nor_ray(image_folder):
     code = ("import sys, mediapipe as mp\n"
             "pipe = mp.Pipeline(mp.loaders.folder(sys.argv[1]), {'image': mp.decoders.image()}, device='cpu')\n"
