@@ -1,9 +1,11 @@
 """Augmentation ops: parameters drawn per sample from a keyed RNG, applied by batched kernels."""
 
 from mediapipe.augment import audio as _audio
+from mediapipe.augment import features as _features
 from mediapipe.augment import video as _video
-from mediapipe.augment.audio import *  # noqa: F403  (audio ops: Gain, MelSpectrogram, SpecAugment...)
+from mediapipe.augment.audio import *  # noqa: F403  (waveform ops: Gain, AddNoise, RandomTimeCrop...)
 from mediapipe.augment.base import Op, Stage, op_from_config, registered_ops
+from mediapipe.augment.boxes import ClampBoundingBoxes, SanitizeBoundingBoxes
 from mediapipe.augment.color import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -14,15 +16,14 @@ from mediapipe.augment.color import (
     ToDtype,
 )
 from mediapipe.augment.detection import (
-    ClampBoundingBoxes,
     Letterbox,
     RandomIoUCrop,
     RandomShortestSize,
     RandomZoomOut,
-    SanitizeBoundingBoxes,
     ScaleJitter,
 )
 from mediapipe.augment.erase import RandomErasing
+from mediapipe.augment.features import *  # noqa: F403  (features ops: MelSpectrogram, MFCC, SpecAugment...)
 from mediapipe.augment.geometry import (
     CenterCrop,
     HorizontalFlip,
@@ -41,5 +42,5 @@ __all__ = [
     "HorizontalFlip", "Letterbox", "MixUp", "Normalize", "Op", "Pad", "RandomAffine", "RandomCrop", "RandomErasing",
     "RandomGrayscale", "RandomIoUCrop", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut",
     "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
-    "registered_ops", *_audio.__all__, *_video.__all__,
+    "registered_ops", *_audio.__all__, *_features.__all__, *_video.__all__,
 ]

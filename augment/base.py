@@ -12,11 +12,13 @@ class owns what every op shares:
   together, a colour op touches images and videos and leaves masks and boxes alone. ``out``
   names a new field per input (default: in place). An op outside a pipeline reads the field
   named after its first kind ("image", "video", "audio"). `bind` resolves this once, when the
-  pipeline is built, and refuses a field whose kind the op has no kernel for.
+  pipeline is built, and refuses a field whose kind the op has no kernel for
+  (`mediapipe.augment.binding`).
 * **One sample or a batch.** Kernels of a ``batched`` op take a batch (B, ...) with per-sample
   parameters stacked into tensors (B, ...); `apply` runs them on one sample as a batch of one
   when the op is placed in the sample stage, on a list of tensors sample by sample, and on
-  boxes and keypoints as rows, one per object, each with its sample's parameters.
+  boxes and keypoints as rows, one per object, each with its sample's parameters
+  (`mediapipe.augment.params`).
 * **The canvas.** Boxes and keypoints are in pixels of the image they are transformed with:
   `apply_fields` takes the canvas (H, W) from the op's raster inputs (image, mask, video), which
   must share one size, as torchvision's ``query_size`` requires.
@@ -44,14 +46,14 @@ from typing import Any, ClassVar, Union
 import numpy as np
 import torch
 
+from mediapipe.augment.binding import Binding, bound_copy, resolve_binding
 from mediapipe.augment.functional.dispatch import Functional
+from mediapipe.augment.params import Params, expand_rows, is_single, promote, sample_slice
 from mediapipe.decoders.base import DecodeHint
-from mediapipe.errors import PipelineError
-from mediapipe.fields import AUDIO, FEATURES, IMAGE, KINDS, MASK, OTHER, VIDEO, FieldType
+from mediapipe.fields import AUDIO, FEATURES, IMAGE, KINDS, MASK, VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
-Params = dict[str, Any]
 Canvas = tuple[int, int] | list[tuple[int, int]] | None  # one (H, W), or one per sample of a list batch
 
 _OPS: dict[str, type[Op]] = {}
@@ -77,18 +79,6 @@ class CanvasError(ValueError):
 
 class ObjectCountError(ValueError):
     """A sample's per-object fields hold different numbers of rows (3 boxes but 2 labels)."""
-
-
-@dataclass(frozen=True)
-class Binding:
-    """The fields a placed op transforms: its inputs, one output each, and the inputs' types."""
-
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    types: tuple[FieldType, ...]
-
-    def type_of(self, name: str) -> FieldType:
-        return self.types[self.inputs.index(name)]
 
 
 @dataclass(frozen=True)
@@ -190,36 +180,10 @@ class Op:
         return (self.out,) if isinstance(self.out, str) else tuple(self.out)
 
     def bind(self, types: Mapping[str, FieldType], where: str = "") -> Op:
-        """A copy of this op that knows its fields, for a pipeline whose fields here have ``types``.
-        Raises `PipelineError` naming the op, the field and its kind for a field it cannot transform."""
-        name = f"{where}{type(self).__name__}"
-        requested = self.requested
-        if requested is None:
-            inputs = tuple(n for n, t in types.items() if t.kind in self.kinds())
-            if not inputs:
-                raise PipelineError(f"{name} has no field to transform: it transforms {sorted(self.kinds())} "
-                                    f"fields; fields here: {_describe(types)}")
-            if self.single_input and len(inputs) > 1:
-                raise PipelineError(f"{name} transforms one field, and {list(inputs)} are of kinds it takes: "
-                                    "name one with key=")
-        else:
-            inputs = requested
-        for f in inputs:
-            if f in types and (why := self.refuses(types[f])) is not None:
-                raise PipelineError(f"{name} cannot transform field {f!r} of kind {types[f]}: {why}")
-        objects = [f for f in inputs if f in types and types[f].spec.is_objects]
-        if objects and not any(types[f].spec.has_canvas for f in inputs if f in types) and not self.reads_canvas:
-            raise PipelineError(f"{name} moves {objects} but no image, mask or video: boxes and keypoints are in "
-                                "pixels of the image they move with, so list that image in keys too")
-        outputs = self._out_names() or inputs
-        if len(outputs) != len(inputs):
-            raise PipelineError(f"{name}: out={self.out!r} names {len(outputs)} fields for the {len(inputs)} "
-                                f"it transforms {list(inputs)}: name them with keys=")
-        default = FieldType(self.primary_kind())
-        bound = Binding(inputs, outputs, tuple(types.get(f, default) for f in inputs))
-        copy = _copy(self)
-        object.__setattr__(copy, "_binding", bound)
-        return copy
+        """A copy of this op that knows its fields, for a pipeline whose fields here have ``types``
+        (`resolve_binding`). Raises `PipelineError` naming the op, the field and its kind for a
+        field it cannot transform."""
+        return bound_copy(self, resolve_binding(self, types, where))
 
     # -- placement ----------------------------------------------------------------------
     def placement(self) -> Stage:
@@ -382,62 +346,12 @@ class Op:
         return config
 
 
-def _copy(op: Op) -> Op:
-    """A shallow copy of a frozen op (its settings are immutable)."""
-    new = object.__new__(type(op))
-    new.__dict__.update(op.__dict__)
-    return new
-
-
 def _to_list(value: Any) -> Any:
     return [_to_list(v) for v in value] if isinstance(value, tuple) else value
 
 
-def _describe(types: Mapping[str, FieldType]) -> str:
-    return ", ".join(f"{n} ({t})" for n, t in types.items() if t.kind != OTHER) or "none"
-
-
 def _one_canvas(canvas: Canvas, i: int) -> tuple[int, int] | None:
     return canvas[i] if isinstance(canvas, list) else canvas
-
-
-# -- one sample as a batch of one; rows of objects ------------------------------------------------
-def is_single(params: Params) -> bool:
-    """True when the params are one sample's plain values, not tensors stacked over a batch."""
-    return any(not isinstance(v, torch.Tensor) for v in params.values())
-
-
-def promote(x: Any, params: Params) -> tuple[Any, Params]:
-    """One sample and its plain params as a batch of one: x[None] and (1, ...) tensors."""
-    batched = {}
-    for name, value in params.items():
-        if isinstance(value, torch.Tensor):
-            batched[name] = value[None]
-        elif isinstance(value, bool):
-            batched[name] = torch.tensor([value], dtype=torch.bool)
-        elif isinstance(value, int):
-            batched[name] = torch.tensor([value], dtype=torch.int64)
-        elif isinstance(value, float):
-            batched[name] = torch.tensor([value], dtype=torch.float32)
-        else:
-            batched[name] = torch.as_tensor(np.asarray(value))[None]
-    return (x[None] if isinstance(x, torch.Tensor) else x), batched
-
-
-def sample_slice(params: Params, i: int) -> Params:
-    """Sample ``i``'s params of a stacked batch, as a batch of one."""
-    return {k: v[i : i + 1] if isinstance(v, torch.Tensor) and v.ndim else v for k, v in params.items()}
-
-
-def expand_rows(params: Params, sample: torch.Tensor) -> Params:
-    """Per-sample params (B, ...) to per-row params: row r gets sample ``sample[r]``'s values."""
-    out = {}
-    for k, v in params.items():
-        if isinstance(v, torch.Tensor) and v.ndim:
-            out[k] = v.index_select(0, sample.to(v.device))
-        else:
-            out[k] = v
-    return out
 
 
 # -- argument checks ------------------------------------------------------------------------------
