@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mediapipe.dataset.convert_run import ConversionResult, convert_to_folder
 from mediapipe.dataset.layout import MANIFEST, MAX_MANIFEST_BYTES, PARTS, REPORT, SAMPLES
 from mediapipe.dataset.manifest import parse_manifest
 from mediapipe.dataset.safe_io import json_bytes, write_atomic
@@ -33,11 +34,9 @@ def _part_name(shard: int) -> str:
 
 
 def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_options: dict[str, Any] | None = None,
-                     staging: str | None = None, engine: str = "local", **kwargs: Any) -> Any:
+                     staging: str | None = None, engine: str = "local", **kwargs: Any) -> ConversionResult:
     """Convert ``src`` into the store at ``url`` (see the module's docstring); returns the
     `ConversionResult` of the conversion (``out`` is the URL)."""
-    from mediapipe.dataset.convert import convert
-
     if engine != "local":
         raise ValueError(f"engine={engine!r} writes shards on the cluster's nodes; a remote output ({url}) "
                          "is written by the local engine")
@@ -67,7 +66,7 @@ def convert_to_store(src: Any, url: str, *, resume: bool = False, storage_option
             if entry["name"] is not None:
                 (folder / entry["name"]).unlink()
 
-        result = convert(src, folder, resume=exists, on_commit=upload, **kwargs)
+        result = convert_to_folder(src, folder, resume=exists, on_commit=upload, **kwargs)
         result.out = url
         return result
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from mediapipe.dataset.manifest import check_sample_count, read_manifest, resolv
 from mediapipe.dataset.safe_io import open_regular, stat_regular
 from mediapipe.dataset.sample_records import match_records, read_samples
 from mediapipe.dataset.tar import Member, group_members, scan_tar
+from mediapipe.dataset.transcode import check_jpeg
 from mediapipe.decoders.streams import main_stream
 from mediapipe.errors import SourceError
 from mediapipe.sample import kind_of_extension
@@ -141,33 +143,43 @@ def format_summary(s: dict[str, Any]) -> str:
 
 def decode_member(ext: str, data: bytes) -> None:
     """Decode one member fully (images with Pillow, JPEGs strictly with libjpeg-turbo too,
-    video and audio with PyAV); raise on failure."""
+    video and audio with PyAV, a label and JSON parsed); raise on failure."""
     kind = kind_of_extension(ext)
     if ext in ("jpg", "jpeg"):
-        from mediapipe.dataset.transcode import check_jpeg
-
         check_jpeg(data)  # strict, as the loader's libjpeg-turbo decoder is; Pillow lets damage through
-    if kind == "image":
-        from PIL import Image
+    check = MEMBER_CHECKS.get(kind) or MEMBER_CHECKS.get(ext)
+    if check is not None:
+        check(data, kind)
 
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-    elif kind in ("video", "audio"):
-        import av
 
-        with av.open(io.BytesIO(data)) as container:
-            streams = container.streams.video if kind == "video" else container.streams.audio
-            if not streams:
-                raise ValueError(f"no {kind} stream")
-            frames = sum(1 for _ in container.decode(main_stream(streams)))
-            if frames == 0:
-                raise ValueError(f"no {kind} frames decoded")
-    elif ext == "cls":
-        int(data.decode())
-    elif ext == "json":
-        import json
+def _load_image(data: bytes, kind: str) -> None:
+    from PIL import Image
 
-        json.loads(data)
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+
+
+def _decode_stream(data: bytes, kind: str) -> None:
+    """Every frame of the file's main stream of ``kind`` ("video" or "audio")."""
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        streams = getattr(container.streams, kind)
+        if not streams:
+            raise ValueError(f"no {kind} stream")
+        frames = sum(1 for _ in container.decode(main_stream(streams)))
+        if frames == 0:
+            raise ValueError(f"no {kind} frames decoded")
+
+
+# media kind (or extension, for the members that are not media) -> how `decode_member` checks it
+MEMBER_CHECKS: dict[str, Callable[[bytes, str], Any]] = {
+    "image": _load_image,
+    "video": _decode_stream,
+    "audio": _decode_stream,
+    "cls": lambda data, kind: int(data.decode()),
+    "json": lambda data, kind: json.loads(data),
+}
 
 
 def verify(root: str | os.PathLike, *, decode: bool = True,

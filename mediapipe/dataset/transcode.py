@@ -10,6 +10,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
@@ -74,15 +75,15 @@ class TranscodeError(ValueError):
     """An input could not be converted; the reason is the message."""
 
 
-def transcode(data: bytes, kind: str, ext: str, options: TranscodeOptions) -> tuple[str, bytes, dict[str, Any]]:
-    """Rewrite one input of ``kind`` ("image", "video", "audio") per ``options``."""
-    if kind == "image":
-        return transcode_image(data, options)
-    if kind == "video":
-        return transcode_video(data, ext, options)
-    if kind == "audio":
-        return transcode_audio(data, ext, options)
-    raise TranscodeError(f"unknown media kind {kind!r} (extension {ext!r})")
+Transcoded = tuple[str, bytes, dict[str, Any]]  # (extension, bytes, what the sample record notes)
+
+
+def transcode(data: bytes, kind: str, ext: str, options: TranscodeOptions) -> Transcoded:
+    """Rewrite one input of ``kind`` ("image", "video", "audio") per ``options`` (`TRANSCODERS`)."""
+    transcoder = TRANSCODERS.get(kind)
+    if transcoder is None:
+        raise TranscodeError(f"unknown media kind {kind!r} (extension {ext!r})")
+    return transcoder(data, ext, options)
 
 
 # -- images -------------------------------------------------------------------------------
@@ -321,3 +322,10 @@ def transcode_audio(data: bytes, ext: str, options: TranscodeOptions) -> tuple[s
     except (av.FFmpegError, OSError) as err:
         raise TranscodeError(f"audio: {err}") from err
 
+
+# media kind -> its transcoder (data, extension, options); an image's extension says nothing more
+TRANSCODERS: dict[str, Callable[[bytes, str, TranscodeOptions], Transcoded]] = {
+    "image": lambda data, ext, options: transcode_image(data, options),
+    "video": transcode_video,
+    "audio": transcode_audio,
+}
