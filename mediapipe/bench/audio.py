@@ -90,7 +90,7 @@ def mediapipe_pipeline(data: Path, device: str = "cpu", seed: int = 0, batches: 
     With ``repeat``, the dataset is repeated into one epoch of at least ``batches`` batches."""
     import mediapipe as mp
     from mediapipe import augment as A
-    from mediapipe.bench.images import RepeatedSource
+    from mediapipe.bench.long_epoch import RepeatedSource
     from mediapipe.loaders.bucketing import DurationBucketSampler, source_durations
 
     manifest = Path(data) / "manifest.jsonl"
@@ -178,11 +178,11 @@ def run_naive(data: Path, *, workers: int, device: str, batches: int, batch_size
               ) -> Iterator[tuple[int, float]]:
     import torch
 
-    from mediapipe.bench.images import _Repeat
+    from mediapipe.bench.long_epoch import Repeat
 
     clips = _clips(data)
     times = passes_for(batches, len(clips) / batch_size, repeat)
-    dataset = _Repeat(_NaiveDataset(clips), times) if times > 1 else _NaiveDataset(clips)
+    dataset = Repeat(_NaiveDataset(clips), times) if times > 1 else _NaiveDataset(clips)
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
                                          num_workers=workers, collate_fn=_pad_collate,
                                          generator=torch.Generator().manual_seed(0))

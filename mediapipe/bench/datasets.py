@@ -25,7 +25,8 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -327,34 +328,48 @@ def sample_detection(root: Path, count: int = DETECTION_COUNT, seed: int = 0, pr
 
 
 # -- video and audio: made by their benchmark modules -------------------------------------------
+@dataclass(frozen=True)
+class _MediaSet:
+    """How a built-in video or audio dataset is made: the maker of its benchmark module, how many
+    files by default, what its progress counts, the maker's other arguments and the name's suffix."""
+
+    maker: str
+    count: int
+    unit: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    suffix: str = ""
+
+
+def _fixed_videos(gop: int) -> _MediaSet:
+    return _MediaSet("make_sample_videos", VIDEO_COUNT, "videos",
+                     {"height": VIDEO_HEIGHT, "seconds": VIDEO_SECONDS, "gop": gop},
+                     f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}")
+
+
+MEDIA_SETS = {**{name: _fixed_videos(gop) for name, gop in VIDEO_GOPS.items()},
+              "sample-video-varied": _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos"),
+              "sample-audio": _MediaSet("make_sample_audio", AUDIO_COUNT, "files")}
+
+
 def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
     import importlib
 
-    kind = BUILTIN[name]
-    module_name = f"mediapipe.bench.{kind}"
-    varied = name == "sample-video-varied"
-    maker = "make_varied_videos" if varied else "make_sample_videos" if kind == "video" else "make_sample_audio"
+    media = MEDIA_SETS[name]
+    module_name = f"mediapipe.bench.{BUILTIN[name]}"
     try:
-        make = getattr(importlib.import_module(module_name), maker)
+        make = getattr(importlib.import_module(module_name), media.maker)
     except (ImportError, AttributeError) as err:
-        raise RuntimeError(f"dataset {name!r} is not available: {module_name}.{maker} ({err})") from err
-    count = count or (VARIED_VIDEO_COUNT if varied else VIDEO_COUNT if kind == "video" else AUDIO_COUNT)
-    suffix = f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}" if kind == "video" and not varied else ""
-    dest = Path(root) / f"{name}-n{count}-s{seed}{suffix}"
+        raise RuntimeError(f"dataset {name!r} is not available: {module_name}.{media.maker} ({err})") from err
+    count = count or media.count
+    dest = Path(root) / f"{name}-n{count}-s{seed}{media.suffix}"
     if (dest / MARKER).is_file():
         return dest
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    bar = _progress(count, "videos" if kind == "video" else "files", f"generating {dest.name}", progress)
-    report = _Reporter(bar)
+    bar = _progress(count, media.unit, f"generating {dest.name}", progress)
     try:
-        if varied:
-            make(tmp, count, seed, progress=report)
-        elif kind == "video":
-            make(tmp, count, seed, height=VIDEO_HEIGHT, seconds=VIDEO_SECONDS, progress=report, gop=VIDEO_GOPS[name])
-        else:
-            make(tmp, count, seed, progress=report)
+        make(tmp, count, seed, progress=_Reporter(bar), **media.options)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -405,7 +420,7 @@ def data_files(path: Path) -> list[Path]:
     if path.is_file():
         files = [path]
         if path.suffix == ".jsonl":
-            from mediapipe.bench.images import manifest_rows
+            from mediapipe.bench.image_data import manifest_rows
 
             files += [Path(p) for p, _ in manifest_rows(path)]
         return files
@@ -422,7 +437,7 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
     if kind == "detection":  # a COCO file and its images: sizes and object counts from the file
         return describe_detection(path, info)
     if path.is_file() and path.suffix == ".jsonl":
-        from mediapipe.bench.images import manifest_rows
+        from mediapipe.bench.image_data import manifest_rows
 
         files = [Path(p) for p, _ in manifest_rows(path)]
     elif (path / "manifest.json").is_file():
@@ -450,7 +465,6 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
             except OSError:
                 continue
         info["mean_megapixels"] = float(np.mean(pixels)) / 1e6 if pixels else None
-    if kind == "image":
         info.update(fused_quality(path))
     return info
 
@@ -476,7 +490,8 @@ def describe_detection(path: Path, info: dict[str, Any]) -> dict[str, Any]:
 def fused_quality(path: Path) -> dict[str, Any]:
     """``fused_psnr``: per image scenario, the fused decode's PSNR against the unfused path
     (`mediapipe.bench.images.fused_psnr`), for the report's PSNR column; made once per dataset."""
-    from mediapipe.bench.images import EVAL, TRAIN, fused_psnr
+    from mediapipe.bench.image_data import EVAL, TRAIN
+    from mediapipe.bench.images import fused_psnr
 
     try:
         return {"fused_psnr": {scenario: fused_psnr(scenario, Path(path)) for scenario in (TRAIN, EVAL)}}

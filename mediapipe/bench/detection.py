@@ -24,15 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.images import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    RepeatedSource,
-    _touch_image,
-    dataloader_stream,
-    passes,
-)
-from mediapipe.bench.streams import EpochStream, Stream
+from mediapipe.bench.image_data import IMAGENET_MEAN, IMAGENET_STD
+from mediapipe.bench.images import dataloader_stream
+from mediapipe.bench.long_epoch import RepeatedSource, passes
+from mediapipe.bench.streams import EpochStream, Stream, loader_stages, touch_image
 
 SCENARIO = "detection-train"
 SIZE = 320
@@ -81,14 +76,13 @@ def mediapipe_pipeline(data: Path, device: str, batch_size: int, seed: int = 0,
 
 
 def open_mediapipe(data: Path, *, device: str, workers: int, batch_size: int, options: dict[str, Any]) -> Stream:
-    from mediapipe.bench.images import loader_stages
 
     pipe = mediapipe_pipeline(data, device, batch_size, options=options)
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
     loader = pipe.loader(num_workers=workers, shuffle=True, drop_last=True, **kwargs)
     prefetch = getattr(loader, "prefetch", 2)
     return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
-                       stats=lambda: loader_stages(loader), samples=_touch_image)
+                       stats=lambda: loader_stages(loader), samples=touch_image)
 
 
 # -- torchvision baseline -------------------------------------------------------------------
@@ -160,7 +154,7 @@ def open_dali(data: Path, *, device: str, workers: int, batch_size: int, options
     pipe.build()
     iterator = DALIGenericIterator(pipe, ["image", "boxes", "labels"], reader_name="Reader",
                                    last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
-    return EpochStream(lambda: iterator, buffered=2, samples=lambda outputs: _touch_image(outputs[0]))
+    return EpochStream(lambda: iterator, buffered=2, samples=lambda outputs: touch_image(outputs[0]))
 
 
 OPENERS = {"mediapipe": open_mediapipe, "torchvision": open_torchvision, "dali": open_dali}

@@ -147,7 +147,7 @@ def data_labels(paths: list[Path]) -> list[str]:
     for path, name in zip(paths, names):
         if names.count(name) > 1:
             try:
-                from mediapipe.bench.images import dataset_layout
+                from mediapipe.bench.image_data import dataset_layout
 
                 layout = dataset_layout(path)
             except (FileNotFoundError, ImportError):
@@ -375,8 +375,8 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
         if row.error is None:
             dataset = dict(data_info[row.data])
             per_epoch = (dataset.get("samples") or 0) // (row.batch_size or 1)
-            if scenario.kind == "video":
+            if not scenario.whole_files:
                 dataset.pop("mean_bytes", None)  # a clip reads part of a file: no honest MB/s from file sizes
             summarise(row, reps[id(row)], dataset=dataset, cores=cores, frames_per_sample=scenario.frames_per_sample)
-            if per_epoch and scenario.kind in ("image", "detection"):
+            if per_epoch and scenario.fixed_batches:
                 row.epochs = delivered.get(id(row), 0) / per_epoch

@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from mediapipe.bench.streams import EpochStream, Stream
+import mediapipe as mp
+from mediapipe.bench.image_data import TRAIN, dataset_layout, scenario_ops, torchvision_transform
+from mediapipe.bench.long_epoch import Repeat, RepeatedSource, passes
+from mediapipe.bench.streams import EpochStream, Stream, loader_stages, touch_image
+from mediapipe.loaders.sources.parquet import RowGroupWindowSampler
 
 WINDOW = 8  # row groups per shuffle window of the mediapipe-hf row
 SPLIT_FILE = "train-00000-of-00001.parquet"
@@ -26,9 +31,6 @@ SPLIT_FILE = "train-00000-of-00001.parquet"
 
 def _rows(data: Path) -> tuple[list[str], list[int], list[str] | None]:
     """(paths, labels, class names) of the images of a folder or manifest, in the source's order."""
-    import mediapipe as mp
-    from mediapipe.bench.images import dataset_layout
-
     layout = dataset_layout(data)
     if layout == "converted":
         raise NotImplementedError("not applicable: the Hugging Face rows copy a folder or a manifest of images")
@@ -66,45 +68,26 @@ def parquet_copy(data: Path) -> Path:
 def open_mediapipe_hf(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                       options: dict[str, Any]) -> Stream:
     """This library's loader over the Parquet copy, shuffling within windows of row groups."""
-    import mediapipe as mp
-    from mediapipe import augment as A
-    from mediapipe.bench.images import (
-        IMAGENET_MEAN,
-        IMAGENET_STD,
-        TRAIN,
-        RepeatedSource,
-        _touch_image,
-        loader_stages,
-        passes,
-    )
-    from mediapipe.loaders.sources.parquet import RowGroupWindowSampler
-
     source = mp.loaders.huggingface(parquet_copy(data), split="train", columns={"image": "image", "label": "label"})
     times = passes(options, batch_size, len(source))
     groups = source.row_groups()
     groups = np.concatenate([groups + k * (int(groups.max()) + 1) for k in range(times)])
     source = RepeatedSource(source, times) if times > 1 else source
-    if scenario == TRAIN:
-        ops = [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    else:
-        ops = [A.Resize(256), A.CenterCrop(224), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    pipe = mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=ops, batch_size=batch_size,
-                       seed=0, device=device)
+    pipe = mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=scenario_ops(scenario),
+                       batch_size=batch_size, seed=0, device=device)
     sampler = RowGroupWindowSampler(groups, batch_size, window=WINDOW, shuffle=scenario == TRAIN, seed=0,
                                     last_batch="drop")
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
     loader = pipe.loader(num_workers=workers, sampler=sampler, **kwargs)
     prefetch = getattr(loader, "prefetch", 2)
     return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
-                       stats=lambda: loader_stages(loader), samples=lambda b: _touch_image(b))
+                       stats=lambda: loader_stages(loader), samples=touch_image)
 
 
 class _Collate:
     """The recipe's collate_fn: stack the transformed images, tensor the labels."""
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        import torch
-
         return {"pixel_values": torch.stack([e["pixel_values"] for e in examples]),
                 "labels": torch.tensor([e["label"] for e in examples])}
 
@@ -113,8 +96,6 @@ class _Transform:
     """The recipe's transform for ``with_transform``: Pillow image -> torchvision v2 -> tensor."""
 
     def __init__(self, scenario: str) -> None:
-        from mediapipe.bench.images import torchvision_transform
-
         self.transform = torchvision_transform(scenario)
 
     def __call__(self, examples: dict[str, list]) -> dict[str, list]:
@@ -127,15 +108,12 @@ def open_hf_datasets(scenario: str, data: Path, *, device: str, workers: int, ba
                      options: dict[str, Any]) -> Stream:
     """``datasets`` + ``.with_transform`` (torchvision v2) + DataLoader, fully shuffled."""
     import datasets
-    import torch
-
-    from mediapipe.bench.images import TRAIN, _Repeat, _touch_image, passes
 
     copy = parquet_copy(data)
     datasets.disable_progress_bars()
     ds = datasets.Dataset.from_parquet(str(copy / "data" / SPLIT_FILE), cache_dir=str(copy / "cache"))
     ds = ds.with_transform(_Transform(scenario))
-    dataset = _Repeat(ds, passes(options, batch_size, len(ds)))
+    dataset = Repeat(ds, passes(options, batch_size, len(ds)))
     cuda = device.startswith("cuda")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
                                          num_workers=workers, drop_last=True, pin_memory=cuda, collate_fn=_Collate())
@@ -143,7 +121,7 @@ def open_hf_datasets(scenario: str, data: Path, *, device: str, workers: int, ba
 
     def samples(batch: Any) -> int:
         images = batch["pixel_values"].to(target, non_blocking=cuda) if cuda else batch["pixel_values"]
-        _touch_image({"image": images})
+        touch_image({"image": images})
         return int(images.shape[0])
 
     return EpochStream(lambda: loader, buffered=workers * 2 if workers else 0, samples=samples)

@@ -1,162 +1,55 @@
-"""The image scenarios and their backends: this library (torch loader, and lowered to DALI),
-the torchvision baseline and DALI's own pipeline written by hand, as the core issue specifies.
+"""The image scenarios' backends: this library (torch loader, and lowered to DALI), the
+torchvision baseline and DALI's own pipeline written by hand, as the core issue specifies; the
+Hugging Face rows (`mediapipe.bench.hf`) and torchvision's GPU pipeline
+(`mediapipe.bench.torchvision_gpu`) are theirs. What the scenarios read and do is
+`mediapipe.bench.image_data`'s.
 
-image-train: RandomResizedCrop(224), horizontal flip (p=0.5), normalise (ImageNet mean/std),
-float32 (B, 3, 224, 224). image-eval: resize the shorter side to 256, centre crop 224,
-normalise. Every backend reads the same files, batch 64 by default, with ``workers``
-processes (torch) or threads (DALI), shuffled for training and in order for evaluation.
+Every backend reads the same files, batch 64 by default, with ``workers`` processes (torch) or
+threads (DALI), shuffled for training and in order for evaluation.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import tempfile
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.streams import EpochStream, Stream
+import numpy as np
+import torch
+from PIL import Image
+
+import mediapipe as mp
+from mediapipe.bench import hf
+from mediapipe.bench.image_data import (
+    IMAGE_EXTENSIONS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    TRAIN,
+    ShardImage,
+    converted_images,
+    converted_shards,
+    dataset_layout,
+    flat_rows,
+    has_class_folders,
+    manifest_rows,
+    scenario_ops,
+    torchvision_transform,
+)
+from mediapipe.bench.long_epoch import Repeat, RepeatedSource, passes
+from mediapipe.bench.streams import EpochStream, Stream, loader_stages, touch_image
+from mediapipe.bench.torchvision_gpu import open_torchvision_gpu
+from mediapipe.decoders import create
+from mediapipe.decoders.image import plan_decode
 from mediapipe.loaders.sources.folder import Source
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-TRAIN, EVAL = "image-train", "image-eval"
-
-
-def dataset_layout(data: Path) -> str:
-    """"folder" (class sub-folders), "manifest" (a .jsonl file) or "converted" (shards)."""
-    if data.is_file() and data.suffix == ".jsonl":
-        return "manifest"
-    if data.is_dir() and (data / "manifest.json").is_file():
-        return "converted"
-    if data.is_dir():
-        return "folder"
-    raise FileNotFoundError(f"{data}: expected a folder of images, a .jsonl manifest or a converted dataset")
-
-
-def has_class_folders(data: Path) -> bool:
-    return any(p.is_dir() and not p.name.startswith(".") for p in data.iterdir())
-
-
-def flat_rows(data: Path) -> list[tuple[str, int]]:
-    """(path, 0) for the images of a folder without class sub-folders (ImageFolder and DALI's
-    file_root want class folders; such a folder is read as an unlabelled list instead)."""
-    return [(str(p), 0) for p in sorted(data.iterdir())
-            if p.is_file() and p.suffix.lower().lstrip(".") in IMAGE_EXTENSIONS and not p.name.startswith(".")]
-
-
-def manifest_rows(path: Path) -> list[tuple[str, int]]:
-    """(absolute path, label) per line of a JSON-lines manifest (label 0 where absent)."""
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            p = Path(row["path"])
-            rows.append((str(p if p.is_absolute() else path.parent / p), int(row.get("label", 0))))
-    return rows
-
-
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
-
-
-@dataclass(frozen=True)
-class ShardImage:
-    """An image inside a converted dataset's tar shard: its bytes are ``size`` at ``offset``."""
-
-    tar: str
-    offset: int
-    size: int
-    label: int
-
-
-def converted_images(data: Path) -> list[ShardImage]:
-    """Every image of a converted dataset, located through the shards' DALI index files."""
-    from mediapipe.dataset.index import read_index
-    from mediapipe.dataset.manifest import read_manifest
-    from mediapipe.dataset.sample_records import read_samples
-
-    manifest = read_manifest(data)
-    labels = {r["key"]: int(r.get("label", 0) or 0) for r in read_samples(data)}
-    out = []
-    for shard in manifest["shards"]:
-        tar = str(data / shard["name"])
-        for members in read_index(data / shard["idx"]):
-            for m in members:
-                key, ext = m.name.split(".", 1)
-                if ext.lower() in IMAGE_EXTENSIONS:
-                    out.append(ShardImage(tar, m.offset, m.size, labels.get(key, 0)))
-    return out
-
-
-def converted_shards(data: Path) -> tuple[list[str], list[str]]:
-    """(tar paths, index paths) of a converted dataset, in the manifest's order."""
-    from mediapipe.dataset.manifest import read_manifest
-
-    manifest = read_manifest(data)
-    return ([str(data / s["name"]) for s in manifest["shards"]], [str(data / s["idx"]) for s in manifest["shards"]])
-
-
-# -- one long epoch over a small dataset ----------------------------------------------------
-def passes(options: dict[str, Any], batch_size: int, samples: int) -> int:
-    """How many passes over the dataset make one epoch long enough for the whole run, so a
-    small benchmark dataset does not restart loaders (workers, DALI pipelines) far more often
-    than an epoch of a real dataset would; 1 with ``repeat=False`` (``--real-epochs``)."""
-    if not options.get("repeat", True) or not options.get("max_batches") or samples <= 0:
-        return 1
-    return max(1, -(-options["max_batches"] * batch_size // samples) + 1)
-
-
-class RepeatedSource(Source):
-    """A source seen ``times`` over, as one source: sample i is sample i mod len(inner)
-    (with its own index, so its random draws differ from pass to pass)."""
-
-    kind = ""  # a benchmark view: not registered for configs
-
-    def __init__(self, inner: Source, times: int) -> None:
-        self.inner, self.times = inner, times
-
-    def __len__(self) -> int:
-        return len(self.inner) * self.times
-
-    def ref(self, index: int) -> Any:
-        return replace(self.inner.ref(index % len(self.inner)), index=index)
-
-    def meta(self, index: int) -> dict[str, Any]:
-        return self.inner.meta(index % len(self.inner))
-
-    def prefetch(self, indices: Any) -> None:
-        n = len(self.inner)
-        self.inner.prefetch([i % n for i in indices])
-
-    def field_types(self) -> dict[str, Any]:
-        declared = getattr(self.inner, "field_types", None)  # boxes and labels of a detection source
-        return declared() if callable(declared) else {}
-
-    @property
-    def classes(self) -> list[str] | None:
-        return self.inner.classes
-
-
-class _Repeat:
-    """A map-style dataset seen ``times`` over (the torchvision baseline's long epoch)."""
-
-    def __init__(self, dataset: Any, times: int) -> None:
-        self.dataset, self.times = dataset, times
-
-    def __len__(self) -> int:
-        return len(self.dataset) * self.times
-
-    def __getitem__(self, i: int) -> Any:
-        return self.dataset[i % len(self.dataset)]
+from mediapipe.rng import op_rng
+from mediapipe.sample import Blob
 
 
 # -- this library ------------------------------------------------------------------------
 def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, seed: int = 0,
                        options: dict[str, Any] | None = None, source: Source | None = None) -> Any:
-    import mediapipe as mp
-
     layout = dataset_layout(data) if source is None else "given"  # given: the same data read another way
     if layout == "given":
         pass
@@ -174,15 +67,6 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
     source = RepeatedSource(source, times) if times > 1 else source
     return mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=scenario_ops(scenario),
                        batch_size=batch_size, seed=seed, device=device)
-
-
-def scenario_ops(scenario: str) -> list[Any]:
-    """The ops of an image scenario; the first is fused into the decoder."""
-    from mediapipe import augment as A
-
-    if scenario == TRAIN:
-        return [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    return [A.Resize(256), A.CenterCrop(224), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
 # -- the fused path's quality, reported next to its speed --------------------------------------------
@@ -218,15 +102,6 @@ def fused_psnr(scenario: str, data: Path, samples: int = PSNR_SAMPLES, seed: int
     the CPU) comes to the unfused path: a full Pillow decode, then the same op at full
     resolution. PSNR in dB over ``samples`` images (median, 10th percentile, min; 100 where
     bit-exact), the largest absolute error, and the share decoded at a reduced DCT scale."""
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    from mediapipe.decoders import create
-    from mediapipe.decoders.image import plan_decode
-    from mediapipe.rng import op_rng
-    from mediapipe.sample import Blob
-
     op = scenario_ops(scenario)[0]
     decoder = create("image", "auto")  # as the loader workers make it
     scores, worst, reduced = [], 0, 0
@@ -263,16 +138,7 @@ def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batc
     loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
     prefetch = getattr(loader, "prefetch", 2)
     return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
-                       stats=lambda: loader_stages(loader), samples=lambda b: _touch_image(b))
-
-
-def loader_stages(loader: Any) -> dict[str, float]:
-    """``loader.stats`` seconds: "batch_ops" are worker seconds (the batch stage run in the
-    workers, for a CPU device), reported as worker_batch_ops; "device_ops" are the consumer's."""
-    seconds = dict(loader.stats.seconds)
-    if "batch_ops" in seconds:
-        seconds["worker_batch_ops"] = seconds.pop("batch_ops")
-    return seconds
+                       stats=lambda: loader_stages(loader), samples=touch_image)
 
 
 def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
@@ -287,27 +153,10 @@ def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int,
         raise ValueError("DALI needs at least one thread: use --workers 1 or more")
     loader = pipe.loader(backend="dali", num_workers=workers, shuffle=scenario == TRAIN, drop_last=True)
     return EpochStream(lambda: loader, buffered=getattr(loader, "prefetch", 2),
-                       stats=lambda: loader.stats.seconds, samples=lambda b: _touch_image(b))
-
-
-def _touch_image(batch: dict[str, Any]) -> int:
-    from mediapipe.bench.streams import touch
-
-    touch(batch["image"])
-    return int(batch["image"].shape[0])
+                       stats=lambda: loader.stats.seconds, samples=touch_image)
 
 
 # -- torchvision baseline -------------------------------------------------------------
-def torchvision_transform(scenario: str) -> Any:
-    import torch
-    from torchvision.transforms import v2
-
-    if scenario == TRAIN:
-        geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
-    else:
-        geometry = [v2.Resize(256, antialias=True), v2.CenterCrop(224)]
-    return v2.Compose([*geometry, v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
 class _ManifestImages:
@@ -337,8 +186,6 @@ class _ShardImages:
         return len(self.items)
 
     def __getitem__(self, i: int) -> tuple[Any, int]:
-        from PIL import Image
-
         item = self.items[i]
         with open(item.tar, "rb") as f:
             f.seek(item.offset)
@@ -369,9 +216,7 @@ def dataloader_stream(dataset: Any, *, device: str, workers: int, batch_size: in
                       options: dict[str, Any], collate_fn: Any = None) -> Stream:
     """A torch DataLoader over ``dataset`` (repeated for a long epoch; batch ``[0]`` holds the
     images) as a stream: the baselines' loader, defaults otherwise."""
-    import torch
-
-    dataset = _Repeat(dataset, passes(options, batch_size, len(dataset)))
+    dataset = Repeat(dataset, passes(options, batch_size, len(dataset)))
     cuda = device.startswith("cuda")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
                                          drop_last=True, pin_memory=cuda, collate_fn=collate_fn)
@@ -379,7 +224,7 @@ def dataloader_stream(dataset: Any, *, device: str, workers: int, batch_size: in
 
     def samples(batch: Any) -> int:
         images = batch[0].to(target, non_blocking=cuda) if cuda else batch[0]
-        _touch_image({"image": images})
+        touch_image({"image": images})
         return int(images.shape[0])
 
     return EpochStream(lambda: loader, buffered=workers * 2 if workers else 0, samples=samples)
@@ -444,23 +289,14 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
             Path(path).unlink(missing_ok=True)
 
     return EpochStream(lambda: iterator, buffered=2, on_close=close,
-                       samples=lambda outputs: _touch_image(outputs[0]))
+                       samples=lambda outputs: touch_image(outputs[0]))
 
 
-OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali,
-           "torchvision": open_torchvision, "dali": open_dali}
+OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali, "torchvision": open_torchvision,
+           "torchvision-gpu": open_torchvision_gpu, "dali": open_dali,
+           "mediapipe-hf": hf.open_mediapipe_hf, "hf-datasets": hf.open_hf_datasets}  # hf: the images as Parquet
 
 
 def open_stream(scenario: str, backend: str, data: Path, *, device: str, workers: int, batch_size: int,
                 options: dict[str, Any]) -> Stream:
-    if backend in ("mediapipe-hf", "hf-datasets"):  # the same images as a Parquet dataset
-        from mediapipe.bench import hf
-
-        opener = hf.open_mediapipe_hf if backend == "mediapipe-hf" else hf.open_hf_datasets
-        return opener(scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)
-    if backend == "torchvision-gpu":
-        from mediapipe.bench.torchvision_gpu import open_torchvision_gpu
-
-        return open_torchvision_gpu(scenario, data, device=device, workers=workers, batch_size=batch_size,
-                                    options=options)
     return OPENERS[backend](scenario, data, device=device, workers=workers, batch_size=batch_size, options=options)

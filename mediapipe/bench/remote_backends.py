@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.streams import EpochStream, Stream
+from mediapipe.bench.streams import EpochStream, Stream, loader_stages, touch_image
 
 REMOTE_BACKENDS = ("mediapipe-ray", "mediapipe-http")
 
@@ -34,14 +34,15 @@ def open_mediapipe_ray(scenario: str, data: Path, *, device: str, workers: int, 
                        options: dict[str, Any]) -> Stream:
     """The same pipeline as ``mediapipe``, its sample stage on ``workers`` Ray actors (a local Ray
     of ``workers`` CPUs: the local loader's workers, as actors)."""
-    from mediapipe.bench.images import TRAIN, _touch_image, loader_stages, mediapipe_pipeline
+    from mediapipe.bench.image_data import TRAIN
+    from mediapipe.bench.images import mediapipe_pipeline
 
     actors = max(1, workers)
     pipe = mediapipe_pipeline(scenario, data, device, batch_size, options=options)
     loader = pipe.loader(backend="ray", num_workers=actors, num_cpus=actors, shuffle=scenario == TRAIN,
                          drop_last=True)
     return EpochStream(lambda: loader, buffered=loader.max_in_flight + 1, stats=lambda: loader_stages(loader),
-                       samples=_touch_image, on_close=loader.close)
+                       samples=touch_image, on_close=loader.close)
 
 
 def open_mediapipe_http(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
@@ -49,7 +50,8 @@ def open_mediapipe_http(scenario: str, data: Path, *, device: str, workers: int,
     """The same pipeline as ``mediapipe`` on a converted dataset, its shards read over HTTP
     (one ranged read per sample, a batch's reads together) from a local server."""
     import mediapipe as mp
-    from mediapipe.bench.images import TRAIN, _touch_image, dataset_layout, loader_stages, mediapipe_pipeline
+    from mediapipe.bench.image_data import TRAIN, dataset_layout
+    from mediapipe.bench.images import mediapipe_pipeline
 
     if dataset_layout(data) != "converted":
         raise NotImplementedError("not applicable: shards over HTTP need a converted dataset (--as-shards, or "
@@ -66,7 +68,7 @@ def open_mediapipe_http(scenario: str, data: Path, *, device: str, workers: int,
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
     loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
     return EpochStream(lambda: loader, buffered=max(1, workers) * getattr(loader, "prefetch", 2) + 1,
-                       stats=lambda: loader_stages(loader), samples=_touch_image,
+                       stats=lambda: loader_stages(loader), samples=touch_image,
                         on_close=lambda: (ours.close(), server.kill()))  # (holds the pipe open: the server's life)
 
 

@@ -29,6 +29,8 @@ class Scenario:
     backends: tuple[str, ...]
     batch_size: int | None  # default; None where the runner chooses
     frames_per_sample: int | None = None
+    whole_files: bool = True  # a sample reads its whole file, so file sizes give an honest MB/s
+    fixed_batches: bool = False  # a pass over the dataset is samples // batch_size batches: epochs count
 
 
 SCENARIOS = {
@@ -37,14 +39,15 @@ SCENARIOS = {
         Scenario("image-train", "image", "sample-images", "images",
                  "RandomResizedCrop 224, horizontal flip, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets"),
-                 64),
+                 64, fixed_batches=True),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali"), 64),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali"), 64, fixed_batches=True),
         Scenario("detection-train", "detection", "sample-detection", "images",
                  "COCO boxes: IoU crop, flip, resize 320x320, sanitize, normalise",
-                 ("mediapipe", "torchvision", "dali"), 32),
+                 ("mediapipe", "torchvision", "dali"), 32, fixed_batches=True),
         Scenario("video-clips", "video", "sample-video", "clips", "AV1 clips of 16 frames, stride 2, 112x112",
-                 ("mediapipe", "pyav", "torchcodec", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16),
+                 ("mediapipe", "pyav", "torchcodec", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16,
+                 whole_files=False),  # a clip reads part of its file
         Scenario("audio-asr", "audio", "sample-audio", "utterances",
                  "16 kHz, 80-bin log-mel, SpecAugment, duration buckets", ("mediapipe", "pyav", "dali"), None),
     )

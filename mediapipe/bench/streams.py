@@ -37,6 +37,22 @@ def touch(value: Any) -> int:
     return samples
 
 
+def touch_image(batch: dict[str, Any]) -> int:
+    """`touch` a batch's images; their count."""
+    touch(batch["image"])
+    return int(batch["image"].shape[0])
+
+
+def loader_stages(loader: Any) -> dict[str, float]:
+    """``loader.stats`` seconds of this library's loader: "batch_ops" are worker seconds (the batch
+    stage run in the workers, for a CPU device), reported as worker_batch_ops; "device_ops" are
+    the consumer's."""
+    seconds = dict(loader.stats.seconds)
+    if "batch_ops" in seconds:
+        seconds["worker_batch_ops"] = seconds.pop("batch_ops")
+    return seconds
+
+
 class Stream:
     """Base of the backend streams: ``buffered`` batches may be ready before the consumer
     asks (the harness drains them after an idle spell); ``stages()`` gives cumulative stage

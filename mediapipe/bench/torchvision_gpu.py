@@ -12,21 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.images import (
+import torch
+
+from mediapipe.bench.image_data import (
     IMAGE_EXTENSIONS,
     IMAGENET_MEAN,
     IMAGENET_STD,
     TRAIN,
-    _Repeat,
-    _touch_image,
     converted_images,
     dataset_layout,
     flat_rows,
     has_class_folders,
     manifest_rows,
-    passes,
 )
-from mediapipe.bench.streams import EpochStream, Stream
+from mediapipe.bench.long_epoch import Repeat, passes
+from mediapipe.bench.streams import EpochStream, Stream, touch_image
 
 
 class _FileBytes:
@@ -39,8 +39,6 @@ class _FileBytes:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> tuple[Any, int]:
-        import torch
-
         where, label = self.rows[i]
         if isinstance(where, str):
             data = Path(where).read_bytes()
@@ -52,8 +50,6 @@ class _FileBytes:
 
 
 def _as_lists(batch: list[tuple[Any, int]]) -> tuple[list[Any], Any]:
-    import torch
-
     return [b for b, _ in batch], torch.tensor([label for _, label in batch])
 
 
@@ -73,7 +69,6 @@ def image_rows(data: Path) -> list[tuple[Any, int]]:
 
 def gpu_transforms(scenario: str) -> tuple[Any, Any]:
     """(per-image geometry, batch conversion) of the scenario, as transforms v2."""
-    import torch
     from torchvision.transforms import v2
 
     if scenario == TRAIN:
@@ -86,13 +81,12 @@ def gpu_transforms(scenario: str) -> tuple[Any, Any]:
 def open_torchvision_gpu(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                          options: dict[str, Any]) -> Stream:
     """Workers read bytes; ``decode_jpeg(..., device="cuda")`` per batch; transforms v2 on the GPU."""
-    import torch
     from torchvision.io import ImageReadMode, decode_jpeg
 
     if not device.startswith("cuda"):
         raise NotImplementedError("not applicable: torchvision's GPU pipeline decodes on a CUDA GPU")
     rows = image_rows(data)
-    dataset = _Repeat(_FileBytes(rows), passes(options, batch_size, len(rows)))
+    dataset = Repeat(_FileBytes(rows), passes(options, batch_size, len(rows)))
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=scenario == TRAIN,
                                          num_workers=workers, drop_last=True, collate_fn=_as_lists)
     geometry, convert = gpu_transforms(scenario)
@@ -104,4 +98,4 @@ def open_torchvision_gpu(scenario: str, data: Path, *, device: str, workers: int
             batch = convert(torch.stack([geometry(image) for image in images]))
             yield {"image": batch, "label": labels.to(target, non_blocking=True)}
 
-    return EpochStream(epoch, buffered=workers * 2 if workers else 0, samples=_touch_image)
+    return EpochStream(epoch, buffered=workers * 2 if workers else 0, samples=touch_image)

@@ -1,0 +1,62 @@
+"""One long epoch over a small benchmark dataset: the dataset seen several times over as one,
+so a run does not restart loaders (workers, DALI pipelines) far more often than an epoch of a
+real dataset would. Shared by the backends of every scenario."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from mediapipe.loaders.sources.folder import Source
+
+
+def passes(options: dict[str, Any], batch_size: int, samples: int) -> int:
+    """How many passes over the dataset make one epoch long enough for the whole run; 1 with
+    ``repeat=False`` (``--real-epochs``)."""
+    if not options.get("repeat", True) or not options.get("max_batches") or samples <= 0:
+        return 1
+    return max(1, -(-options["max_batches"] * batch_size // samples) + 1)
+
+
+class RepeatedSource(Source):
+    """A source seen ``times`` over, as one source: sample i is sample i mod len(inner)
+    (with its own index, so its random draws differ from pass to pass)."""
+
+    kind = ""  # a benchmark view: not registered for configs
+
+    def __init__(self, inner: Source, times: int) -> None:
+        self.inner, self.times = inner, times
+
+    def __len__(self) -> int:
+        return len(self.inner) * self.times
+
+    def ref(self, index: int) -> Any:
+        return replace(self.inner.ref(index % len(self.inner)), index=index)
+
+    def meta(self, index: int) -> dict[str, Any]:
+        return self.inner.meta(index % len(self.inner))
+
+    def prefetch(self, indices: Any) -> None:
+        n = len(self.inner)
+        self.inner.prefetch([i % n for i in indices])
+
+    def field_types(self) -> dict[str, Any]:
+        declared = getattr(self.inner, "field_types", None)  # boxes and labels of a detection source
+        return declared() if callable(declared) else {}
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.inner.classes
+
+
+class Repeat:
+    """A map-style dataset seen ``times`` over (the baselines' long epoch in a DataLoader)."""
+
+    def __init__(self, dataset: Any, times: int) -> None:
+        self.dataset, self.times = dataset, times
+
+    def __len__(self) -> int:
+        return len(self.dataset) * self.times
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset[i % len(self.dataset)]
