@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,10 +21,21 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.fields import boxes, keypoints
+from mediapipe.augment.functional.objects import convert_boxes
+from mediapipe.fields import FieldType, boxes, keypoints
 from mediapipe.loaders.sources.folder import ManifestSource
+from mediapipe.loaders.sources.recordio import IR_HEADER, MAGIC
+from mediapipe.loaders.sources.tfrecord import BOXES as TFRECORD_BOXES
+from mediapipe.rng import op_rng
 from mediapipe.synthetic import imagenet_like_sizes, jpeg_bytes, photo_like
 from mediapipe.synthetic.detection import find_flat_objects
+
+try:  # the torchvision oracles of the geometric ops; the modules that use them import torchvision
+    import torchvision.transforms.v2.functional as TF
+    from torchvision import tv_tensors
+    from torchvision.transforms import InterpolationMode
+except ImportError:  # torchvision is optional: the other helpers work without it
+    TF = tv_tensors = InterpolationMode = None
 
 
 # -- image folders and loaders ---------------------------------------------------------------
@@ -55,6 +67,15 @@ def make_pipeline(root, seed: int = 0, batch_size: int = 5, **kwargs) -> mp.Pipe
         augment=[A.RandomResizedCrop(32, scale=(0.2, 1.0)), A.HorizontalFlip(), A.Normalize()],
         batch_size=batch_size, seed=seed, device="cpu", **kwargs,
     )
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (an exited child not yet reaped, a zombie, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
 
 
 def collect(loader) -> list[dict]:
@@ -280,3 +301,252 @@ def run_two_gloo_ranks(script: Path, *args: str) -> list[dict]:
                 p.kill()
                 p.wait()
     return sorted(results, key=lambda r: r["rank"])
+
+
+# -- geometric ops on every kind of field, against torchvision v2 (test_ops_targets, test_ops_detection) --
+H, W = 48, 64
+
+
+def image(seed: int = 0, h: int = H, w: int = W) -> torch.Tensor:
+    return torch.from_numpy(photo_like(h, w, seed)).permute(2, 0, 1).contiguous()
+
+
+def mask_of(img: torch.Tensor) -> torch.Tensor:
+    """Class ids 0, 3 and 5 in blobs that follow the image's content."""
+    luma = img.float().mean(0, keepdim=True)
+    return (luma > 110).to(torch.uint8) * 3 + (luma > 150).to(torch.uint8) * 2
+
+
+def some_boxes(seed: int, n: int = 5, h: int = H, w: int = W) -> torch.Tensor:
+    """xyxy boxes inside the canvas, one crossing its right edge and one wholly outside it."""
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * torch.tensor([w * 0.7, h * 0.7])
+    wh = 2 + torch.rand(n, 2, generator=g) * torch.tensor([w * 0.3, h * 0.3])
+    out = torch.cat((xy, xy + wh), 1)
+    out[0] = torch.tensor([w - 6.5, 4.25, w + 9.0, 20.0])  # crosses the right edge
+    out[1] = torch.tensor([w + 3.0, h + 2.0, w + 8.0, h + 9.5])  # outside the canvas
+    return out
+
+
+def some_points(seed: int, n: int = 4, k: int = 3, h: int = H, w: int = W) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, k, 2, generator=g) * torch.tensor([w, h]) - 2.0
+
+
+def sample_types(fmt: str) -> dict[str, FieldType]:
+    """An image, its class-id mask, boxes in ``fmt`` and keypoints: what `sample` holds."""
+    return {"image": FieldType("image"), "mask": FieldType("mask"), "boxes": boxes(fmt), "points": keypoints()}
+
+
+def sample(seed: int, fmt: str, h: int = H, w: int = W) -> dict[str, torch.Tensor]:
+    """A photo-like image, its mask, boxes (one crossing an edge, one outside) and keypoints."""
+    img = image(seed, h, w)
+    return {"image": img, "mask": mask_of(img), "boxes": convert_boxes(some_boxes(seed, h=h, w=w), "xyxy", fmt),
+            "points": some_points(seed, h=h, w=w)}
+
+
+def tv(data: dict[str, torch.Tensor], fmt: str) -> dict:
+    """The same fields as torchvision's ``tv_tensors``."""
+    canvas = tuple(data["image"].shape[-2:])
+    return {"image": tv_tensors.Image(data["image"]), "mask": tv_tensors.Mask(data["mask"]),
+            "boxes": tv_tensors.BoundingBoxes(data["boxes"], format=fmt.upper(), canvas_size=canvas),
+            "points": tv_tensors.KeyPoints(data["points"], canvas_size=canvas)}
+
+
+def check(ours: dict, ref: dict, image_levels: int = 0) -> None:
+    """Masks exact, boxes and keypoints within 1e-4 px, images within ``image_levels`` grey levels."""
+    assert ours["mask"].shape == ref["mask"].shape and torch.equal(ours["mask"], ref["mask"].as_subclass(torch.Tensor))
+    torch.testing.assert_close(ours["boxes"], ref["boxes"].as_subclass(torch.Tensor), atol=1e-4, rtol=0)
+    torch.testing.assert_close(ours["points"], ref["points"].as_subclass(torch.Tensor), atol=1e-4, rtol=0)
+    diff = (ours["image"].int() - ref["image"].as_subclass(torch.Tensor).int()).abs().max().item()
+    assert ours["image"].shape == ref["image"].shape and diff <= image_levels
+    assert ours["boxes"].dtype == torch.float32 and ours["points"].dtype == torch.float32
+
+
+def draw(op, seed: int, size=(H, W), index: int = 0) -> dict:
+    """The op's draw for sample ``index`` of a ``size`` image (as op 1 of a pipeline)."""
+    return op.sample_params(op_rng(seed, 0, index, 1), {"size": size, "shape": (3, *size)})
+
+
+# -- sample-stage ops: one sample, plain parameters -------------------------------------------------------
+def tv_resized_crop(op, p):
+    mode = InterpolationMode(op.interpolation)
+    return lambda t: TF.resized_crop(t, p["top"], p["left"], p["height"], p["width"], list(op.size), mode,
+                                     antialias=op.antialias)
+
+
+def tv_resize(op, p):
+    return lambda t: TF.resize(t, list(p["size"]), InterpolationMode(op.interpolation), antialias=op.antialias)
+
+
+def tv_center_crop(op, p):
+    return lambda t: TF.center_crop(t, list(op.size))
+
+
+def tv_random_crop(op, p):
+    left, top, right, bottom = p["padding"]
+
+    def fn(t):
+        if any(p["padding"]):
+            fill = 0 if isinstance(t, tv_tensors.Mask) else op.fill
+            t = TF.pad(t, [left, top, right, bottom], fill=fill, padding_mode=op.padding_mode)
+        return TF.crop(t, p["top"], p["left"], *op.size)
+
+    return fn
+
+
+def tv_pad(op, p):
+    def fn(t):
+        fill = 0 if isinstance(t, tv_tensors.Mask) else op.fill
+        return TF.pad(t, list(op.padding), fill=fill, padding_mode=op.padding_mode)
+
+    return fn
+
+
+SAMPLE_CASES = [  # (op, its torchvision oracle, the grey levels a resampled image may differ by)
+    (A.RandomResizedCrop((24, 32), scale=(0.2, 1.0)), tv_resized_crop, 1),
+    (A.RandomResizedCrop(20, scale=(0.9, 1.0), interpolation="nearest"), tv_resized_crop, 0),
+    (A.Resize(30), tv_resize, 1),
+    (A.Resize((40, 20)), tv_resize, 1),
+    (A.Resize(None, max_size=50, interpolation="nearest-exact"), tv_resize, 0),
+    (A.CenterCrop((40, 50)), tv_center_crop, 0),
+    (A.CenterCrop((60, 80)), tv_center_crop, 0),  # larger than the image: padded
+    (A.RandomCrop(40, padding=(3, 5), fill=7), tv_random_crop, 0),
+    (A.RandomCrop((56, 70), pad_if_needed=True), tv_random_crop, 0),
+    (A.Pad((1, 2, 3, 4), fill=9), tv_pad, 0),
+]
+
+
+def tv_flip(op, p):
+    fn = TF.horizontal_flip if type(op) is A.HorizontalFlip else TF.vertical_flip
+    return lambda t: fn(t) if bool(p["flip"]) else t
+
+
+def tv_rotate(op, p):
+    def fn(t):
+        fill = 0 if isinstance(t, tv_tensors.Mask) else (list(op.fill) if isinstance(op.fill, tuple) else op.fill)
+        interpolation = InterpolationMode.NEAREST if isinstance(t, tv_tensors.Mask) else InterpolationMode(op.interpolation)
+        return TF.rotate(t, float(p["angle"]), interpolation=interpolation, expand=op.expand,
+                         center=list(op.center) if op.center else None, fill=fill)
+
+    return fn
+
+
+def tv_affine(op, p):
+    def fn(t):
+        fill = 0 if isinstance(t, tv_tensors.Mask) else op.fill
+        interpolation = InterpolationMode.NEAREST if isinstance(t, tv_tensors.Mask) else InterpolationMode(op.interpolation)
+        return TF.affine(t, float(p["angle"]), [int(p["translate_x"]), int(p["translate_y"])], float(p["scale"]),
+                         [float(p["shear_x"]), float(p["shear_y"])], interpolation=interpolation, fill=fill,
+                         center=list(op.center) if op.center else None)
+
+    return fn
+
+
+BATCH_CASES = [  # (op, its torchvision oracle)
+    (A.HorizontalFlip(), tv_flip),
+    (A.VerticalFlip(), tv_flip),
+    (A.RandomRotation(40), tv_rotate),
+    (A.RandomRotation(30, interpolation="bilinear", center=(10.0, 30.0), fill=20), tv_rotate),
+    (A.RandomAffine(25, translate=(0.1, 0.2), scale=(0.7, 1.3), shear=(-8, 8, -4, 4)), tv_affine),
+    (A.RandomAffine(10, scale=(0.8, 1.2), interpolation="bilinear", center=(40.0, 5.0)), tv_affine),
+]
+
+
+# detection ops: their oracles also take the sample's fields before the op (the IoU crop's boxes)
+def _tv_fill(op, t):
+    if isinstance(t, tv_tensors.Mask):
+        return 0
+    return list(op.fill) if isinstance(op.fill, tuple) else op.fill
+
+
+def tv_iou_crop(op, p, before):
+    xyxy = convert_boxes(before["boxes"], op.binding.type_of("boxes").format, "xyxy")
+    cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2, (xyxy[:, 1] + xyxy[:, 3]) / 2
+    top, left, height, width = p["top"], p["left"], p["height"], p["width"]
+    within = (left < cx) & (cx < left + width) & (top < cy) & (cy < top + height)  # torchvision's test
+
+    def fn(t):
+        if not p["crop"]:
+            return t
+        out = TF.crop(t, top, left, height, width)
+        if isinstance(out, tv_tensors.BoundingBoxes):
+            out[~within] = 0  # torchvision marks them degenerate
+        return out
+
+    return fn
+
+
+def tv_zoom_out(op, p, before):  # not drawn (1 - p): torchvision's transform is not called
+    return lambda t: TF.pad(t, list(p["padding"]), fill=_tv_fill(op, t)) if any(p["padding"]) else t
+
+
+def tv_detection_resize(op, p, before):
+    return tv_resize(op, p)
+
+
+def tv_letterbox(op, p, before):
+    return lambda t: TF.pad(tv_detection_resize(op, p, before)(t), list(p["padding"]), fill=_tv_fill(op, t))
+
+
+# -- record files written by their own formats' rules (test_source_recordio, test_source_tfrecord...) --
+def dmlc_write_record(f, payload: bytes) -> None:
+    """dmlc::RecordIOWriter::WriteRecord: split where the magic sits at a 4-byte aligned position."""
+    magic = struct.pack("<I", MAGIC)
+    start = 0
+    for i in range(0, len(payload) // 4 * 4, 4):
+        if payload[i:i + 4] == magic:
+            f.write(magic + struct.pack("<I", ((1 if start == 0 else 2) << 29) | (i - start)) + payload[start:i])
+            start = i + 4
+    rest = payload[start:]
+    f.write(magic + struct.pack("<I", ((3 if start else 0) << 29) | len(rest)) + rest)
+    f.write(b"\0" * (-len(rest) % 4))
+
+
+def im2rec_pack(label: float | list[float], ident: int, image: bytes) -> bytes:
+    """mxnet.recordio.pack: IRHeader(flag, label, id, id2), the label array when flag > 0, the image."""
+    if isinstance(label, list):
+        return IR_HEADER.pack(len(label), 0.0, ident, 0) + np.asarray(label, "<f4").tobytes() + image
+    return IR_HEADER.pack(0, float(label), ident, 0) + image
+
+
+def write_rec(path: Path, items: list[tuple[float | list[float], int, bytes]]) -> Path:
+    """A .rec and its .idx ("key<TAB>offset", as MXIndexedRecordIO writes it)."""
+    idx = path.with_suffix(".idx")
+    with open(path, "wb") as f, open(idx, "w") as fi:
+        for key, (label, ident, image) in enumerate(items):
+            fi.write(f"{key}\t{f.tell()}\n")
+            dmlc_write_record(f, im2rec_pack(label, ident, image))
+    return idx
+
+
+def make_rec(folder: Path, split: bool = True) -> tuple[Path, list]:
+    items = [(float(i % 3), i, jpeg_bytes(photo_like(36, 44 + 2 * i, seed=10 + i), quality=90)) for i in range(5)]
+    if split:  # the id holds the magic: the writer splits the record in parts
+        items[2] = (2.0, MAGIC | (MAGIC << 32), items[2][2])
+    path = folder / "train.rec"
+    write_rec(path, items)
+    return path, items
+
+
+TFRECORD_TEXTS = ["tench", "goldfish", "great white shark", "tiger shark", "hammerhead", "électrique"]
+
+
+def write_imagenet_tfrecord(path: Path, count: int = 6) -> list[dict]:
+    """ImageNet-convention records (image/encoded, image/class/label, text, boxes) by the real writer
+    (the `tfrecord` package: its tests importorskip it)."""
+    import tfrecord
+
+    writer = tfrecord.TFRecordWriter(str(path))
+    rows = []
+    for i in range(count):
+        image = jpeg_bytes(photo_like(40 + 4 * i, 56, seed=i), quality=90)
+        boxes = [[0.1 * j, 0.2, 0.5 + 0.1 * j, 0.9] for j in range(i % 3)]
+        datum = {"image/encoded": (image, "byte"), "image/class/label": (i % 4, "int"),
+                 "image/class/text": (TFRECORD_TEXTS[i].encode(), "byte")}
+        for k, name in enumerate(TFRECORD_BOXES):
+            datum[name] = ([b[k] for b in boxes], "float")
+        writer.write(datum)
+        rows.append({"image": image, "label": i % 4, "text": TFRECORD_TEXTS[i], "boxes": boxes})
+    writer.close()
+    return rows

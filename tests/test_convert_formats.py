@@ -30,8 +30,7 @@ def _converted(out: Path) -> dict[str, tuple]:
 
 
 def test_tfrecord_recordio_and_hf_convert_to_the_same_shards(tmp_path):
-    from tests.test_source_recordio import make_rec
-    from tests.test_source_tfrecord import write_imagenet_tfrecord
+    from tests.helpers import make_rec, write_imagenet_tfrecord
 
     rows = write_imagenet_tfrecord(tmp_path / "train.tfrecord")
     result = convert(tmp_path / "train.tfrecord", tmp_path / "from_tfrecord", shard_size=4)
@@ -86,7 +85,7 @@ def test_a_nemo_manifest_converts_each_utterance_to_its_segment(tmp_path):
 
 
 def test_a_corrupt_record_is_reported_by_name_and_the_rest_converted(tmp_path):
-    from tests.test_source_tfrecord import write_imagenet_tfrecord
+    from tests.helpers import write_imagenet_tfrecord
 
     path = tmp_path / "train.tfrecord"
     rows = write_imagenet_tfrecord(path)

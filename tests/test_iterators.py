@@ -7,16 +7,7 @@ import weakref
 import pytest
 import torch
 
-from tests.helpers import assert_same, collect, make_pipeline
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (an exited child not yet reaped, a zombie, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
+from tests.helpers import assert_same, collect, make_pipeline, process_alive
 
 
 def clone(batch: dict) -> dict:

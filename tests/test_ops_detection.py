@@ -16,7 +16,6 @@ import torch
 import torchvision.transforms.v2 as T
 import torchvision.transforms.v2.functional as TF
 from torchvision import tv_tensors
-from torchvision.transforms import InterpolationMode
 
 from mediapipe import augment as A
 from mediapipe.augment.base import ObjectCountError, Stage
@@ -25,7 +24,23 @@ from mediapipe.errors import PipelineError
 from mediapipe.fields import FieldType, boxes, per_object
 from mediapipe.rng import SampleRNG
 from mediapipe.stages.collate import TensorList, collate, stack_params
-from tests.test_ops_targets import H, W, check, sample, sample_types, some_boxes, some_points, tv
+from tests.helpers import (
+    BATCH_CASES,
+    SAMPLE_CASES,
+    H,
+    W,
+    check,
+    sample,
+    sample_types,
+    some_boxes,
+    some_points,
+    tv,
+    tv_detection_resize,
+    tv_iou_crop,
+    tv_letterbox,
+    tv_zoom_out,
+)
+from tests.helpers import draw as draw_plain
 
 FORMATS = ["xyxy", "xywh", "cxcywh"]
 
@@ -58,51 +73,16 @@ def draw(op, seed: int, data: dict, index: int = 0) -> dict:
                                                             "fields": {f: data[f] for f in op.draws_on()}})
 
 
-def _fill(op, t):
-    if isinstance(t, tv_tensors.Mask):
-        return 0
-    return list(op.fill) if isinstance(op.fill, tuple) else op.fill
-
-
-def _iou_crop(op, p, before):
-    xyxy = convert_boxes(before["boxes"], op.binding.type_of("boxes").format, "xyxy")
-    cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2, (xyxy[:, 1] + xyxy[:, 3]) / 2
-    top, left, height, width = p["top"], p["left"], p["height"], p["width"]
-    within = (left < cx) & (cx < left + width) & (top < cy) & (cy < top + height)  # torchvision's test
-
-    def fn(t):
-        if not p["crop"]:
-            return t
-        out = TF.crop(t, top, left, height, width)
-        if isinstance(out, tv_tensors.BoundingBoxes):
-            out[~within] = 0  # torchvision marks them degenerate
-        return out
-
-    return fn
-
-
-def _zoom_out(op, p, before):  # not drawn (1 - p): torchvision's transform is not called
-    return lambda t: TF.pad(t, list(p["padding"]), fill=_fill(op, t)) if any(p["padding"]) else t
-
-
-def _resize(op, p, before):
-    return lambda t: TF.resize(t, list(p["size"]), InterpolationMode(op.interpolation), antialias=op.antialias)
-
-
-def _letterbox(op, p, before):
-    return lambda t: TF.pad(_resize(op, p, before)(t), list(p["padding"]), fill=_fill(op, t))
-
-
 CASES = [
-    (A.RandomIoUCrop(), _iou_crop, 0),
-    (A.RandomIoUCrop(min_scale=0.2, sampler_options=(0.1, 0.3)), _iou_crop, 0),
-    (A.RandomZoomOut(p=1.0, fill=(10, 20, 30), side_range=(1.0, 2.5)), _zoom_out, 0),
-    (A.RandomZoomOut(fill=7), _zoom_out, 0),
-    (A.ScaleJitter((40, 56), scale_range=(0.5, 1.5)), _resize, 1),
-    (A.ScaleJitter(32, interpolation="nearest"), _resize, 0),
-    (A.RandomShortestSize((20, 36, 60), max_size=70), _resize, 1),
-    (A.Letterbox((40, 40)), _letterbox, 1),
-    (A.Letterbox((30, 50), fill=(1, 2, 3), center=False, interpolation="bicubic"), _letterbox, 1),
+    (A.RandomIoUCrop(), tv_iou_crop, 0),
+    (A.RandomIoUCrop(min_scale=0.2, sampler_options=(0.1, 0.3)), tv_iou_crop, 0),
+    (A.RandomZoomOut(p=1.0, fill=(10, 20, 30), side_range=(1.0, 2.5)), tv_zoom_out, 0),
+    (A.RandomZoomOut(fill=7), tv_zoom_out, 0),
+    (A.ScaleJitter((40, 56), scale_range=(0.5, 1.5)), tv_detection_resize, 1),
+    (A.ScaleJitter(32, interpolation="nearest"), tv_detection_resize, 0),
+    (A.RandomShortestSize((20, 36, 60), max_size=70), tv_detection_resize, 1),
+    (A.Letterbox((40, 40)), tv_letterbox, 1),
+    (A.Letterbox((30, 50), fill=(1, 2, 3), center=False, interpolation="bicubic"), tv_letterbox, 1),
 ]
 
 
@@ -521,9 +501,6 @@ def boxes_on_the_edges(h: int = H, w: int = W) -> torch.Tensor:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_boxes_on_the_edges_zero_sized_or_outside_move_as_torchvision_moves_them(fmt) -> None:
     """Every geometric op, sample and batch stage (list and padded boxes), in every box format."""
-    from tests.test_ops_targets import BATCH_CASES, SAMPLE_CASES
-    from tests.test_ops_targets import draw as draw_plain
-
     def hostile(seed: int) -> dict:
         data = sample(seed, fmt)
         data["boxes"] = convert_boxes(boxes_on_the_edges(), "xyxy", fmt)

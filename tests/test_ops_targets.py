@@ -12,124 +12,25 @@ import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision import tv_tensors
-from torchvision.transforms import InterpolationMode
 
 from mediapipe import augment as A
 from mediapipe.augment.functional.objects import convert_boxes
 from mediapipe.fields import FieldType, boxes, keypoints
-from mediapipe.rng import SampleRNG
 from mediapipe.stages.collate import TensorList, stack_params
-from mediapipe.synthetic import photo_like
-
-H, W = 48, 64
-
-
-def image(seed: int = 0, h: int = H, w: int = W) -> torch.Tensor:
-    return torch.from_numpy(photo_like(h, w, seed)).permute(2, 0, 1).contiguous()
-
-
-def mask_of(img: torch.Tensor) -> torch.Tensor:
-    """Class ids 0, 3 and 5 in blobs that follow the image's content."""
-    luma = img.float().mean(0, keepdim=True)
-    return (luma > 110).to(torch.uint8) * 3 + (luma > 150).to(torch.uint8) * 2
-
-
-def some_boxes(seed: int, n: int = 5, h: int = H, w: int = W) -> torch.Tensor:
-    """xyxy boxes inside the canvas, one crossing its right edge and one wholly outside it."""
-    g = torch.Generator().manual_seed(seed)
-    xy = torch.rand(n, 2, generator=g) * torch.tensor([w * 0.7, h * 0.7])
-    wh = 2 + torch.rand(n, 2, generator=g) * torch.tensor([w * 0.3, h * 0.3])
-    out = torch.cat((xy, xy + wh), 1)
-    out[0] = torch.tensor([w - 6.5, 4.25, w + 9.0, 20.0])  # crosses the right edge
-    out[1] = torch.tensor([w + 3.0, h + 2.0, w + 8.0, h + 9.5])  # outside the canvas
-    return out
-
-
-def some_points(seed: int, n: int = 4, k: int = 3, h: int = H, w: int = W) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.rand(n, k, 2, generator=g) * torch.tensor([w, h]) - 2.0
-
-
-TYPES = {"xyxy": None, "xywh": None, "cxcywh": None}
-
-
-def sample_types(fmt: str) -> dict[str, FieldType]:
-    return {"image": FieldType("image"), "mask": FieldType("mask"), "boxes": boxes(fmt), "points": keypoints()}
-
-
-def sample(seed: int, fmt: str, h: int = H, w: int = W) -> dict[str, torch.Tensor]:
-    img = image(seed, h, w)
-    return {"image": img, "mask": mask_of(img), "boxes": convert_boxes(some_boxes(seed, h=h, w=w), "xyxy", fmt),
-            "points": some_points(seed, h=h, w=w)}
-
-
-def tv(data: dict[str, torch.Tensor], fmt: str) -> dict:
-    canvas = tuple(data["image"].shape[-2:])
-    return {"image": tv_tensors.Image(data["image"]), "mask": tv_tensors.Mask(data["mask"]),
-            "boxes": tv_tensors.BoundingBoxes(data["boxes"], format=fmt.upper(), canvas_size=canvas),
-            "points": tv_tensors.KeyPoints(data["points"], canvas_size=canvas)}
-
-
-def check(ours: dict, ref: dict, image_levels: int = 0) -> None:
-    assert ours["mask"].shape == ref["mask"].shape and torch.equal(ours["mask"], ref["mask"].as_subclass(torch.Tensor))
-    torch.testing.assert_close(ours["boxes"], ref["boxes"].as_subclass(torch.Tensor), atol=1e-4, rtol=0)
-    torch.testing.assert_close(ours["points"], ref["points"].as_subclass(torch.Tensor), atol=1e-4, rtol=0)
-    diff = (ours["image"].int() - ref["image"].as_subclass(torch.Tensor).int()).abs().max().item()
-    assert ours["image"].shape == ref["image"].shape and diff <= image_levels
-    assert ours["boxes"].dtype == torch.float32 and ours["points"].dtype == torch.float32
-
-
-def draw(op, seed: int, size=(H, W), index: int = 0) -> dict:
-    return op.sample_params(SampleRNG(seed, 0, index, 1), {"size": size, "shape": (3, *size)})
-
-
-# -- sample-stage ops: one sample, plain parameters -------------------------------------------------------
-def _rrc(op, p):
-    mode = InterpolationMode(op.interpolation)
-    return lambda t: TF.resized_crop(t, p["top"], p["left"], p["height"], p["width"], list(op.size), mode,
-                                     antialias=op.antialias)
-
-
-def _resize(op, p):
-    return lambda t: TF.resize(t, list(p["size"]), InterpolationMode(op.interpolation), antialias=op.antialias)
-
-
-def _center(op, p):
-    return lambda t: TF.center_crop(t, list(op.size))
-
-
-def _random_crop(op, p):
-    left, top, right, bottom = p["padding"]
-
-    def fn(t):
-        if any(p["padding"]):
-            fill = 0 if isinstance(t, tv_tensors.Mask) else op.fill
-            t = TF.pad(t, [left, top, right, bottom], fill=fill, padding_mode=op.padding_mode)
-        return TF.crop(t, p["top"], p["left"], *op.size)
-
-    return fn
-
-
-def _pad(op, p):
-    def fn(t):
-        fill = 0 if isinstance(t, tv_tensors.Mask) else op.fill
-        return TF.pad(t, list(op.padding), fill=fill, padding_mode=op.padding_mode)
-
-    return fn
-
-
-SAMPLE_CASES = [
-    (A.RandomResizedCrop((24, 32), scale=(0.2, 1.0)), _rrc, 1),
-    (A.RandomResizedCrop(20, scale=(0.9, 1.0), interpolation="nearest"), _rrc, 0),
-    (A.Resize(30), _resize, 1),
-    (A.Resize((40, 20)), _resize, 1),
-    (A.Resize(None, max_size=50, interpolation="nearest-exact"), _resize, 0),
-    (A.CenterCrop((40, 50)), _center, 0),
-    (A.CenterCrop((60, 80)), _center, 0),  # larger than the image: padded
-    (A.RandomCrop(40, padding=(3, 5), fill=7), _random_crop, 0),
-    (A.RandomCrop((56, 70), pad_if_needed=True), _random_crop, 0),
-    (A.Pad((1, 2, 3, 4), fill=9), _pad, 0),
-]
+from tests.helpers import (
+    BATCH_CASES,
+    SAMPLE_CASES,
+    H,
+    W,
+    check,
+    draw,
+    image,
+    sample,
+    sample_types,
+    some_boxes,
+    tv,
+    tv_rotate,
+)
 
 
 @pytest.mark.parametrize("fmt", ["xyxy", "xywh", "cxcywh"])
@@ -145,42 +46,6 @@ def test_sample_stage_ops_move_every_kind_as_torchvision(case, fmt) -> None:
         op.apply_fields(data, p)
         fn = oracle(op, p)
         check(data, {k: fn(v) for k, v in ref_in.items()}, levels)
-
-
-def _flip(op, p):
-    fn = TF.horizontal_flip if type(op) is A.HorizontalFlip else TF.vertical_flip
-    return lambda t: fn(t) if bool(p["flip"]) else t
-
-
-def _rotate(op, p):
-    def fn(t):
-        fill = 0 if isinstance(t, tv_tensors.Mask) else (list(op.fill) if isinstance(op.fill, tuple) else op.fill)
-        interpolation = InterpolationMode.NEAREST if isinstance(t, tv_tensors.Mask) else InterpolationMode(op.interpolation)
-        return TF.rotate(t, float(p["angle"]), interpolation=interpolation, expand=op.expand,
-                         center=list(op.center) if op.center else None, fill=fill)
-
-    return fn
-
-
-def _affine(op, p):
-    def fn(t):
-        fill = 0 if isinstance(t, tv_tensors.Mask) else op.fill
-        interpolation = InterpolationMode.NEAREST if isinstance(t, tv_tensors.Mask) else InterpolationMode(op.interpolation)
-        return TF.affine(t, float(p["angle"]), [int(p["translate_x"]), int(p["translate_y"])], float(p["scale"]),
-                         [float(p["shear_x"]), float(p["shear_y"])], interpolation=interpolation, fill=fill,
-                         center=list(op.center) if op.center else None)
-
-    return fn
-
-
-BATCH_CASES = [
-    (A.HorizontalFlip(), _flip),
-    (A.VerticalFlip(), _flip),
-    (A.RandomRotation(40), _rotate),
-    (A.RandomRotation(30, interpolation="bilinear", center=(10.0, 30.0), fill=20), _rotate),
-    (A.RandomAffine(25, translate=(0.1, 0.2), scale=(0.7, 1.3), shear=(-8, 8, -4, 4)), _affine),
-    (A.RandomAffine(10, scale=(0.8, 1.2), interpolation="bilinear", center=(40.0, 5.0)), _affine),
-]
 
 
 @pytest.mark.parametrize("fmt", ["xyxy", "cxcywh"])
@@ -252,7 +117,7 @@ def test_rotation_with_expand_moves_masks_and_images_as_torchvision(fmt) -> None
         ref_in = tv(data, fmt)
         p = draw(op, seed)
         op.apply_fields(data, p)
-        ref = {k: _rotate(op, p)(v) for k, v in ref_in.items()}
+        ref = {k: tv_rotate(op, p)(v) for k, v in ref_in.items()}
         assert torch.equal(data["mask"], ref["mask"].as_subclass(torch.Tensor))
         assert (data["image"].int() - ref["image"].as_subclass(torch.Tensor).int()).abs().max() <= 1
         canvas = data["image"].shape[-2:]

@@ -63,7 +63,7 @@ def write_other_formats(data: Path) -> None:
     import soundfile
     import tfrecord
 
-    from tests.test_source_recordio import write_rec
+    from tests.helpers import write_rec
 
     source = __import__("mediapipe").loaders.folder(data / "train")
     images = [(next(iter(source.ref(i).blobs.values())).read(), source.ref(i).label) for i in range(len(source))]

@@ -11,47 +11,9 @@ import pytest
 
 import mediapipe as mp
 from mediapipe.errors import SourceError
-from mediapipe.loaders.sources.recordio import IR_HEADER, MAGIC
+from mediapipe.loaders.sources.recordio import IR_HEADER
 from mediapipe.synthetic import jpeg_bytes, photo_like
-
-
-def dmlc_write_record(f, payload: bytes) -> None:
-    """dmlc::RecordIOWriter::WriteRecord: split where the magic sits at a 4-byte aligned position."""
-    magic = struct.pack("<I", MAGIC)
-    start = 0
-    for i in range(0, len(payload) // 4 * 4, 4):
-        if payload[i:i + 4] == magic:
-            f.write(magic + struct.pack("<I", ((1 if start == 0 else 2) << 29) | (i - start)) + payload[start:i])
-            start = i + 4
-    rest = payload[start:]
-    f.write(magic + struct.pack("<I", ((3 if start else 0) << 29) | len(rest)) + rest)
-    f.write(b"\0" * (-len(rest) % 4))
-
-
-def im2rec_pack(label: float | list[float], ident: int, image: bytes) -> bytes:
-    """mxnet.recordio.pack: IRHeader(flag, label, id, id2), the label array when flag > 0, the image."""
-    if isinstance(label, list):
-        return IR_HEADER.pack(len(label), 0.0, ident, 0) + np.asarray(label, "<f4").tobytes() + image
-    return IR_HEADER.pack(0, float(label), ident, 0) + image
-
-
-def write_rec(path: Path, items: list[tuple[float | list[float], int, bytes]]) -> Path:
-    """A .rec and its .idx ("key<TAB>offset", as MXIndexedRecordIO writes it)."""
-    idx = path.with_suffix(".idx")
-    with open(path, "wb") as f, open(idx, "w") as fi:
-        for key, (label, ident, image) in enumerate(items):
-            fi.write(f"{key}\t{f.tell()}\n")
-            dmlc_write_record(f, im2rec_pack(label, ident, image))
-    return idx
-
-
-def make_rec(folder: Path, split: bool = True) -> tuple[Path, list]:
-    items = [(float(i % 3), i, jpeg_bytes(photo_like(36, 44 + 2 * i, seed=10 + i), quality=90)) for i in range(5)]
-    if split:  # the id holds the magic: the writer splits the record in parts
-        items[2] = (2.0, MAGIC | (MAGIC << 32), items[2][2])
-    path = folder / "train.rec"
-    write_rec(path, items)
-    return path, items
+from tests.helpers import dmlc_write_record, make_rec, write_rec
 
 
 @pytest.fixture()

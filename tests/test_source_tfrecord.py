@@ -14,28 +14,9 @@ import mediapipe as mp
 from mediapipe.errors import SourceError
 from mediapipe.loaders.sources.tfrecord import BOXES, masked_crc
 from mediapipe.synthetic import jpeg_bytes, photo_like
+from tests.helpers import write_imagenet_tfrecord
 
 tfrecord_pkg = pytest.importorskip("tfrecord")
-
-TEXTS = ["tench", "goldfish", "great white shark", "tiger shark", "hammerhead", "électrique"]
-
-
-def write_imagenet_tfrecord(path: Path, count: int = 6) -> list[dict]:
-    """ImageNet-convention records (image/encoded, image/class/label, text, boxes) by the real writer."""
-    writer = tfrecord_pkg.TFRecordWriter(str(path))
-    rows = []
-    for i in range(count):
-        image = jpeg_bytes(photo_like(40 + 4 * i, 56, seed=i), quality=90)
-        boxes = [[0.1 * j, 0.2, 0.5 + 0.1 * j, 0.9] for j in range(i % 3)]
-        datum = {"image/encoded": (image, "byte"), "image/class/label": (i % 4, "int"),
-                 "image/class/text": (TEXTS[i].encode(), "byte")}
-        for k, name in enumerate(BOXES):
-            datum[name] = ([b[k] for b in boxes], "float")
-        writer.write(datum)
-        rows.append({"image": image, "label": i % 4, "text": TEXTS[i], "boxes": boxes})
-    writer.close()
-    return rows
-
 
 @pytest.fixture()
 def records(tmp_path: Path) -> tuple[Path, list[dict]]:

@@ -36,9 +36,24 @@ from mediapipe.fields import FieldType, boxes, keypoints
 from mediapipe.loaders.sources.folder import ManifestSource
 from mediapipe.rng import SampleRNG
 from mediapipe.stages.collate import TensorList, stack_params
-from tests import test_ops_detection as D
-from tests import test_ops_targets as T
-from tests.helpers import SIZES, check_targets_on_their_pixels, jpeg, scene
+from tests.helpers import (
+    SIZES,
+    check_targets_on_their_pixels,
+    jpeg,
+    scene,
+    tv_affine,
+    tv_center_crop,
+    tv_detection_resize,
+    tv_flip,
+    tv_iou_crop,
+    tv_letterbox,
+    tv_pad,
+    tv_random_crop,
+    tv_resize,
+    tv_resized_crop,
+    tv_rotate,
+    tv_zoom_out,
+)
 
 FORMATS = ["xyxy", "xywh", "cxcywh"]
 # where EXIF orientation k takes a point (x, y) of a W x H stored frame (TIFF 6.0's Orientation
@@ -244,26 +259,26 @@ def edge_points(h: int, w: int) -> torch.Tensor:
 
 
 EDGE_CASES = [
-    (A.Resize(224), T._resize), (A.Resize((224, 225)), T._resize), (A.Resize(None, max_size=97), T._resize),
-    (A.RandomResizedCrop(224), T._rrc), (A.RandomResizedCrop((97, 131), scale=(0.5, 1.0)), T._rrc),
-    (A.CenterCrop((91, 127)), T._center), (A.CenterCrop((331, 333)), T._center),
-    (A.RandomCrop((95, 129)), T._random_crop), (A.RandomCrop((231, 321), pad_if_needed=True), T._random_crop),
-    (A.Pad((3, 1, 2, 5)), T._pad),
-    (A.HorizontalFlip(p=1.0), T._flip), (A.VerticalFlip(p=1.0), T._flip),
-    (A.RandomRotation(30), T._rotate), (A.RandomRotation((90.0, 90.0)), T._rotate),
-    (A.RandomRotation((-90.0, -90.0), expand=True), T._rotate),
-    (A.RandomAffine(20, translate=(0.1, 0.1), scale=(0.7, 1.3), shear=5), T._affine),
-    (A.RandomZoomOut(p=1.0, side_range=(1.0, 2.0)), D._zoom_out), (A.RandomIoUCrop(), D._iou_crop),
-    (A.ScaleJitter((224, 224), scale_range=(0.5, 1.5)), D._resize),
-    (A.RandomShortestSize((97, 224), max_size=333), D._resize), (A.Letterbox((224, 224)), D._letterbox),
-    (A.Letterbox((97, 131), center=False), D._letterbox),
+    (A.Resize(224), tv_resize), (A.Resize((224, 225)), tv_resize), (A.Resize(None, max_size=97), tv_resize),
+    (A.RandomResizedCrop(224), tv_resized_crop), (A.RandomResizedCrop((97, 131), scale=(0.5, 1.0)), tv_resized_crop),
+    (A.CenterCrop((91, 127)), tv_center_crop), (A.CenterCrop((331, 333)), tv_center_crop),
+    (A.RandomCrop((95, 129)), tv_random_crop), (A.RandomCrop((231, 321), pad_if_needed=True), tv_random_crop),
+    (A.Pad((3, 1, 2, 5)), tv_pad),
+    (A.HorizontalFlip(p=1.0), tv_flip), (A.VerticalFlip(p=1.0), tv_flip),
+    (A.RandomRotation(30), tv_rotate), (A.RandomRotation((90.0, 90.0)), tv_rotate),
+    (A.RandomRotation((-90.0, -90.0), expand=True), tv_rotate),
+    (A.RandomAffine(20, translate=(0.1, 0.1), scale=(0.7, 1.3), shear=5), tv_affine),
+    (A.RandomZoomOut(p=1.0, side_range=(1.0, 2.0)), tv_zoom_out), (A.RandomIoUCrop(), tv_iou_crop),
+    (A.ScaleJitter((224, 224), scale_range=(0.5, 1.5)), tv_detection_resize),
+    (A.RandomShortestSize((97, 224), max_size=333), tv_detection_resize), (A.Letterbox((224, 224)), tv_letterbox),
+    (A.Letterbox((97, 131), center=False), tv_letterbox),
 ]
 
 
 def reference(op, oracle, p, data: dict, fmt: str, canvas: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """torchvision v2 on float64 boxes and keypoints with the drawn parameters, boxes clamped: (xyxy, points)."""
     before = {"boxes": data["boxes"]}
-    fn = oracle(op, p, before) if oracle in (D._zoom_out, D._iou_crop, D._resize, D._letterbox) else oracle(op, p)
+    fn = oracle(op, p, before) if oracle in (tv_zoom_out, tv_iou_crop, tv_detection_resize, tv_letterbox) else oracle(op, p)
     bxs = fn(tv_tensors.BoundingBoxes(data["boxes"].double(), format=fmt.upper(), canvas_size=canvas))
     bxs = TF.clamp_bounding_boxes(bxs)
     points = fn(tv_tensors.KeyPoints(data["points"].double(), canvas_size=canvas))

@@ -258,7 +258,7 @@ def test_imagenet_style_names_open_again_once_their_indices_are_cached(tmp_path)
 
 
 def test_recordio_globs_skip_index_files_too(tmp_path):
-    from tests.test_source_recordio import make_rec
+    from tests.helpers import make_rec
 
     path, items = make_rec(tmp_path)
     assert (tmp_path / "train.idx").exists()

@@ -19,8 +19,7 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.augment.base import Op
-from tests.helpers import assert_same, collect, make_pipeline
-from tests.test_iterators import process_alive
+from tests.helpers import assert_same, collect, make_pipeline, process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
