@@ -25,7 +25,8 @@ to "pad", everything else to "stack"; ``Pipeline(collate={"boxes": "pad"})`` cho
 
 `KIND_SPECS` holds one `KindSpec` per kind: its family (raster, objects, signal, value), the axis
 "pad" pads, its default and allowed collates, and what its kernels branch on (a mask's nearest
-resampling, the canvas and format a boxes kernel takes). Code reads the table, never ``kind ==``.
+resampling, the canvas and format a boxes kernel takes). Code reads the table instead of
+branching on the kind.
 
 Per-object fields: a sample's boxes and keypoints have one row per object, and so may other
 fields a source declares with ``per_object(kind)``: the objects' class ids (``per_object()``,
@@ -53,7 +54,7 @@ FAMILIES = (RASTER_FAMILY, OBJECTS_FAMILY, SIGNAL_FAMILY, VALUE_FAMILY)
 @dataclass(frozen=True)
 class KindSpec:
     """What every part of the library needs to know about a field kind, in one row: collate,
-    padding, and the arguments its kernels branch on, so no code asks ``kind ==``.
+    padding, and the arguments its kernels branch on, so that no code branches on the kind.
 
     family: one of `FAMILIES`. pad_axis: the axis "pad" pads (time, last, for signals; objects,
     first, otherwise). default_collate / collates: how its samples batch unless told, and the
