@@ -25,7 +25,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -341,20 +341,24 @@ class _MediaSet:
 
 
 def _fixed_videos(gop: int) -> _MediaSet:
+    """Videos of VIDEO_HEIGHT and VIDEO_SECONDS (read when they are made), a key frame every ``gop``."""
     return _MediaSet("make_sample_videos", VIDEO_COUNT, "videos",
                      {"height": VIDEO_HEIGHT, "seconds": VIDEO_SECONDS, "gop": gop},
                      f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}")
 
 
-MEDIA_SETS = {**{name: _fixed_videos(gop) for name, gop in VIDEO_GOPS.items()},
-              "sample-video-varied": _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos"),
-              "sample-audio": _MediaSet("make_sample_audio", AUDIO_COUNT, "files")}
+# built-in video or audio dataset -> how it is made, asked when it is made
+MEDIA_SETS: dict[str, Callable[[], _MediaSet]] = {
+    **{name: functools.partial(_fixed_videos, gop) for name, gop in VIDEO_GOPS.items()},
+    "sample-video-varied": lambda: _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos"),
+    "sample-audio": lambda: _MediaSet("make_sample_audio", AUDIO_COUNT, "files"),
+}
 
 
 def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
     import importlib
 
-    media = MEDIA_SETS[name]
+    media = MEDIA_SETS[name]()
     module_name = f"mediapipe.bench.{BUILTIN[name]}"
     try:
         make = getattr(importlib.import_module(module_name), media.maker)
