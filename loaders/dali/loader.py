@@ -89,9 +89,9 @@ def check_lowerable(pipeline: Pipeline) -> None:
             problems.append(f"decode[{name!r}] {spec.kind}({why})")
         if targets and spec.options.get("exif_transpose"):  # DALI turns the image, not the source's targets
             problems.append(f"decode[{name!r}] {spec.kind}(exif_transpose=True with the source's {targets})")
-    if getattr(pipeline.source, "picks_channels", False):  # DALI's audio decoder mixes every channel
+    if pipeline.source.picks_channels:  # DALI's audio decoder mixes every channel
         problems.append("a source whose samples take some channels of their files (Lhotse cuts' channels)")
-    if getattr(pipeline.source, "declares_rates", False):  # DALI decodes at the file's rate, not the recording's
+    if pipeline.source.declares_rates:  # DALI decodes at the file's rate, not the recording's
         problems += [f"decode[{name!r}] audio(sample_rate=None) with recordings that declare their rate (pass "
                      "sample_rate=)" for name, spec in pipeline.decode.items()
                      if spec.kind == "audio" and spec.options.get("sample_rate") is None]
