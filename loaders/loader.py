@@ -30,8 +30,7 @@ from mediapipe.loaders.start_method import refuse_daemonic_parent, warm_start
 from mediapipe.loaders.workers import ProcessPool
 from mediapipe.options import WORKER_TYPES, WorkerType
 from mediapipe.stages.batch_builder import BatchBuilder
-from mediapipe.stages.batch_stage import run_batch_ops
-from mediapipe.stages.device_stage import finish_deferred
+from mediapipe.stages.device_stage import finish_batch
 from mediapipe.stages.host_batch import BatchTask, HostBatch
 from mediapipe.stages.stats import StageStats
 
@@ -60,8 +59,8 @@ class HostBatchLoader(LoaderBase):
         check_seconds("timeout", timeout)
         self.timeout = timeout
         self.pin_memory = self.device.type == "cuda" if pin_memory is None else pin_memory
-        self.batch_ops_in_workers = place_batch_ops(self.plan, self.device, batch_ops_in_workers, num_workers)
-        self.builder = BatchBuilder(self.plan, finish=self.batch_ops_in_workers)
+        self.batch_ops = place_batch_ops(self.plan, self.device, batch_ops_in_workers, num_workers)
+        self.builder = BatchBuilder(self.plan, batch_ops=self.batch_ops)
         self._logged_fallbacks: set[str] = set()
 
     @property
@@ -296,9 +295,8 @@ class LoaderIterator:
             data = _to_device(host.data, loader.device, pin)
             params = {k: _to_device(v, loader.device, pin) for k, v in host.params.items()}
             t1 = time.perf_counter()
-            if not host.finished:
-                data, params = self._device_stage(host, data, params)
-                data = run_batch_ops(loader.plan, data, params)
+            on_host, host.data, host.params = host.data, data, params
+            data = finish_batch(loader.plan, host, on_host, loader.stats)
             event = None
             if stream is not None:
                 event = torch.cuda.Event()
@@ -306,17 +304,6 @@ class LoaderIterator:
         loader.stats.seconds["transfer"] += t1 - t0
         loader.stats.seconds["device_ops"] += time.perf_counter() - t1
         return data, event
-
-    def _device_stage(self, host: HostBatch, data: dict[str, Any], params: dict) -> tuple[dict, dict]:
-        """Decode the fields left for the device (if any) and draw the parameters that needed them."""
-        plan = self.loader.plan
-        if not plan.deferred:
-            return data, params
-        t0 = time.perf_counter()
-        on_host, host.data, host.params = host.data, data, params
-        finish_deferred(plan, host, on_host)
-        self.loader.stats.seconds["device_decode"] += time.perf_counter() - t0
-        return host.data, host.params
 
 
 def _tasks(planned: list, start: int, epoch: int, with_valid: bool, ranks: Any) -> Iterator[BatchTask]:

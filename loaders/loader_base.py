@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from mediapipe.errors import PipelineError
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
 from mediapipe.loaders.sampling import build_sampler, check_process_group, resolve_last_batch, resolve_ranks
-from mediapipe.options import LOADER_BACKENDS, LastBatch
+from mediapipe.options import LOADER_BACKENDS, LastBatch, Where
 from mediapipe.stages.stats import StageStats
 
 if TYPE_CHECKING:
@@ -70,17 +70,18 @@ def check_seconds(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r}: expected seconds >= 0 (0: no limit)")
 
 
-def place_batch_ops(plan: Plan, device: torch.device, requested: bool | None, num_workers: int) -> bool:
-    """Whether the batch-stage ops run where the batches are built (worker processes, Ray actors)
-    instead of on the device in this process. By default only for a CPU device with workers: its
+def place_batch_ops(plan: Plan, device: torch.device, requested: bool | None, num_workers: int) -> Where:
+    """Where the batch-stage ops run: "worker" (where the batches are built: worker processes, Ray
+    actors) or "device" (in this process, on the device); ``requested`` is the loader's
+    ``batch_ops_in_workers``. By default only for a CPU device with workers: its
     cores are the device, so the stage spreads over every worker instead of running serially here.
     Never with fields decoded on the device: they reach the batch stage in this process only."""
     if requested is None:
-        return device.type == "cpu" and num_workers > 0 and not plan.deferred
-    if requested and plan.deferred:
-        raise PipelineError(f"fields {sorted(plan.deferred)} decode on the device: the batch-stage "
+        requested = device.type == "cpu" and num_workers > 0 and not plan.device_fields
+    if requested and plan.device_fields:
+        raise PipelineError(f"fields {sorted(plan.device_fields)} decode on the device: the batch-stage "
                             "ops cannot run in the workers")
-    return requested
+    return "worker" if requested else "device"
 
 
 @dataclass

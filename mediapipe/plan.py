@@ -62,7 +62,7 @@ class PlacedOp:
         return next((f for f, t in zip(b.inputs, b.types) if t.kind in RASTER), b.inputs[0])
 
 
-def decode_order(decode: dict[str, DecoderSpec], deferred: set[str]) -> list[tuple[int, str]]:
+def decode_order(decode: dict[str, DecoderSpec], device_fields: set[str]) -> list[tuple[int, str]]:
     """(index in ``decode``, field) in decoding order: a field read ``from_field`` another comes
     after it, so the worker hands it that field's time spans. The index stays each field's RNG key."""
     order: list[tuple[int, str]] = []
@@ -79,7 +79,7 @@ def decode_order(decode: dict[str, DecoderSpec], deferred: set[str]) -> list[tup
             raise PipelineError(f"decode[{name!r}]: from_field makes a cycle through {source!r}")
         for i, name in ready:
             source = decode[name].from_field
-            if source is not None and source in deferred:
+            if source is not None and source in device_fields:
                 raise PipelineError(f"decode[{name!r}] reads from_field={source!r}, which the device decodes: "
                                     "its time spans are not known in the workers; decode it in the workers")
             order.append((i, name))
@@ -125,12 +125,12 @@ class Plan:
         # the source's fields of one row per object (boxes, keypoints, class ids...), checked per sample
         self.object_fields = tuple(n for n, t in self.base_types.items() if t.rows_are_objects and t.kind != MASK)
         self.placed = self._place()
-        self.deferred = self._deferrals()
+        self.device_fields = self._place_on_device()
         self.fused = self._fusions()
         self.shape_source = self._shape_sources()
         self.absorbed = self._absorptions()
         self.done_by_next = {before.index for before in self.absorbed.values()}
-        self.decode_order = decode_order(self.decode, self.deferred)
+        self.decode_order = decode_order(self.decode, self.device_fields)
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
 
@@ -288,18 +288,18 @@ class Plan:
                     source[dst] = dst
         return source
 
-    def _deferrals(self) -> set[str]:
+    def _place_on_device(self) -> set[str]:
         """Fields decoded on the device (and what sample-stage ops derive from them); the
         sample-stage ops that read them are placed on the device, after the decode."""
-        deferred = {name for name, spec in self.decode.items() if spec.placement(self.device) == "device"}
+        on_device = {name for name, spec in self.decode.items() if spec.placement(self.device) == "device"}
         placed = []
         for p in self.placed:
-            on_device = p.stage is Stage.BATCH or bool(set(p.op.reads()) & deferred)
-            if p.stage is Stage.SAMPLE and on_device:
-                deferred |= set(p.op.writes())
-            placed.append(replace(p, where="device" if on_device else "worker"))
+            there = p.stage is Stage.BATCH or bool(set(p.op.reads()) & on_device)
+            if p.stage is Stage.SAMPLE and there:
+                on_device |= set(p.op.writes())
+            placed.append(replace(p, where="device" if there else "worker"))
         self.placed = placed
-        return deferred
+        return on_device
 
     def _absorptions(self) -> dict[int, PlacedOp]:
         """Batch ops done by the next one on the CPU (a flip by Normalize): absorber index -> op.
@@ -318,7 +318,7 @@ class Plan:
         from mediapipe.decoders.registry import decoder_class
 
         return any(decoder_class(spec.kind, spec.backend).uses_cuda for name, spec in self.decode.items()
-                   if name not in self.deferred)
+                   if name not in self.device_fields)
 
     @property
     def sample_ops(self) -> list[PlacedOp]:
@@ -362,10 +362,10 @@ class Plan:
         return self._decoders
 
     def device_decoders(self) -> dict[str, Decoder]:
-        """The decoders of deferred fields, on the pipeline's device (training process only)."""
+        """The decoders of the device-decoded fields, on the pipeline's device (training process only)."""
         if self._device_decoders is None:
             self._device_decoders = {name: self.decode[name].create(self.device, self.limits)
-                                     for name in self.decode if name in self.deferred}
+                                     for name in self.decode if name in self.device_fields}
         return self._device_decoders
 
     def __getstate__(self) -> dict[str, Any]:

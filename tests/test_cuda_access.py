@@ -156,7 +156,7 @@ def test_on_rocm_decoding_stays_in_the_cpu_workers(cuda_machine, monkeypatch, im
     assert decoder_class("video", "auto", None).name == "pyav"
     pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()},
                        [mp.augment.RandomResizedCrop(32), mp.augment.Normalize()], device="cuda")
-    assert pipe.device == cuda and pipe.plan.deferred == set()
+    assert pipe.device == cuda and pipe.plan.device_fields == set()
     assert [p.stage.value for p in pipe.plan.placed] == ["sample", "batch"]
     from mediapipe.decoders.image import ImageOptions
     from mediapipe.decoders.image_nvimgcodec import NvImageCodecImageDecoder

@@ -52,7 +52,7 @@ def test_device_decode_matches_the_turbo_reference(image_folder):
     """Every JPEG's region decoded at full scale and resized as a batch: within one level of a
     full turbo decode + torchvision's resized_crop at the same box (float vs uint8 rounding)."""
     pipe = pipeline(image_folder, True, [A.RandomResizedCrop(SIZE, scale=(0.3, 1.0)), A.HorizontalFlip()])
-    assert pipe.plan.deferred == {"image"}
+    assert pipe.plan.device_fields == {"image"}
     seen = 0
     for batch in pipe.loader(num_workers=2, shuffle=False):
         assert batch["image"].dtype == torch.uint8 and batch["image"].shape[1:] == (3, SIZE, SIZE)
@@ -68,7 +68,7 @@ def test_device_decode_draws_what_the_workers_draw(image_folder):
     """Same samples, labels, crops and flips as the worker path; its pixels differ only where
     the worker decoded at a reduced DCT scale, within the fused path's quality bound."""
     on_device, in_workers = pipeline(image_folder, True), pipeline(image_folder, False)
-    assert not in_workers.plan.deferred
+    assert not in_workers.plan.device_fields
     scores = []
     for a, b in zip(on_device.loader(num_workers=2), in_workers.loader(num_workers=2)):
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["label"], b["label"])

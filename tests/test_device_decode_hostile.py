@@ -175,7 +175,7 @@ def test_boxes_a_fused_crop_moves_on_the_device_match_the_worker_path(detection_
     """The boxes the workers collated are the fused crop's input on the device: each sample's own
     rows (a padded batch cut back to its lengths), moved exactly as the worker path moves them."""
     device = _detection(detection_dataset, True, collate)
-    assert "boxes" in device.plan.deferred
+    assert "boxes" in device.plan.device_fields
     for a, b in zip(device.loader(num_workers=1), _detection(detection_dataset, False, collate).loader(num_workers=1)):
         assert torch.equal(a["index"], b["index"])
         if collate == "pad":

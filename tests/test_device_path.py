@@ -51,14 +51,14 @@ def test_one_batch_visits_each_device_step_once(tmp_path):
     root = write_image_folder(tmp_path, 8, scale=0.3)
     pipe = _pipeline(root)
     plan = pipe.plan
-    assert plan.deferred == {"image"}
+    assert plan.device_fields == {"image"}
     assert [p.where for p in plan.placed] == ["device", "device", "device"]
     host = BatchBuilder(plan)(BatchTask(0, 0, torch.arange(4).numpy(), 4))
     assert all(isinstance(d.progress, SampleProgress) for d in host.data["image"])
     out = {}
     calls = _calls(lambda: out.update(finish_batch(plan, host)))
     assert out["image"].shape == (4, 3, 24, 24) and out["image"].dtype == torch.float32
-    for step in ("finish_batch", "finish_deferred", "finish_samples", "decode_on_device", "_finish_fused",
+    for step in ("finish_batch", "finish_on_device", "finish_samples", "decode_on_device", "_finish_fused",
                  "run_device_ops", "_collate_device_fields"):
         assert calls[("device_stage", step)] == 1, (step, calls)
     assert calls[("batch_stage", "run_batch_ops")] == 1
@@ -84,4 +84,4 @@ def test_a_device_failure_under_skip_loads_its_stand_in_through_both_halves(tmp_
     assert out["index"][1] != 1 and host.stats.errors  # a stand-in took slot 1, the failure counted
     assert calls[("device_stage", "load_stand_in")] == 1
     assert calls[("sample_stage", "load")] == 1  # the stand-in's worker half, once
-    assert calls[("device_stage", "finish_deferred")] == 1
+    assert calls[("device_stage", "finish_on_device")] == 1

@@ -178,8 +178,7 @@ def test_torch_and_ray_place_the_batch_stage_by_one_rule(image_folder, backend, 
     """On a CPU device the batch stage runs where the batches are built, when there are workers."""
     loader = make_pipeline(image_folder).loader(backend=backend, num_workers=workers,
                                                 batch_ops_in_workers=requested)
-    assert loader.batch_ops_in_workers is in_workers
-    assert loader.builder.finish is in_workers
+    assert loader.batch_ops == loader.builder.batch_ops == ("worker" if in_workers else "device")
 
 
 def test_the_backends_are_registered_in_one_place(image_folder):

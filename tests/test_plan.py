@@ -108,9 +108,9 @@ def test_the_batch_builder_alone(image_folder):
     host = BatchBuilder(pipe.plan)(BatchTask(0, 0, np.array([1, 2, 2]), 2, with_valid=True))
     assert host.data["valid"].tolist() == [True, True, False]
     assert torch.equal(host.data["image"][1], host.data["image"][2])  # padding repeats its sample
-    assert host.stats.samples == 2 and host.stats.batches == 1 and not host.finished
-    finished = BatchBuilder(pipe.plan, finish=True)(BatchTask(0, 0, np.array([1, 2]), 2))
-    assert finished.finished and finished.params == {}
+    assert host.stats.samples == 2 and host.stats.batches == 1 and host.batch_ops_where == "device"
+    finished = BatchBuilder(pipe.plan, batch_ops="worker")(BatchTask(0, 0, np.array([1, 2]), 2))
+    assert finished.batch_ops_where == "worker" and finished.params == {}
     assert finished.data["image"].dtype == torch.float32
 
 

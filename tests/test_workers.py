@@ -247,7 +247,7 @@ def test_the_batch_builder_pickles_and_builds_the_same_batch(image_folder, image
     for source in (mp.loaders.folder(image_folder), mp.loaders.manifest(image_manifest),
                    mp.loaders.shards(tmp_path / "shards")):
         pipe = mp.Pipeline(source, {"image": mp.decoders.image()}, ops, batch_size=4, seed=5, device="cpu")
-        builder = BatchBuilder(pipe.plan, finish=True)
+        builder = BatchBuilder(pipe.plan, batch_ops="worker")
         builder(BatchTask(0, 0, np.arange(2), 2))  # live decoders: they stay behind
         copy = pickle.loads(pickle.dumps(builder))
         assert copy.plan._decoders is None

@@ -86,7 +86,7 @@ def check_device_decode(work: Path, device: torch.device, quick: bool = False) -
     scores.sort()
     median = scores[len(scores) // 2]
     assert median >= MEDIAN_DB and scores[0] >= MIN_DB, f"PSNR median {median:.1f} dB, min {scores[0]:.1f} dB"
-    return {"decoded_on": "device" if pipe.plan.deferred else "workers", "images": seen,
+    return {"decoded_on": "device" if pipe.plan.device_fields else "workers", "images": seen,
             "psnr_median_db": round(median, 2), "psnr_min_db": round(scores[0], 2), "max_abs_error": worst,
             "fallbacks": dict(loader.stats.fallbacks)}
 
@@ -155,7 +155,7 @@ def check_batch_stage_speed(work: Path, device: torch.device, quick: bool = Fals
                            [A.RandomResizedCrop(CROP), A.HorizontalFlip(), A.Normalize()], batch_size)
     images = torch.randint(0, 256, (batch_size, 3, CROP, CROP), dtype=torch.uint8, device=device)
     samples = [{"image": images[i], "index": i} for i in range(batch_size)]
-    params = batch_params(pipe.plan, 0, 0, np.arange(batch_size), samples, {}, deferred=True)
+    params = batch_params(pipe.plan, 0, 0, np.arange(batch_size), samples, {}, on_device=True)
     params = {k: {n: v.to(device) for n, v in p.items()} for k, p in params.items()}  # drawn by the workers
 
     def once() -> torch.Tensor:

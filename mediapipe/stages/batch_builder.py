@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from mediapipe.options import Where
 from mediapipe.plan import Plan
 from mediapipe.stages.batch_stage import batch_params, run_batch_ops
 from mediapipe.stages.collate import collate
@@ -22,18 +23,18 @@ from mediapipe.stages.stats import StageStats
 
 
 class BatchBuilder:
-    """Builds the host batches of ``plan``; with ``finish`` the batch-stage ops run here as well.
+    """Builds the host batches of ``plan``; with ``batch_ops="worker"`` the batch-stage ops run here as well.
 
     ``batch["valid"]`` (bool (B,)) marks real samples; it is present when the task asks for it
     (the sampler may pad), when padding happened, or under ``on_error="replace"``."""
 
-    def __init__(self, plan: Plan, *, finish: bool = False) -> None:
-        self.plan, self.finish = plan, finish
+    def __init__(self, plan: Plan, *, batch_ops: Where = "device") -> None:
+        self.plan, self.batch_ops = plan, batch_ops
         self.samples = SampleStage(plan)
         self.policy = plan.error_policy
         # fields a batch op replaces: when it runs here, the collated input never leaves the worker
         self.private = frozenset(f for p in plan.batch_ops for f in p.op.outputs if f in p.op.inputs) \
-            if finish else frozenset()
+            if batch_ops == "worker" else frozenset()
 
     def modules(self) -> list[str]:
         """The modules a worker imports to run this builder: its ops', source's and decoders'
@@ -46,11 +47,11 @@ class BatchBuilder:
 
     def __call__(self, task: BatchTask) -> HostBatch:
         host = self.collated(task)
-        if self.finish:
+        if self.batch_ops == "worker":
             t0 = time.perf_counter()
             host.data = run_batch_ops(self.plan, host.data, host.params)
             host.stats.seconds["batch_ops"] += time.perf_counter() - t0
-            host.params, host.finished = {}, True
+            host.params, host.batch_ops_where = {}, "worker"
         return lend(host)
 
     def collated(self, task: BatchTask) -> HostBatch:

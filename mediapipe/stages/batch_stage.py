@@ -16,14 +16,14 @@ from mediapipe.stages.draws import draw, draw_per_batch
 
 
 def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, samples: list, data: dict,
-                 *, deferred: bool = False) -> dict[int, Params]:
+                 *, on_device: bool = False) -> dict[int, Params]:
     """Stacked parameters of the batch-stage ops. A per-sample op's draws are keyed by the
     sample's index, its shape taken from the sample (or its slot in ``data``); a per-batch op's
     (MixUp) by ``draw_number`` (`BatchTask.draw_number`: ranks differ). Ops reading a
-    device-decoded field are drawn on the device once its shapes are known (``deferred=True``)."""
+    device-decoded field are drawn on the device once its shapes are known (``on_device=True``)."""
     out: dict[int, Params] = {}
     for p in plan.batch_ops:
-        if bool(set(p.op.inputs) & plan.deferred) != deferred:
+        if bool(set(p.op.inputs) & plan.device_fields) != on_device:
             continue
         if p.op.per_batch:
             out[p.index] = draw_per_batch(plan, p, epoch, draw_number, len(indices))

@@ -19,6 +19,7 @@ half (`SampleStage.load`) then steps 1-2, in this process.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from mediapipe.plan import Plan
 from mediapipe.stages.batch_stage import batch_params, run_batch_ops
 from mediapipe.stages.collate import collate
 from mediapipe.stages.host_batch import HostBatch
-from mediapipe.stages.progress import Deferred, SampleProgress
+from mediapipe.stages.progress import PendingDecode, SampleProgress
 from mediapipe.stages.sample_ops import run_sample_ops
 from mediapipe.stages.sample_stage import SampleStage
 from mediapipe.stages.stats import StageStats
@@ -50,7 +51,7 @@ class DeviceSamples:
         self.failed.setdefault(position, err)
         self.samples[position] = None
 
-    def arrived(self, position: int, pending: Deferred) -> SampleProgress:
+    def arrived(self, position: int, pending: PendingDecode) -> SampleProgress:
         """Sample ``position``'s progress, with what its field ``pending`` brought from the worker."""
         progress = self.progress[position]
         if progress is None:
@@ -60,19 +61,23 @@ class DeviceSamples:
         return progress
 
 
-def finish_batch(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None = None) -> dict[str, Any]:
+def finish_batch(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None = None,
+                 stats: StageStats | None = None) -> dict[str, Any]:
     """What is left of a worker's batch in the training process, once it is on the device: the
     device decode (steps 1-4) when the plan has one, then the batch-stage ops unless the worker
-    ran them. Returns the finished batch."""
-    if plan.deferred:
-        finish_deferred(plan, host, on_host)
-    if host.finished:
+    ran them. Returns the finished batch; ``stats`` gets the device decode's seconds."""
+    if plan.device_fields:
+        t0 = time.perf_counter()
+        finish_on_device(plan, host, on_host)
+        if stats is not None:
+            stats.seconds["device_decode"] += time.perf_counter() - t0
+    if host.batch_ops_where == "worker":
         return host.data
     return run_batch_ops(plan, host.data, host.params)
 
 
-def finish_deferred(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None = None) -> None:
-    """Decode ``host``'s deferred fields on ``plan.device`` and finish their sample stage, in place.
+def finish_on_device(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None = None) -> None:
+    """Decode ``host``'s device-decoded fields on ``plan.device`` and finish their sample stage, in place.
 
     ``on_host``: the worker's batch as it arrived (its ``index`` and ``valid`` on the CPU), when
     ``host.data`` already moved to the device; the stage then never reads a device tensor back."""
@@ -90,15 +95,15 @@ def finish_deferred(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None 
     if valid is not None:
         data["valid"] = valid.to(plan.device)
     drawn = np.asarray([s["index"] if s is not None else indices[i] for i, s in enumerate(batch.samples)])
-    params = batch_params(plan, host.draw_number, host.epoch, drawn, batch.samples, data, deferred=True)
+    params = batch_params(plan, host.draw_number, host.epoch, drawn, batch.samples, data, on_device=True)
     if replaced:  # a stand-in's own draws for the ops the workers drew for the failed sample
         params.update(batch_params(plan, host.draw_number, host.epoch, drawn, batch.samples, data))
     host.params.update({k: {n: v.to(plan.device) for n, v in p.items()} for k, p in params.items()})
 
 
-def finish_samples(plan: Plan, pending: dict[str, list[Deferred | None]], indices: list[int], epoch: int,
+def finish_samples(plan: Plan, pending: dict[str, list[PendingDecode | None]], indices: list[int], epoch: int,
                    stats: StageStats, worker_fields: dict[str, Any], on_host: dict[str, Any]) -> DeviceSamples:
-    """Steps 1 and 2 for the samples ``indices``: ``pending`` holds each device field's `Deferred`
+    """Steps 1 and 2 for the samples ``indices``: ``pending`` holds each device field's `PendingDecode`
     per sample (None: the sample failed in the worker), ``worker_fields`` what the workers made."""
     batch = DeviceSamples(len(indices))
     for name, decoder in plan.device_decoders().items():
@@ -107,7 +112,7 @@ def finish_samples(plan: Plan, pending: dict[str, list[Deferred | None]], indice
     return batch
 
 
-def decode_on_device(plan: Plan, name: str, decoder: Decoder, batch: DeviceSamples, pending: list[Deferred | None],
+def decode_on_device(plan: Plan, name: str, decoder: Decoder, batch: DeviceSamples, pending: list[PendingDecode | None],
                      stats: StageStats) -> None:
     """Field ``name`` of every live sample in one `decode_batch` call, then the fused op on all
     of them at once (`Op.apply_decoded_batch`) or, where it has no batched form, per sample."""
@@ -224,7 +229,7 @@ def _collate_device_fields(plan: Plan, host: HostBatch, batch: DeviceSamples, in
         failures = sorted((indices[i], e) for i, e in batch.failed.items())
         template = plan.error_policy.template(lambda j: load_stand_in(plan, j, host.epoch, StageStats()), host.epoch,
                                               failures)
-    names = [f for f in plan.deferred if any(f in s for s in batch.samples if s is not None)
+    names = [f for f in plan.device_fields if any(f in s for s in batch.samples if s is not None)
              or (template is not None and f in template)] + sorted(batch.side_fields)
     stacked = collate([None if s is None else {f: s[f] for f in names if f in s} for s in batch.samples],
                       {n: plan.collate_of(n) for n in names},
@@ -235,7 +240,7 @@ def _collate_device_fields(plan: Plan, host: HostBatch, batch: DeviceSamples, in
 def _put_row(data: dict[str, Any], position: int, sample: dict[str, Any], plan: Plan) -> None:
     """A stand-in's fields the workers made (label, index, the source's) into its slot of the batch."""
     for name, value in sample.items():
-        if name in plan.deferred or name not in data:
+        if name in plan.device_fields or name not in data:
             continue
         column = data[name]
         if isinstance(column, torch.Tensor):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from mediapipe.augment.base import Params
+from mediapipe.options import Where
 from mediapipe.stages import memory
 from mediapipe.stages.stats import StageStats
 
@@ -43,7 +44,7 @@ class HostBatch:
     params: dict[int, Params]  # op index -> stacked params
     stats: StageStats
     draw_number: int = 0  # `BatchTask.draw_number`: keys the device's per-batch draws
-    finished: bool = False  # the batch-stage ops already ran (in the worker, for a CPU device)
+    batch_ops_where: Where = "device"  # "worker": the worker ran the batch-stage ops (a CPU device)
     worker: int | None = None  # the worker process that built it
     buffers: dict[str, int] = field(default_factory=dict)  # field -> the worker's shared buffer
 

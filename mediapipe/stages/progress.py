@@ -39,7 +39,7 @@ class SampleProgress:
 
 
 @dataclass
-class Deferred:
+class PendingDecode:
     """A sample's field left for the device to decode: the bytes, the decode hint, the field's
     probed header (``meta``), and the sample's progress so far."""
 

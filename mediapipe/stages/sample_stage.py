@@ -2,7 +2,7 @@
 
 Runs in a worker (or inline). Every random draw is keyed by (seed, epoch, sample index,
 op index), so a sample gets the same values in any process. A field whose decoder runs on
-the device is left as a `Deferred` (bytes, checked header, and the sample's `SampleProgress`:
+the device is left as a `PendingDecode` (bytes, checked header, and the sample's `SampleProgress`:
 what the device's half needs, such as the fused op's drawn parameters).
 """
 
@@ -23,7 +23,7 @@ from mediapipe.plan import Plan
 from mediapipe.rng import decoder_rng
 from mediapipe.sample import SampleRef
 from mediapipe.stages.draws import draw_within_limits
-from mediapipe.stages.progress import Deferred, SampleProgress
+from mediapipe.stages.progress import PendingDecode, SampleProgress
 from mediapipe.stages.sample_ops import run_sample_ops
 from mediapipe.stages.stats import StageStats
 
@@ -110,7 +110,7 @@ class SampleStage:
                      spans: dict[str, Any]) -> None:
         """Field ``name`` of one sample into ``data``: read its blob, probe the header when an op
         is fused into the decoder (drawing that op's parameters for the hint), decode, and
-        finish the fused op. A device-decoded field becomes a `Deferred` instead. A field read
+        finish the fused op. A device-decoded field becomes a `PendingDecode` instead. A field read
         ``from_field`` another (a video's audio track) reads that field's blob and decodes the
         time spans the other's decoder recorded in ``spans``."""
         plan = self.plan
@@ -127,7 +127,7 @@ class SampleStage:
         hint, fused = NO_HINT, plan.fused.get(name)
         meta = dict(ref.meta)
         frame = self.targets_frame(ref, name, decoder, blob, data)
-        if fused is None and name in plan.deferred:
+        if fused is None and name in plan.device_fields:
             meta.update(decoder.probe(blob))  # reject a bad header in the worker, where on_error applies
         if fused is not None:
             probe = decoder.probe(blob)
@@ -144,10 +144,10 @@ class SampleStage:
             hint = replace(hint, span=spans.get(source))
         elif hint.window is None and decoder.kind == "audio" and "segment" in ref.meta:
             hint = replace(hint, window=tuple(ref.meta["segment"]))  # a manifest's utterance within its file
-        if frame is not None and (fused is not None or name in plan.deferred) and "height" in meta and "width" in meta:
+        if frame is not None and (fused is not None or name in plan.device_fields) and "height" in meta and "width" in meta:
             self.check_frame(blob, decoder, frame, (meta["height"], meta["width"]))  # the probed header
-        if name in plan.deferred:  # the device decodes it, batched; the worker checked the header
-            data[name] = Deferred(blob, hint, meta, progress)
+        if name in plan.device_fields:  # the device decodes it, batched; the worker checked the header
+            data[name] = PendingDecode(blob, hint, meta, progress)
             return
         x = decoder.decode(blob, hint, decoder_rng(plan.seed, epoch, ref.index, field_index), meta)
         if isinstance(x, Decoded):
