@@ -15,6 +15,7 @@ import torch
 
 from mediapipe.decoders.options import DecoderOptions
 from mediapipe.fields import KINDS, OTHER, FieldType
+from mediapipe.options import Where
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
@@ -136,7 +137,7 @@ class Decoder:
         raise NotImplementedError
 
     @classmethod
-    def placement(cls, device: torch.device | None, options: DecoderOptions) -> str:
+    def placement(cls, device: torch.device | None, options: DecoderOptions) -> Where:
         """"worker": decode per sample in the loader workers (CPU backends). "device": the
         workers read the bytes and draw the parameters, and the training process decodes
         the whole batch on ``device`` with `decode_batch` (nvJPEG-style GPU decoders)."""
@@ -214,7 +215,7 @@ class DecoderSpec:
         """The field whose file and time spans this one decodes (audio of a video), or None."""
         return self.options.get("from_field")
 
-    def placement(self, device: torch.device | None) -> str:
+    def placement(self, device: torch.device | None) -> Where:
         """Where this spec's backend decodes for ``device``: "worker" or "device"."""
         from mediapipe.decoders.registry import decoder_class
 

@@ -49,6 +49,7 @@ from mediapipe.decoders.image_turbo import TurboImageDecoder
 from mediapipe.decoders.jpeg_scans import every_coefficient_refined
 from mediapipe.decoders.registry import register
 from mediapipe.errors import DecodeError
+from mediapipe.options import Where
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
 
@@ -119,7 +120,7 @@ class NvImageCodecImageDecoder(ImageDecoder):
         return True
 
     @classmethod
-    def placement(cls, device: torch.device | None, options: ImageOptions) -> str:
+    def placement(cls, device: torch.device | None, options: ImageOptions) -> Where:
         forced = options.device_decode
         if forced is not None:
             return "device" if forced else "worker"
