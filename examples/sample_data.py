@@ -1,5 +1,12 @@
 """Small generated datasets for the examples, made once (into the user cache unless a folder is given).
 
+    python examples/sample_data.py              # make all four now, into <user cache>/mediapipe/examples
+    python examples/sample_data.py /tmp/sets    # or into a folder of your choice
+
+Each example makes the set it needs on first use when it is given no DATA; running this first
+only moves the wait. For the datasets the README's Python blocks read (data/train, data/hf,
+data/train.tfrecord, data/speech, data/coco...), run `mediapipe sample-data data` instead.
+
 They come from the benchmark's generators (`mediapipe.bench.datasets`, `mediapipe.bench.video`,
 `mediapipe.bench.audio`): photographic-looking JPEGs in ten class folders, AV1 clips of a slow
 pan and zoom in two class folders, speech-like FLAC and Opus clips of 2 to 15 s with a
@@ -9,6 +16,7 @@ differ by class), so a model trained on them shows the pipeline at work, not a t
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from mediapipe.bench.datasets import cache_dir
@@ -51,3 +59,26 @@ def sample_detection(root: Path | None = None, count: int = 64):
     from mediapipe.synthetic.detection import dataset_at
 
     return dataset_at(make(Path(root or default_root()), count, seed=0, progress=False))
+
+
+SETS = {"images": sample_images, "videos": sample_videos, "audio": sample_audio, "detection": sample_detection}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Make the sets --only names (all four by default) and print where each one is."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", metavar="DIR", nargs="?", type=Path,
+                        help=f"where to make them (default: {default_root()}; $MEDIAPIPE_CACHE_DIR moves the cache)")
+    parser.add_argument("--only", choices=sorted(SETS), action="append",
+                        help="make only this set (repeatable): images (train_classifier.py), videos "
+                             "(train_video_classifier.py), audio (train_asr_features.py), detection (train_detector.py)")
+    args = parser.parse_args(argv)
+    for name in args.only or SETS:
+        made = SETS[name](args.root)
+        print(f"{name}: {getattr(made, 'root', made)}")
+
+
+if __name__ == "__main__":
+    main()

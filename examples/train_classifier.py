@@ -3,12 +3,15 @@
     python examples/train_classifier.py                      # on a small generated sample set
     python examples/train_classifier.py ~/data/train --val ~/data/val --epochs 10
     python examples/train_classifier.py --resume             # go on from the last checkpoint
+    python examples/train_classifier.py data/train           # on `mediapipe sample-data data`'s images
 
 DATA holds one sub-folder per class. Without --val, every 10th image of each class is held
 out for evaluation. Each epoch ends with the validation loss and accuracy and a checkpoint
 holding the model, the optimizer and the loader's state; Ctrl-C stops after the current
 step and writes one too. --resume continues from it, mid-epoch if it was written mid-epoch:
-the batches and losses after it are those the uninterrupted run would have had.
+the batches and losses after it are those the uninterrupted run would have had. The checkpoint
+(and the held-out split's lists beside it) go to the system's temporary folder unless
+--checkpoint names a file elsewhere, so a run never writes into the folder it is started from.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,9 @@ from torch import nn
 import mediapipe as mp
 from mediapipe import augment as A
 from mediapipe.sample import IMAGE_EXTENSIONS
+
+# outside the working folder (a checkout's `checkpoints/` is git-ignored too), the same for every run of a user
+DEFAULT_CHECKPOINT = Path(tempfile.gettempdir()) / "mediapipe-examples" / "checkpoints" / "classifier.pt"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,8 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", metavar="N", type=int, default=2, help="loader worker processes (default: 2)")
     parser.add_argument("--device", metavar="DEVICE", default="auto", help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
     parser.add_argument("--seed", metavar="N", type=int, default=0, help="seeds the model and every augmentation draw (default: 0)")
-    parser.add_argument("--checkpoint", metavar="PATH", type=Path, default=Path("checkpoints/classifier.pt"),
-                        help="checkpoint file, written at each epoch's end (default: checkpoints/classifier.pt)")
+    parser.add_argument("--checkpoint", metavar="PATH", type=Path, default=DEFAULT_CHECKPOINT,
+                        help=f"checkpoint file, written at each epoch's end (default: {DEFAULT_CHECKPOINT})")
     parser.add_argument("--log-every", metavar="N", type=int, default=10, help="print the loss every N steps (default: 10)")
     parser.add_argument("--save-every", metavar="N", type=int, default=0,
                         help="also write the checkpoint every N steps (default: 0, only at epoch ends)")

@@ -1,6 +1,8 @@
 """Train torchvision's Faster R-CNN (MobileNetV3 FPN, random init) on a COCO-format dataset through the mediapipe loader.
 
-    python examples/train_detector.py                         # on a small generated COCO-format set
+    python examples/train_detector.py                         # a short run on a small generated COCO-format set
+    python examples/train_detector.py --long                  # 20 steps at 320 px: minutes on a CPU
+    python examples/train_detector.py data/coco/annotations.json --images data/coco/images  # sample-data's set
     python examples/train_detector.py instances_train.json --images ~/coco/train2017 --size 512
 
 DATA is a COCO annotation file; --images is the folder its file names are relative to (default:
@@ -32,6 +34,9 @@ import torch
 import mediapipe as mp
 from mediapipe import augment as A
 
+SHORT = {"steps": 3, "batch_size": 2, "size": 160}  # the default: the pipeline at work within seconds on a CPU
+LONG = {"steps": 20, "batch_size": 4, "size": 320}  # --long: the run that was the default, minutes on a CPU
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -40,15 +45,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("data", metavar="DATA", nargs="?", type=Path,
                         help="a COCO annotation file (default: a generated COCO-format sample set)")
     parser.add_argument("--images", metavar="DIR", type=Path, help="the images' folder (default: DATA's folder)")
-    parser.add_argument("--steps", metavar="N", type=int, default=20, help="training steps (default: 20)")
-    parser.add_argument("--batch-size", metavar="N", type=int, default=4, help="images per batch (default: 4)")
-    parser.add_argument("--size", metavar="PX", type=int, default=320, help="training image side (default: 320)")
+    parser.add_argument("--long", action="store_true",
+                        help="the longer run: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in LONG.items())
+                        + " (the defaults: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in SHORT.items())
+                        + ", a run of seconds); a number given on the command line still counts")
+    parser.add_argument("--steps", metavar="N", type=int, help="training steps")
+    parser.add_argument("--batch-size", metavar="N", type=int, help="images per batch")
+    parser.add_argument("--size", metavar="PX", type=int, help="training image side")
     parser.add_argument("--lr", metavar="LR", type=float, default=0.01, help="SGD learning rate (default: 0.01)")
     parser.add_argument("--workers", metavar="N", type=int, default=2, help="loader worker processes (default: 2)")
     parser.add_argument("--device", metavar="DEVICE", default="auto",
                         help='"auto" (CUDA if present), "cpu", "cuda:1"... (default: auto)')
     parser.add_argument("--seed", metavar="N", type=int, default=0, help="seeds the model and every random draw (default: 0)")
     args = parser.parse_args(argv)
+    for name, value in (LONG if args.long else SHORT).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     for name in ("steps", "batch_size", "size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected >= 1")

@@ -112,8 +112,8 @@ class FolderSource(Source):
 
     def __init__(self, root: str | os.PathLike, extensions: Iterable[str] | None = None) -> None:
         self.root = Path(root)
-        if not self.root.is_dir():
-            raise SourceError(str(root), "not a directory")
+        if not self.root.is_dir():  # a typo and a file given for a folder ask for different fixes
+            raise SourceError(str(root), "not a directory" if self.root.exists() else "does not exist")
         self.extensions = sorted(extensions) if extensions is not None else None
         files = _media_files(self.root, self.extensions)
         if not files:

@@ -1,7 +1,7 @@
-"""The ``mediapipe`` command: ``bench``, ``convert``, ``inspect``, ``verify``, ``selfcheck``.
+"""The ``mediapipe`` command: ``bench``, ``convert``, ``inspect``, ``verify``, ``selfcheck``, ``sample-data``.
 
-Each subcommand lives in ``mediapipe.cli.<name>`` with ``add_arguments(parser)``
-and ``run(args) -> int``; it is imported only when used, so ``mediapipe bench`` does
+Each subcommand lives in ``mediapipe.cli.<name>`` (``sample-data`` in ``sample_data``) with
+``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when used, so ``mediapipe bench`` does
 not pay for Ray or DALI imports it does not need. A reader that goes away early
 (``mediapipe inspect out | head``) ends the command quietly with status 141, as a
 command killed by SIGPIPE ends in a shell.
@@ -21,10 +21,11 @@ EXIT_CLOSED_PIPE = 128 + 13  # 128 + SIGPIPE: what a shell reports for `yes | he
 
 COMMANDS = {
     "bench": "measure training-input throughput against peers, in the same run",
-    "convert": "turn a folder or manifest of media into sharded, indexed, transcoded datasets",
+    "convert": "turn media folders, manifests and datasets of other formats into sharded, indexed, transcoded datasets",
     "inspect": "summarise a converted dataset (counts, sizes, resolutions, durations, codecs)",
     "verify": "check a converted dataset's checksums and decode every sample",
     "selfcheck": "check the GPU path on this machine: GPU tests, peers on the GPU, CPU scaling (JSON)",
+    "sample-data": "write small generated datasets (images, Parquet, TFRecord, speech, COCO, video) for the README",
 }
 
 
@@ -61,8 +62,27 @@ def _reader_gone(stream: TextIO) -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
+def _module(command: str) -> str:
+    """The module of a subcommand: ``sample-data`` lives in ``mediapipe.cli.sample_data``."""
+    return f"mediapipe.cli.{command.replace('-', '_')}"
+
+
+def _version() -> str:
+    """The installed distribution's name and version (the package's own when it runs from a checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from mediapipe import __version__
+
+    try:
+        return f"mediapipe-loader {version('mediapipe-loader')}"
+    except PackageNotFoundError:
+        return f"mediapipe-loader {__version__}"
+
+
 def _run(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="mediapipe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="mediapipe", description=__doc__.splitlines()[0],
+                                     epilog="`mediapipe COMMAND --help` describes a command's options.")
+    parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library decides")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     argv = sys.argv[1:] if argv is None else argv
@@ -70,11 +90,11 @@ def _run(argv: list[str] | None) -> int:
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == wanted:  # import only the module of the command being run
-            importlib.import_module(f"mediapipe.cli.{name}").add_arguments(p)
+            importlib.import_module(_module(name)).add_arguments(p)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    if args.command is None:
+    if args.command is None:  # bare `mediapipe`: what it can do, not an error
         parser.print_help()
-        return 2
-    return int(importlib.import_module(f"mediapipe.cli.{args.command}").run(args) or 0)
+        return 0
+    return int(importlib.import_module(_module(args.command)).run(args) or 0)
 

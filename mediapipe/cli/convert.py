@@ -12,8 +12,14 @@ from mediapipe.reasons import reason
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", help="a folder (class sub-folders become labels), a JSON-lines manifest, a COCO annotation "
-                               "file (.json) or, with --labels-dir, a folder of images with YOLO labels")
+    p.add_argument("src", help="what to convert, recognised by its layout, suffix or first line: a folder of media "
+                               "(class sub-folders become labels); a JSON-lines manifest (path, label, more fields); "
+                               "a Hugging Face save_to_disk folder or Hub snapshot of Parquet files (--split), or a "
+                               ".parquet file; TFRecord files of tf.train.Example (.tfrecord, .tfrecords, .record, or a "
+                               "folder of them); MXNet RecordIO (.rec with its .idx, or a folder of them); a NeMo "
+                               "manifest (audio_filepath, duration, offset, text); Lhotse cuts (.jsonl or .jsonl.gz); "
+                               "a COCO annotation file (.json; --images-dir, --masks); or, with --labels-dir, a folder "
+                               "of images with YOLO labels")
     p.add_argument("out", help="the output folder (new, or the one to --resume), or a URL (s3://bucket/out, gs://...; "
                                "credentials and endpoint from the environment, as the store's own tools read them)")
     p.add_argument("--split", default=None,

@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="a folder written by `mediapipe convert`")
     p.add_argument("--no-decode", dest="decode", action="store_false", help="check bytes only, decode nothing")
-    p.add_argument("--json", action="store_true", help="print the problems as JSON")
+    p.add_argument("--json", action="store_true", help="print the problems and what was checked as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     from mediapipe.dataset.inspect import verify
 
-    problems = verify(args.dataset, decode=args.decode)
+    samples_seen: list[int] = []
+    problems = verify(args.dataset, decode=args.decode, on_shard=lambda shard, samples: samples_seen.append(samples))
+    checked = what_was_checked(args.dataset, sum(samples_seen), args.decode)
     if args.json:
-        print(json.dumps({"ok": not problems, "problems": problems}, indent=1))
+        print(json.dumps({"ok": not problems, "problems": problems, "checked": checked}, indent=1))
     else:
         for p in problems:
             where = p["shard"] or args.dataset
@@ -27,5 +31,33 @@ def run(args: argparse.Namespace) -> int:
             if p["offset"] is not None:
                 where += f" at offset {p['offset']}"
             print(f"FAIL {where}: {p['reason']}", file=sys.stderr)
-        print(f"{args.dataset}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+        verdict = "OK" if not problems else f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        print(f"{args.dataset}: {verdict}")
+        if checked is not None:
+            print(describe(checked))
     return 1 if problems else 0
+
+
+def what_was_checked(dataset: str, samples: int, decoded: bool) -> dict[str, Any] | None:
+    """The manifest's shards, their bytes and member digests, beside the samples read from them;
+    None when the manifest itself could not be read (its problem says why)."""
+    from mediapipe.dataset.manifest import read_manifest
+    from mediapipe.errors import SourceError
+
+    try:
+        shards = read_manifest(Path(dataset))["shards"]
+    except SourceError:
+        return None
+    return {"shards": len(shards), "samples": samples, "bytes": sum(entry["bytes"] for entry in shards),
+            "shards_with_digests": sum(1 for entry in shards if entry.get("digests")), "decoded": decoded}
+
+
+def describe(checked: dict[str, Any]) -> str:
+    """One sentence, for people, of what `verify` looked at."""
+    shards = checked["shards"]
+    digests = (f"the member digests of {checked['shards_with_digests']} of {shards} shards" if shards
+               else "no member digests")
+    decode = "decoded every member" if checked["decoded"] else "decoded nothing (--no-decode)"
+    return (f"checked {shards} shard{'s' if shards != 1 else ''} ({checked['bytes']:,} bytes: each one's size and "
+            f"sha256), {checked['samples']} samples (every tar header against the index, the sample records), "
+            f"{digests}; {decode}")
