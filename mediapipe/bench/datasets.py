@@ -20,6 +20,7 @@ when complete, so an interrupted generation never leaves a half dataset behind.
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import json
 import multiprocessing
@@ -330,8 +331,7 @@ def sample_detection(root: Path, count: int = DETECTION_COUNT, seed: int = 0, pr
 # -- video and audio: made by their benchmark modules -------------------------------------------
 @dataclass(frozen=True)
 class _MediaSet:
-    """How a built-in video or audio dataset is made: the maker of its benchmark module, how many
-    files by default, what its progress counts, the maker's other arguments and the name's suffix."""
+    """How a built-in video or audio dataset is made (its module's maker, files, unit, options)."""
 
     maker: str
     count: int
@@ -342,9 +342,8 @@ class _MediaSet:
 
 def _fixed_videos(gop: int) -> _MediaSet:
     """Videos of VIDEO_HEIGHT and VIDEO_SECONDS (read when they are made), a key frame every ``gop``."""
-    return _MediaSet("make_sample_videos", VIDEO_COUNT, "videos",
-                     {"height": VIDEO_HEIGHT, "seconds": VIDEO_SECONDS, "gop": gop},
-                     f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}")
+    options = {"height": VIDEO_HEIGHT, "seconds": VIDEO_SECONDS, "gop": gop}
+    return _MediaSet("make_sample_videos", VIDEO_COUNT, "videos", options, f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}")
 
 
 # built-in video or audio dataset -> how it is made, asked when it is made
@@ -356,8 +355,6 @@ MEDIA_SETS: dict[str, Callable[[], _MediaSet]] = {
 
 
 def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
-    import importlib
-
     media = MEDIA_SETS[name]()
     module_name = f"mediapipe.bench.{BUILTIN[name]}"
     try:
