@@ -11,6 +11,8 @@ decoder produced for them (lead-in from the key frame included); the ceilings yi
 
 from __future__ import annotations
 
+import re
+
 import shutil
 import subprocess
 import time
@@ -242,6 +244,15 @@ def torchcodec_problem() -> str | None:
         return ("not available: torchcodec needs FFmpeg's shared libraries, and libavcodec/libavformat are "
                 "not on this system (apt-get install libavcodec59 libavformat59 libavutil57 libswscale6 "
                 "libswresample4 libavfilter8 libavdevice59, or ffmpeg)")
+    try:  # FFmpeg present, but perhaps not every library torchcodec links against, or another version
+        from torchcodec._internally_replaced_utils import load_core_libraries
+
+        load_core_libraries()  # torchcodec loads them lazily, on the first decoder
+    except (ImportError, OSError, RuntimeError) as err:
+        missing = sorted(set(re.findall(r"(lib\w+\.so\.\d+): cannot open", str(err))))
+        return ("not available: torchcodec could not load the FFmpeg libraries it links against (one complete "
+                "FFmpeg 4 to 8" + (f"; missing here: {', '.join(missing)}" if missing else f": {type(err).__name__}")
+                + "); apt-get install ffmpeg")
     return None
 
 
