@@ -12,7 +12,6 @@ decoder produced for them (lead-in from the key frame included); the ceilings yi
 from __future__ import annotations
 
 import re
-
 import shutil
 import subprocess
 import time
