@@ -186,3 +186,16 @@ def test_readme_says_how_to_install_cpu_torch_and_where_the_bench_cache_is():
     assert "~/.cache/mediapipe" in text and "MEDIAPIPE_CACHE_DIR" in text and "rm -rf ~/.cache/mediapipe" in text
     first_screen = "\n".join(text.splitlines()[:40])
     assert "mediapipe sample-data data" in first_screen
+
+
+def test_license_is_the_apache_2_text_pyproject_names_and_the_changelog_names_the_version():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == {"text": "Apache-2.0"}
+    text = " ".join((ROOT / "LICENSE").read_text().split())
+    assert text.startswith("Apache License Version 2.0, January 2004")
+    for part in ("TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION", "9. Accepting Warranty or Additional "
+                 "Liability.", "END OF TERMS AND CONDITIONS"):
+        assert part in text
+    assert f"## {project['version']}" in (ROOT / "CHANGELOG.md").read_text()

@@ -90,14 +90,16 @@ def test_every_file_the_docs_name_is_in_the_repository():
     """The README and docs/architecture.md stand on their own: each repository path they name
     in backticks exists, and nothing points outside the repository."""
     root = Path(__file__).resolve().parent.parent
-    for doc in ("README.md", "docs/architecture.md"):
+    for doc in ("README.md", "docs/architecture.md", "docs/coming_from.md", "docs/api.md"):
         text = (root / doc).read_text()
         assert "DESIGN.md" not in text and not re.search(r"\.\./\w", text), doc  # nothing outside the repository
         named = set(re.findall(r"`((?:docs|examples|benchmarks|mediapipe|loaders|decoders|augment|tests)/[\w/.-]+\.(?:py|md))`",
                                text))
         missing = sorted(p for p in named if not (root / p).exists())
         assert not missing, f"{doc} names files that are not in the repository: {missing}"
-    assert "docs/architecture.md" in (root / "README.md").read_text()
+    readme = (root / "README.md").read_text()
+    for named in ("docs/architecture.md", "docs/api.md", "docs/coming_from.md", "CHANGELOG.md", "LICENSE"):
+        assert named in readme and (root / named).is_file(), named
 
 
 def test_the_readme_names_every_dependency_a_plain_install_brings():
