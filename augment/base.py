@@ -37,15 +37,14 @@ from __future__ import annotations
 
 import enum
 import functools
-import types
 import typing
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
+from mediapipe.arguments import conform, type_name
 from mediapipe.augment.binding import Binding, bound_copy, resolve_binding
 from mediapipe.augment.functional.dispatch import Functional
 from mediapipe.augment.params import Params, expand_rows, is_single, promote, sample_slice
@@ -396,64 +395,11 @@ def check_arguments(op: Op) -> None:
     for f in fields(op):
         value = getattr(op, f.name)
         tp = hints.get(f.name, Any)
-        ok, fixed = _conform(value, tp)
+        ok, fixed = conform(value, tp)
         if not ok:
-            raise ArgumentError(f"{type(op).__name__}({f.name}={value!r}): expected {_type_name(tp)}")
+            raise ArgumentError(f"{type(op).__name__}({f.name}={value!r}): expected {type_name(tp)}")
         if fixed is not value:
             object.__setattr__(op, f.name, fixed)
-
-
-def _conform(value: Any, tp: Any) -> tuple[bool, Any]:
-    """(value matches tp, the value with lists turned into tuples where tp is a tuple)."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return True, value
-    if origin in (Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, fixed = _conform(value, arg)
-            if ok:
-                return True, fixed
-        return False, value
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, (bool, np.bool_)), bool(value) if isinstance(value, np.bool_) else value
-    if tp is int:
-        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-        return ok, int(value) if ok else value
-    if tp is float:
-        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-        return ok, value if isinstance(value, (int, float)) or not ok else float(value)
-    if tp is str:
-        return isinstance(value, str), value
-    if origin is tuple:
-        if not isinstance(value, (tuple, list)):
-            return False, value
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            parts = [_conform(v, args[0]) for v in value]
-        elif len(args) != len(value):
-            return False, value
-        else:
-            parts = [_conform(v, a) for v, a in zip(value, args)]
-        if not all(ok for ok, _ in parts):
-            return False, value
-        return True, tuple(fixed for _, fixed in parts)
-    return True, value
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "None"
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a tuple of {_type_name(args[0])}"
-        return f"a tuple ({', '.join(_type_name(a) for a in args)})"
-    return {int: "an int", float: "a number", str: "a string", bool: "a bool"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 # -- config -------------------------------------------------------------------------------------

@@ -10,10 +10,11 @@ from mediapipe.decoders import image_nvimgcodec, image_pillow, image_turbo  # no
 from mediapipe.decoders.audio import AudioOptions
 from mediapipe.decoders.audio_pyav import AudioDecoder, PyAVAudioDecoder, audio
 from mediapipe.decoders.audio_soundfile import SoundfileAudioDecoder  # noqa: F401  (registers soundfile)
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, Limits
 from mediapipe.decoders.image import ImageDecoder, ImageOptions, image, mask
 from mediapipe.decoders.options import DecoderOptions
 from mediapipe.decoders.registry import backends, create, register
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.decoders.video import VideoDecoder, VideoOptions, video  # registers pyav and nvdec
 
 __all__ = [

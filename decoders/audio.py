@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, size_of
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, size_of
 from mediapipe.decoders.options import DecoderOptions, written_unless_default
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.errors import DecodeError, LimitError
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta

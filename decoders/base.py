@@ -7,14 +7,12 @@ registry, so "auto" can pick a backend for the device that the worker sees.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from mediapipe.decoders.options import DecoderOptions
-from mediapipe.fields import KINDS, OTHER, FieldType
 from mediapipe.options import Where
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import Blob, SampleMeta
@@ -152,74 +150,6 @@ class Decoder:
             except Exception as err:  # noqa: BLE001 - returned, not raised: the batch goes on
                 out.append(err)
         return out
-
-
-@dataclass(frozen=True)
-class DecoderSpec:
-    """What the user writes: a media kind, a backend name ("auto") and the kind's options.
-
-    ``options``: the kind's options dataclass (`Decoder.options_type`: `ImageOptions`...); a
-    mapping (a config's) is read into it, checked. ``field_kind``: the kind of field the decoded
-    tensor is (see `mediapipe.fields`), when it is not the media kind: "mask" for a segmentation
-    mask decoded from an image file."""
-
-    kind: str
-    backend: str = "auto"
-    options: DecoderOptions = field(default_factory=dict)  # type: ignore[assignment]  # read in __post_init__
-    field_kind: str | None = None
-
-    def __post_init__(self) -> None:
-        from mediapipe.decoders.registry import options_type
-
-        given: Mapping[str, Any] = self.options
-        object.__setattr__(self, "options", options_type(self.kind, self.backend).of(given))
-
-    def create(self, device: torch.device | None = None, limits: Limits = Limits()) -> Decoder:
-        from mediapipe.decoders.registry import create
-
-        return create(self.kind, self.backend, device=device, limits=limits, **self.options)
-
-    def to_config(self) -> dict[str, Any]:
-        config = {"kind": self.kind, "backend": self.backend, **self.options}
-        if self.field_kind is not None:
-            config["field_kind"] = self.field_kind
-        return config
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> DecoderSpec:
-        config = dict(config)
-        return cls(kind=config.pop("kind"), backend=config.pop("backend", "auto"),
-                   field_kind=config.pop("field_kind", None), options=config)
-
-    @property
-    def field_type(self) -> FieldType:
-        """The type of the field this decoder fills: its ``field_kind``, else its media kind, batched
-        as the decoder batches (audio: padded)."""
-        kind = self.field_kind or self.kind
-        return FieldType(kind if kind in KINDS else OTHER, collate=self.collate if self.collate != "stack" else None)
-
-    @property
-    def collate(self) -> str:
-        from mediapipe.decoders.registry import decoder_class
-
-        return decoder_class(self.kind, self.backend).collate
-
-    @property
-    def side_fields(self) -> tuple[str, ...]:
-        from mediapipe.decoders.registry import decoder_class
-
-        return decoder_class(self.kind, self.backend).side_fields_for(self.options)
-
-    @property
-    def from_field(self) -> str | None:
-        """The field whose file and time spans this one decodes (audio of a video), or None."""
-        return self.options.get("from_field")
-
-    def placement(self, device: torch.device | None) -> Where:
-        """Where this spec's backend decodes for ``device``: "worker" or "device"."""
-        from mediapipe.decoders.registry import decoder_class
-
-        return decoder_class(self.kind, self.backend, device).placement(device, self.options)
 
 
 def size_of(blob: Blob | None) -> int | None:

@@ -9,11 +9,12 @@ import numpy as np
 import torch
 
 from mediapipe.augment.functional.geometry import BOX_TOLERANCE, AxisWindow, axis_window, resample_windows
-from mediapipe.decoders.base import DecodeHint, Decoder, DecoderSpec
+from mediapipe.decoders.base import DecodeHint, Decoder
 from mediapipe.decoders.exif import file_orientation, jpeg_orientation
 from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 from mediapipe.decoders.jpeg_scans import COARSE_MARGIN, without_final_refinement
 from mediapipe.decoders.options import DecoderOptions, written_unless_default
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.errors import DecodeError, LimitError
 
 Mode = Literal["RGB", "L"]  # 3-channel colour (default) or 1-channel grayscale

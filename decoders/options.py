@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
+from mediapipe.arguments import conform, type_name
 from mediapipe.errors import PipelineError
 
 OptionsT = TypeVar("OptionsT", bound="DecoderOptions")
@@ -62,7 +63,6 @@ class DecoderOptions(Mapping[str, Any]):
 
     def _conformed(self, name: str, value: Any) -> Any:
         """``value`` as option ``name``'s annotation takes it (a numpy scalar as Python's), or refused."""
-        from mediapipe.augment.base import _conform, _type_name  # the ops' check (augment imports this)
 
         hint = _hints(type(self))[name]
         if typing.get_origin(hint) is Literal:
@@ -70,9 +70,9 @@ class DecoderOptions(Mapping[str, Any]):
             if not any(value == c and type(value) is type(c) for c in choices):
                 raise PipelineError(f"{self.factory}({name}={value!r}): expected one of {choices}")
             return value
-        ok, fixed = _conform(value, hint)
+        ok, fixed = conform(value, hint)
         if not ok:
-            raise PipelineError(f"{self.factory}({name}={value!r}): expected {_type_name(hint)}")
+            raise PipelineError(f"{self.factory}({name}={value!r}): expected {type_name(hint)}")
         return fixed
 
     # -- as a mapping: the options a config holds -------------------------------------------

@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.video import colour_code, yuv_to_rgb
-from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, DecoderSpec, TimeSpans
+from mediapipe.decoders.base import Decoded, DecodeHint, Decoder, TimeSpans
 from mediapipe.decoders.options import DecoderOptions, written_unless_default
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.decoders.video_index import VideoIndex
 from mediapipe.errors import DecodeError
 from mediapipe.rng import SampleRNG

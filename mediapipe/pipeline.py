@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import torch
 
 from mediapipe.augment.base import Op, op_from_config
-from mediapipe.decoders.base import DecoderSpec, Limits
+from mediapipe.decoders.base import Limits
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.loaders.loader_base import loader_class
 from mediapipe.loaders.sources.folder import Source, source_from_config
 from mediapipe.options import LastBatch, LoaderBackend, OnError

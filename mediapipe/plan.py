@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from mediapipe.augment.base import Op, Stage
-from mediapipe.decoders.base import Decoder, DecoderSpec, Limits
+from mediapipe.decoders.base import Decoder, Limits
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.errors import PipelineError
 from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
 from mediapipe.loaders.sources.folder import Source

@@ -14,10 +14,11 @@ import torch
 import mediapipe as mp
 from mediapipe.dataset.convert_plan import plan_conversion
 from mediapipe.decoders.audio import AudioOptions
-from mediapipe.decoders.base import Decoder, DecoderSpec
+from mediapipe.decoders.base import Decoder
 from mediapipe.decoders.image import ImageOptions
 from mediapipe.decoders.options import DecoderOptions
 from mediapipe.decoders.registry import register
+from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.decoders.video import VideoOptions
 from mediapipe.errors import PipelineError
 from mediapipe.fields import BOXES, boxes
