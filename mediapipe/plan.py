@@ -27,7 +27,7 @@ from mediapipe.augment.base import Op, Stage
 from mediapipe.decoders.base import Decoder, Limits
 from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.errors import PipelineError
-from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, RASTER, FieldType, field_type, pad_axis
+from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, FieldType, field_type
 from mediapipe.loaders.sources.folder import Source
 from mediapipe.options import ON_ERROR, OnError, Where
 from mediapipe.sample import Blob, SampleRef
@@ -60,7 +60,7 @@ class PlacedOp:
     def size_field(self) -> str:
         """The field whose (H, W) the op's draws see: its first raster input (the canvas), else its first."""
         b = self.op.binding
-        return next((f for f, t in zip(b.inputs, b.types) if t.kind in RASTER), b.inputs[0])
+        return next((f for f, t in zip(b.inputs, b.types) if t.spec.has_canvas), b.inputs[0])
 
 
 def decode_order(decode: dict[str, DecoderSpec], device_fields: set[str]) -> list[tuple[int, str]]:
@@ -225,7 +225,7 @@ class Plan:
         pixels that have them."""
         b = op.binding
         geometric = OBJECTS <= op.kinds()
-        moved = [f for f, dst in zip(b.inputs, b.outputs) if f == dst and b.type_of(f).kind in RASTER]
+        moved = [f for f, dst in zip(b.inputs, b.outputs) if f == dst and b.type_of(f).spec.has_canvas]
         if not (geometric or op.batch_only) or not moved:
             return
         left = [f for f, t in types.items() if t.kind in OBJECTS | {MASK} and f not in b.inputs]
@@ -249,7 +249,7 @@ class Plan:
         t = self.base_types.get(name)
         if t is None:
             return "stack", -1
-        return t.batching, pad_axis(t.kind)
+        return t.batching, t.spec.pad_axis
 
     def _place(self) -> list[PlacedOp]:
         placed: list[PlacedOp] = []

@@ -41,8 +41,19 @@ class RepeatedSource(Source):
         self.inner.prefetch([i % n for i in indices])
 
     def field_types(self) -> dict[str, Any]:
-        declared = getattr(self.inner, "field_types", None)  # boxes and labels of a detection source
-        return declared() if callable(declared) else {}
+        return self.inner.field_types()  # boxes and labels of a detection source
+
+    @property
+    def collate(self) -> dict[str, str]:  # type: ignore[override]
+        return self.inner.collate
+
+    @property
+    def picks_channels(self) -> bool:  # type: ignore[override]
+        return self.inner.picks_channels
+
+    @property
+    def declares_rates(self) -> bool:  # type: ignore[override]
+        return self.inner.declares_rates
 
     @property
     def classes(self) -> list[str] | None:

@@ -17,7 +17,7 @@ import torch
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
 from mediapipe.decoders.exif import file_orientation, oriented_size
 from mediapipe.errors import DecodeError
-from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK, OBJECTS, RASTER
+from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK
 from mediapipe.loaders.sources.targets import BAD_ANNOTATION, frame_problem, orient_targets
 from mediapipe.plan import Plan
 from mediapipe.rng import decoder_rng
@@ -38,7 +38,7 @@ class SampleStage:
         types = plan.base_types
         self.targets = {n: t for n, t in types.items() if n not in plan.decode and t.rows_are_objects
                         and t.kind in (BOXES, KEYPOINTS, MASK)}
-        self.targets_canvas = next((n for n in plan.decode if types[n].kind in RASTER), None)
+        self.targets_canvas = next((n for n in plan.decode if types[n].spec.has_canvas), None)
 
     def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
@@ -71,12 +71,12 @@ class SampleStage:
         its per-object class ids as int64 (N,) and other per-object values as tensors (N, ...);
         another shape is a bad annotation of this sample."""
         for name in self.plan.object_fields:
-            kind = self.plan.base_types[name].kind
+            kind, spec = self.plan.base_types[name].kind, self.plan.base_types[name].spec
             try:
-                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32 if kind in OBJECTS else None)
+                value = torch.as_tensor(data.get(name, ()), dtype=torch.float32 if spec.is_objects else None)
             except (TypeError, ValueError, RuntimeError) as err:
                 raise DecodeError(key, "source", f"field {name!r}: not numbers ({err})", category="bad annotation") from None
-            if kind not in OBJECTS:
+            if not spec.is_objects:
                 data[name] = self._per_object_values(name, kind, value, key)
                 continue
             if value.numel() == 0:
