@@ -71,6 +71,34 @@ class Source:
         raise NotImplementedError
 
 
+class WrappedSource(Source):
+    """A source over another (``inner``) that changes what its samples hold or how many there
+    are, not what they are: the content hooks (the fields' types and batching, channels, rates,
+    classes) are the inner source's. The rank hooks are not: a wrapper that keeps the inner
+    source's samples one for one forwards them itself."""
+
+    inner: Source
+
+    @property
+    def collate(self) -> Mapping[str, str]:  # type: ignore[override]
+        return self.inner.collate
+
+    @property
+    def picks_channels(self) -> bool:  # type: ignore[override]
+        return self.inner.picks_channels
+
+    @property
+    def declares_rates(self) -> bool:  # type: ignore[override]
+        return self.inner.declares_rates
+
+    def field_types(self) -> dict[str, FieldType]:
+        return self.inner.field_types()
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.inner.classes
+
+
 def source_from_config(config: dict[str, Any]) -> Source:
     config = dict(config)
     kind = config.pop("kind")

@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from mediapipe.errors import SourceError
-from mediapipe.fields import FieldType
-from mediapipe.loaders.sources.folder import Source, source_from_config
+from mediapipe.loaders.sources.folder import Source, WrappedSource, source_from_config
 from mediapipe.sample import SampleMeta, SampleRef
 
 Tokenizer = Callable[[str], list[int]]
@@ -38,24 +37,24 @@ def _load(path: str) -> Tokenizer:
     return obj
 
 
-class TokenizedSource(Source):
+class TokenizedSource(WrappedSource):
     """``source`` with ``field`` tokenized into ``out`` (default ``<field>_ids``), padded in the batch."""
 
     kind = "tokenized"
 
     def __init__(self, source: Source | dict[str, Any], tokenizer: Tokenizer | str, field: str = "text",
                  out: str | None = None) -> None:
-        self.source = source_from_config(source) if isinstance(source, dict) else source
+        self.inner = source_from_config(source) if isinstance(source, dict) else source
         self.tokenizer = _load(tokenizer) if isinstance(tokenizer, str) else tokenizer
         if not callable(self.tokenizer):
             raise TypeError(f"tokenizer={tokenizer!r}: expected a callable str -> list[int]")
         self.field, self.out = field, out or f"{field}_ids"
 
     def __len__(self) -> int:
-        return len(self.source)
+        return len(self.inner)
 
     def ref(self, index: int) -> SampleRef:
-        ref = self.source.ref(index)
+        ref = self.inner.ref(index)
         text = ref.fields.get(self.field)
         if text is None and self.field in ref.fields:  # a null text value (Parquet, Hugging Face)
             raise SourceError(ref.key, f"text field {self.field!r} is null in this sample: there is nothing to tokenize")
@@ -69,55 +68,42 @@ class TokenizedSource(Source):
         return SampleRef(ref.index, ref.key, ref.blobs, ref.label, ref.meta, {**ref.fields, self.out: ids})
 
     def meta(self, index: int) -> SampleMeta:
-        return self.source.meta(index)
+        return self.inner.meta(index)
 
     def prefetch(self, indices: Iterable[int]) -> None:
-        self.source.prefetch(indices)
+        self.inner.prefetch(indices)
 
-    @property
-    def classes(self) -> list[str] | None:
-        return self.source.classes
-
-    # the declared hooks, the inner source's (``__getattr__`` sees only what `Source` does not declare)
+    # the declared hooks: the content ones are the inner source's (`WrappedSource`); the samples
+    # are the inner source's one for one, so its rank hooks and fingerprint hold too
+    # (``__getattr__`` sees only what `Source` does not declare)
     @property
     def collate(self) -> Mapping[str, str]:  # type: ignore[override]
         """The inner source's policies, and the token ids padded (with ``<out>_lengths``)."""
-        return MappingProxyType({**self.source.collate, self.out: "pad"})
+        return MappingProxyType({**self.inner.collate, self.out: "pad"})
 
     @property
     def split_by_rank(self) -> bool:  # type: ignore[override]
-        return self.source.split_by_rank
+        return self.inner.split_by_rank
 
     @property
     def rank_samples(self) -> tuple[int, ...] | None:  # type: ignore[override]
-        return self.source.rank_samples
+        return self.inner.rank_samples
 
     @property
     def fingerprint(self) -> str | None:  # type: ignore[override]
-        return self.source.fingerprint
-
-    @property
-    def picks_channels(self) -> bool:  # type: ignore[override]
-        return self.source.picks_channels
-
-    @property
-    def declares_rates(self) -> bool:  # type: ignore[override]
-        return self.source.declares_rates
-
-    def field_types(self) -> dict[str, FieldType]:
-        return self.source.field_types()
+        return self.inner.fingerprint
 
     def __getattr__(self, name: str) -> Any:  # locate(), row_groups(), window_sampler() of the inner source
-        if name.startswith("_") or name == "source":
+        if name.startswith("_") or name == "inner":
             raise AttributeError(name)
-        return getattr(self.source, name)
+        return getattr(self.inner, name)
 
     def to_config(self) -> dict[str, Any]:
         path = self.tokenizer if isinstance(self.tokenizer, str) else _import_path(self.tokenizer)
         if path is None:
             raise ValueError(f"tokenizer {self.tokenizer!r} has no import path (a lambda or a bound method): "
                              "give a module-level function to save this source's config")
-        return {"kind": self.kind, "source": self.source.to_config(), "tokenizer": path, "field": self.field,
+        return {"kind": self.kind, "source": self.inner.to_config(), "tokenizer": path, "field": self.field,
                 "out": self.out}
 
 

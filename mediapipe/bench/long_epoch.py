@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from mediapipe.loaders.sources.folder import Source
+from mediapipe.loaders.sources.folder import Source, WrappedSource
 
 
 def passes(options: dict[str, Any], batch_size: int, samples: int) -> int:
@@ -18,7 +18,7 @@ def passes(options: dict[str, Any], batch_size: int, samples: int) -> int:
     return max(1, -(-options["max_batches"] * batch_size // samples) + 1)
 
 
-class RepeatedSource(Source):
+class RepeatedSource(WrappedSource):
     """A source seen ``times`` over, as one source: sample i is sample i mod len(inner)
     (with its own index, so its random draws differ from pass to pass)."""
 
@@ -40,24 +40,6 @@ class RepeatedSource(Source):
         n = len(self.inner)
         self.inner.prefetch([i % n for i in indices])
 
-    def field_types(self) -> dict[str, Any]:
-        return self.inner.field_types()  # boxes and labels of a detection source
-
-    @property
-    def collate(self) -> dict[str, str]:  # type: ignore[override]
-        return self.inner.collate
-
-    @property
-    def picks_channels(self) -> bool:  # type: ignore[override]
-        return self.inner.picks_channels
-
-    @property
-    def declares_rates(self) -> bool:  # type: ignore[override]
-        return self.inner.declares_rates
-
-    @property
-    def classes(self) -> list[str] | None:
-        return self.inner.classes
 
 
 class Repeat:
