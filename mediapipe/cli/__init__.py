@@ -80,7 +80,8 @@ def _version() -> str:
 
 
 def _run(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="mediapipe", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="mediapipe", description="mediapipe-loader's commands: media files to "
+                                     "batched, augmented PyTorch tensors, and the datasets they come from.",
                                      epilog="`mediapipe COMMAND --help` describes a command's options.")
     parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library decides")

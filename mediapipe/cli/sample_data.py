@@ -17,6 +17,7 @@ import os
 import shutil
 import struct
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,11 +214,12 @@ INSTALL = {"datasets": "pip install datasets", "tfrecord": "pip install tfrecord
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.description = ("Write the small datasets that the README's Python blocks and the examples read, generated "
-                     "here (photographic-looking JPEGs, speech-like audio, COCO scenes, AV1 clips): nothing is "
-                     "downloaded. Run `mediapipe sample-data data` in the folder you run the README's blocks from; "
-                     "a dataset already in DIR is kept.")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog's table keeps its lines
+    p.description = textwrap.fill(
+        "Write the small datasets that the README's Python blocks and the examples read, generated here "
+        "(photographic-looking JPEGs, speech-like audio, COCO scenes, AV1 clips): nothing is downloaded. Run "
+        "`mediapipe sample-data data` in the folder you run the README's blocks from; a dataset already in DIR "
+        "is kept.", width=88)
     p.epilog = "datasets (--only takes these names):\n" + "\n".join(
         f"  {s.name:<21} {s.what}" + (f"\n  {'':<21} (written by the optional `{s.needs}` package: "
                                       f"{INSTALL[s.needs]}; skipped without it)" if s.needs else "")
