@@ -4,6 +4,14 @@ from mediapipe.augment import audio as _audio
 from mediapipe.augment import features as _features
 from mediapipe.augment import video as _video
 from mediapipe.augment.audio import *  # noqa: F403  (waveform ops: Gain, AddNoise, RandomTimeCrop...)
+from mediapipe.augment.auto_color import (
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
 from mediapipe.augment.base import Op, Stage, op_from_config, registered_ops
 from mediapipe.augment.boxes import ClampBoundingBoxes, SanitizeBoundingBoxes
 from mediapipe.augment.color import (
@@ -42,5 +50,8 @@ __all__ = [
     "HorizontalFlip", "Letterbox", "MixUp", "Normalize", "Op", "Pad", "RandomAffine", "RandomCrop", "RandomErasing",
     "RandomGrayscale", "RandomIoUCrop", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut",
     "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
-    "registered_ops", *_audio.__all__, *_features.__all__, *_video.__all__,
+    "registered_ops",
+    "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize", "RandomInvert", "RandomPosterize",
+    "RandomSolarize",
+    *_audio.__all__, *_features.__all__, *_video.__all__,
 ]

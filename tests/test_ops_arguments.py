@@ -99,6 +99,12 @@ RANGES = {
                     {"interpolation": "area"}],
     "RandomShortestSize": [{"min_size": 0}, {"min_size": ()}, {"max_size": 0}, {"interpolation": "area"}],
     "Letterbox": [{"size": 0}, {"fill": ()}, {"interpolation": "area"}],
+    "RandomPosterize": [{"bits": 9}, {"bits": -1}, {"p": 1.5}],
+    "RandomSolarize": [{"threshold": -1.0}, {"p": -0.5}],
+    "RandomEqualize": [{"p": 2.0}],
+    "RandomAutocontrast": [{"p": -1.0}],
+    "RandomAdjustSharpness": [{"sharpness_factor": -0.1}, {"p": 1.1}],
+    "RandomInvert": [{"p": 3.0}],
 }
 
 
