@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import mediapipe.dataset.convert as convert_module
+import mediapipe.dataset.convert_run as convert_run
 from mediapipe.cli import main
 from mediapipe.cli.progress import Progress
 from mediapipe.dataset import safe_io, shard_writer
@@ -203,7 +204,7 @@ def test_a_full_disk_names_the_file_being_written(mixed_source: Path, tmp_path: 
 def test_without_a_terminal_progress_is_lines_in_the_log(mixed_source: Path, tmp_path: Path, capsys,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """stderr is not a terminal here: complete lines (no carriage returns), every interval."""
-    monkeypatch.setattr(convert_module, "Progress", functools.partial(Progress, log_every=0.0))
+    monkeypatch.setattr(convert_run, "Progress", functools.partial(Progress, log_every=0.0))
     convert_module.convert(mixed_source, tmp_path / "out", progress=True, shuffle=False)
     err = capsys.readouterr().err
     lines = err.splitlines()
