@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from mediapipe.decoders.base import NO_HINT, Decoded, Decoder
-from mediapipe.errors import MediapipeError
+from mediapipe.errors import MediapipeError, PipelineError
 from mediapipe.plan import Plan
 from mediapipe.stages.batch_stage import batch_params, run_batch_ops
 from mediapipe.stages.collate import collate
@@ -88,10 +88,14 @@ def finish_on_device(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None
     valid = valid.clone().cpu() if valid is not None else None
     pending = {name: data.pop(name) for name in plan.device_decoders()}
     batch = finish_samples(plan, pending, indices, host.epoch, host.stats, data, on_host)
+    failed = sorted(batch.failed)
     replaced, valid = _apply_on_error(plan, host, batch, indices, valid)
-    data.update(_collate_device_fields(plan, host, batch, indices))
-    for i in replaced:
-        _put_row(data, i, batch.samples[i], plan)
+    worker_made = [name for name in data if name != "valid"]
+    device_made = _collate_device_fields(plan, host, batch, indices)
+    data.update(device_made)
+    if failed:  # the slots' other fields follow: a stand-in's, or emptied as a worker empties them
+        _put_rows(data, on_host, {i: batch.samples[i] for i in failed}, [n for n in worker_made if n not in device_made],
+                  plan)
     if valid is not None:
         data["valid"] = valid.to(plan.device)
     drawn = np.asarray([s["index"] if s is not None else indices[i] for i, s in enumerate(batch.samples)])
@@ -237,13 +241,77 @@ def _collate_device_fields(plan: Plan, host: HostBatch, batch: DeviceSamples, in
     return {k: v.to(plan.device) if isinstance(v, torch.Tensor) else v for k, v in stacked.items()}
 
 
-def _put_row(data: dict[str, Any], position: int, sample: dict[str, Any], plan: Plan) -> None:
-    """A stand-in's fields the workers made (label, index, the source's) into its slot of the batch."""
-    for name, value in sample.items():
-        if name in plan.device_fields or name not in data:
+def _put_rows(data: dict[str, Any], on_host: dict[str, Any], rows: dict[int, dict[str, Any] | None],
+              names: list[str], plan: Plan) -> None:
+    """The fields the workers made (label, index, the source's: boxes, texts) of the slots in ``rows``,
+    for the sample the device put in each: a stand-in's values, or for an emptied slot (None) what
+    `collate` gives a failed sample (zeros, label -1, no rows, None; its own index)."""
+    padded = {n for n in names if plan.collate_of(n)[0] == "pad" and f"{n}_lengths" in data}
+    for name in names:
+        if name in {f"{p}_lengths" for p in padded}:
             continue
+        values = {i: _row_value(name, s, data[name]) for i, s in rows.items()}
         column = data[name]
-        if isinstance(column, torch.Tensor):
-            column[position] = torch.as_tensor(value).to(column.device, column.dtype)
+        if name in padded and isinstance(column, torch.Tensor):
+            _put_padded_rows(data, on_host, name, values, plan.collate_of(name)[1])
         elif isinstance(column, list):
-            column[position] = value
+            for i, value in values.items():
+                column[i] = _list_row(column, value)
+        elif isinstance(column, torch.Tensor):
+            for i, value in values.items():
+                if not (value is None and name == "index"):  # an emptied slot keeps its own index
+                    _put_stacked_row(column, name, i, value)
+
+
+def _row_value(name: str, sample: dict[str, Any] | None, column: Any) -> Any:
+    """Field ``name`` of the sample now in a slot (None: emptied); a stand-in lacking a tensor or
+    number field the batch has is refused, as `collate` refuses it."""
+    if sample is not None and name not in sample and not isinstance(column, list):
+        raise PipelineError(f"field {name!r} is missing from sample {sample.get('index')}, the stand-in of a "
+                            "batch whose other samples have it: give every sample the field, or leave it out of "
+                            "all of them")
+    return None if sample is None else sample.get(name)
+
+
+def _list_row(column: list, value: Any) -> Any:
+    """A list field's row for ``value``: a failed sample's is no rows (an empty tensor), or None."""
+    if value is not None:
+        return value
+    like = next((v for v in column if isinstance(v, torch.Tensor)), None)
+    if like is None:
+        return None
+    return like.new_zeros((0, *like.shape[1:])) if like.ndim else like.new_zeros(())
+
+
+def _put_stacked_row(column: torch.Tensor, name: str, position: int, value: Any) -> None:
+    """A stacked field's row: ``value``, or a failed sample's zeros (label -1)."""
+    if value is None:
+        column[position] = -1 if name == "label" and column.ndim == 1 else 0
+        return
+    value = torch.as_tensor(value)
+    if tuple(value.shape) != tuple(column.shape[1:]):
+        raise PipelineError(f"field {name!r} has shapes {[tuple(column.shape[1:]), tuple(value.shape)]} in one "
+                            "batch: give every sample one size, or batch it as a list or padded: "
+                            f"Pipeline(collate={{{name!r}: 'list'}}) or 'pad'")
+    column[position] = value.to(column.device, column.dtype)
+
+
+def _put_padded_rows(data: dict[str, Any], on_host: dict[str, Any], name: str, values: dict[int, Any],
+                     axis: int) -> None:
+    """A padded field's rows and lengths for ``values`` (None: no rows), padded to the longest row
+    as `collate` pads; the lengths are read on the host, never from the device."""
+    column = data[name]
+    axis = axis % max(column.ndim - 1, 1) + 1  # the padded axis of the batch (dim 0: the samples)
+    lengths = on_host[f"{name}_lengths"].clone()
+    for i, value in values.items():
+        lengths[i] = 0 if value is None else int(torch.as_tensor(value).shape[axis - 1])
+    longest = int(lengths.max()) if len(lengths) else 0
+    out = column.new_zeros((*column.shape[:axis], longest, *column.shape[axis + 1:]))
+    kept = min(longest, column.shape[axis])
+    out.narrow(axis, 0, kept).copy_(column.narrow(axis, 0, kept))
+    for i, value in values.items():
+        out[i].zero_()
+        if value is not None and int(lengths[i]):
+            out[i].narrow(axis - 1, 0, int(lengths[i])).copy_(torch.as_tensor(value).to(out.device, out.dtype))
+    on_host[f"{name}_lengths"] = lengths
+    data[name], data[f"{name}_lengths"] = out, lengths.to(data[f"{name}_lengths"].device)

@@ -1,0 +1,164 @@
+"""The core redesign (issue 24) attacked as a hostile user would: the device-decode path under
+every ``on_error`` (one, several, all samples of a batch failing there; stand-ins that fail
+there too; padding slots), fields the workers made beside a device-decoded one, the loaders
+on their shared base, the typed decoder options and the declared source hooks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+from tests.helpers import state_after, write_image_folder
+
+SEED, SIZE = 11, 32
+
+
+def undefined_tables(data: bytes) -> bytes:
+    """A JPEG whose scan names Huffman tables it never defines: its header probes fine in the
+    worker, and only the device's decode fails."""
+    data = bytearray(data)
+    sos = data.index(b"\xff\xda")
+    for c in range(data[sos + 4]):
+        data[sos + 6 + 2 * c] = 0x33
+    return bytes(data)
+
+
+def damage(root, positions) -> list:
+    """Damage the files at ``positions`` of the folder source's order (sorted paths)."""
+    files = sorted(root.rglob("*.jpg"))
+    for i in positions:
+        files[i].write_bytes(undefined_tables(files[i].read_bytes()))
+    return [files[i] for i in positions]
+
+
+def image_pipeline(root, device_decode: bool, batch_size: int = 4, **kwargs) -> mp.Pipeline:
+    pytest.importorskip("nvidia.nvimgcodec")
+    return mp.Pipeline(mp.loaders.folder(root), {"image": mp.decoders.image("nvimgcodec", device_decode=device_decode)},
+                       [A.RandomResizedCrop(SIZE, scale=(0.3, 1.0)), A.HorizontalFlip()], batch_size=batch_size,
+                       seed=SEED, device="cpu", **kwargs)
+
+
+def batches(pipe, **kwargs) -> list[dict]:
+    loader = pipe.loader(shuffle=False, **kwargs)
+    return [{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in b.items()} for b in loader], loader
+
+
+def assert_like(a: list[dict], b: list[dict], levels: float = 4.0) -> None:
+    """Same samples in the same slots, their pixels within the fused path's rounding."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        assert torch.equal(x["index"], y["index"]) and torch.equal(x["label"], y["label"])
+        if "valid" in x:
+            assert torch.equal(x["valid"], y["valid"])
+        diff = (x["image"].int() - y["image"].int()).abs().float().mean(dim=(1, 2, 3))
+        assert (diff <= levels).all(), diff
+
+
+# -- the device-decode path ------------------------------------------------------------------------
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_several_device_failures_and_a_stand_in_that_fails_there_too(tmp_path, on_error):
+    """Five of twelve files fail only on the device, some of them picked as stand-ins: the same
+    batches as the worker path gives, each failure counted once."""
+    write_image_folder(tmp_path, 12, classes=2, seed=4)
+    bad = damage(tmp_path, [0, 2, 3, 7, 9])
+    device, d_loader = batches(image_pipeline(tmp_path, True, on_error=on_error))
+    worker, w_loader = batches(image_pipeline(tmp_path, False, on_error=on_error))
+    assert_like(device, worker)
+    assert sum(d_loader.stats.errors.values()) == sum(w_loader.stats.errors.values()) == len(bad)
+    paths = sorted(str(p) for p in bad)
+    assert sorted(f.split(": ")[0] for f in d_loader.stats.failed) == paths  # the wording is the decoder's
+    assert sorted(f.split(": ")[0] for f in w_loader.stats.failed) == paths
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_padding_slots_that_fail_on_the_device(tmp_path, on_error):
+    """last_batch="pad": the short last batch repeats its last sample, which fails on the device;
+    the padding is what the worker path gives, and the failure is counted once."""
+    write_image_folder(tmp_path, 10, classes=1, seed=6)
+    damage(tmp_path, [9])
+    device, d_loader = batches(image_pipeline(tmp_path, True, on_error=on_error), last_batch="pad")
+    worker, w_loader = batches(image_pipeline(tmp_path, False, on_error=on_error), last_batch="pad")
+    assert [len(b["index"]) for b in device] == [4, 4, 4]
+    assert device[-1]["valid"].tolist() == worker[-1]["valid"].tolist()
+    assert_like(device, worker)
+    assert sum(d_loader.stats.errors.values()) == sum(w_loader.stats.errors.values()) == 1
+
+
+def test_device_failures_give_the_same_batches_with_0_and_2_workers_and_from_a_resume(tmp_path):
+    write_image_folder(tmp_path, 12, classes=2, seed=8)
+    damage(tmp_path, [1, 5, 6])
+    pipe = image_pipeline(tmp_path, True, on_error="skip")
+    zero, _ = batches(pipe, num_workers=0)
+    two, loader = batches(pipe, num_workers=2)
+    assert_like(zero, two, levels=0)
+    assert sum(loader.stats.errors.values()) == 3
+    state = state_after(pipe.loader(shuffle=False, num_workers=2), 1)
+    resumed = pipe.loader(shuffle=False, num_workers=2)
+    resumed.load_state_dict(state)
+    assert_like([dict(b) for b in resumed], zero[1:], levels=0)
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+@pytest.mark.parametrize("collate", ["list", "pad"])
+def test_a_device_failure_in_a_detection_batch(detection_dataset, tmp_path, collate, on_error):
+    """The slot of a sample that failed on the device holds a stand-in's boxes and per-object labels
+    (another number of them; "skip") or none of them and label -1 ("replace"), in a batch that pads
+    or lists them: exactly as the worker path gives. (They were the failed sample's, or a crash
+    writing a stand-in's labels into the padded column.)"""
+    import shutil
+
+    pytest.importorskip("nvidia.nvimgcodec")
+    root = tmp_path / "det"
+    shutil.copytree(detection_dataset.annotations.parent, root)
+    images = sorted((root / "images").glob("*.jpg"))
+    for i in (1, 6):  # the most objects of their batches
+        images[i].write_bytes(undefined_tables(images[i].read_bytes()))
+
+    def pipe(device_decode):
+        source = mp.loaders.coco(root / detection_dataset.annotations.name, root / "images", collate=collate)
+        return mp.Pipeline(source, {"image": mp.decoders.image("nvimgcodec", device_decode=device_decode)},
+                           [A.RandomResizedCrop(48, scale=(0.4, 1.0)), A.HorizontalFlip()], batch_size=4, seed=5,
+                           device="cpu", on_error=on_error)
+
+    device, d_loader = batches(pipe(True))
+    worker, _ = batches(pipe(False))
+    assert sum(d_loader.stats.errors.values()) == 2
+    for a, b in zip(device, worker):
+        assert a.keys() == b.keys()
+        for name in a:
+            x, y = a[name], b[name]
+            if name == "image":
+                assert x.shape == y.shape
+            elif isinstance(x, torch.Tensor):
+                assert x.shape == y.shape and x.dtype == y.dtype, name
+                assert torch.allclose(x.float(), y.float(), atol=1e-4), name
+            elif isinstance(x, list) and x and isinstance(x[0], torch.Tensor):
+                assert [v.shape for v in x] == [v.shape for v in y], name
+                assert all(torch.allclose(v.float(), w.float(), atol=1e-4) for v, w in zip(x, y)), name
+            else:
+                assert x == y, name
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_a_device_failure_in_a_padded_detection_batch_on_the_meta_device(detection_dataset, tmp_path, on_error):
+    """The meta device standing in for a GPU: the failed slot's rows are rewritten there, its lengths
+    read on the host (a device tensor read back would fail here)."""
+    import shutil
+
+    pytest.importorskip("nvidia.nvimgcodec")
+    root = tmp_path / "det"
+    shutil.copytree(detection_dataset.annotations.parent, root)
+    images = sorted((root / "images").glob("*.jpg"))
+    images[1].write_bytes(undefined_tables(images[1].read_bytes()))
+    source = mp.loaders.coco(root / detection_dataset.annotations.name, root / "images", collate="pad")
+    pipe = mp.Pipeline(source, {"image": mp.decoders.image("nvimgcodec", device_decode=True)},
+                       [A.RandomResizedCrop(48, scale=(0.4, 1.0))], batch_size=4, seed=5, device="meta",
+                       on_error=on_error)  # (a batch op on padded boxes needs their lengths' values: not on meta)
+    loader = pipe.loader(shuffle=False)
+    first = next(iter(loader))
+    assert first["image"].device.type == first["boxes"].device.type == first["labels"].device.type == "meta"
+    assert first["boxes_lengths"].device.type == "meta" and first["boxes"].shape[:1] == (4,)
+    assert sum(loader.stats.errors.values()) == 1
