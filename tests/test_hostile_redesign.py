@@ -162,3 +162,54 @@ def test_a_device_failure_in_a_padded_detection_batch_on_the_meta_device(detecti
     assert first["image"].device.type == first["boxes"].device.type == first["labels"].device.type == "meta"
     assert first["boxes_lengths"].device.type == "meta" and first["boxes"].shape[:1] == (4,)
     assert sum(loader.stats.errors.values()) == 1
+
+
+def two_image_rows(root, taller: int = 0, bad: tuple[int, ...] = ()) -> mp.Pipeline:
+    """Six rows of two JPEGs each (``image`` and ``other``); row 0's ``other`` ``taller`` pixels
+    taller, and ``other`` damaged (on the device only) in the rows ``bad``."""
+    import json
+
+    from mediapipe.synthetic import jpeg_bytes, photo_like
+
+    rows = []
+    for i in range(6):
+        h, w = 80 + 6 * i, 100 - 3 * i
+        (root / f"{i}a.jpg").write_bytes(jpeg_bytes(photo_like(h, w, i), quality=92))
+        other = jpeg_bytes(photo_like(h + (taller if i == 0 else 0), w, 100 + i), quality=92)
+        (root / f"{i}b.jpg").write_bytes(undefined_tables(other) if i in bad else other)
+        rows.append({"path": f"{i}a.jpg", "other": f"{i}b.jpg", "label": i % 2})
+    (root / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return root / "rows.jsonl"
+
+
+def two_image_pipeline(manifest, device_decode: bool, backend: str = "nvimgcodec", **kwargs) -> mp.Pipeline:
+    pytest.importorskip("nvidia.nvimgcodec")
+    decode = {name: mp.decoders.image(backend, device_decode=device_decode) for name in ("image", "other")}
+    return mp.Pipeline(mp.loaders.manifest(manifest), decode, [A.RandomResizedCrop(SIZE, scale=(0.3, 1.0)),
+                       A.HorizontalFlip()], batch_size=3, seed=SEED, device="cpu", **kwargs)
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_two_device_decoded_fields_with_the_second_failing_on_the_device(tmp_path, on_error):
+    manifest = two_image_rows(tmp_path, bad=(1, 4))
+    device, d_loader = batches(two_image_pipeline(manifest, True, on_error=on_error))
+    worker, w_loader = batches(two_image_pipeline(manifest, False, on_error=on_error))
+    assert two_image_pipeline(manifest, True).plan.device_fields == {"image", "other"}
+    assert_like(device, worker)
+    for a, b in zip(device, worker):
+        assert ((a["other"].int() - b["other"].int()).abs().float().mean(dim=(1, 2, 3)) <= 4.0).all()
+    assert d_loader.stats.failed == w_loader.stats.failed and len(d_loader.stats.failed) == 2
+
+
+@pytest.mark.parametrize(("backend", "device_decode"), [("nvimgcodec", True), ("nvimgcodec", False), ("turbo", False)])
+def test_two_fused_fields_of_different_sizes_are_one_draw_on_two_canvases(tmp_path, device_decode, backend):
+    """One crop drawn on ``image`` and fused into ``other``'s decoder too, but one ``other`` is taller:
+    a DecodeError naming its file and both sizes (the crop landed elsewhere on it, silently), and
+    under "replace" that slot is emptied and counted."""
+    manifest = two_image_rows(tmp_path, taller=20)
+    with pytest.raises(mp.DecodeError, match=r"0b\.jpg.*RandomResizedCrop draws once for \['image', 'other'\] on the "
+                                             r"decoded \(80, 100\), but other is \(100, 100\)"):
+        list(two_image_pipeline(manifest, device_decode, backend).loader(shuffle=False))
+    loader = two_image_pipeline(manifest, device_decode, backend, on_error="replace").loader(shuffle=False)
+    assert [b["valid"].tolist() for b in loader] == [[False, True, True], [True, True, True]]
+    assert loader.stats.errors == {"RandomResizedCrop: fields of one draw differ in size": 1}

@@ -19,7 +19,7 @@ from mediapipe.decoders.exif import file_orientation, oriented_size
 from mediapipe.errors import DecodeError
 from mediapipe.fields import BOXES, KEYPOINTS, LABEL, MASK
 from mediapipe.loaders.sources.targets import BAD_ANNOTATION, frame_problem, orient_targets
-from mediapipe.plan import Plan
+from mediapipe.plan import PlacedOp, Plan
 from mediapipe.rng import decoder_rng
 from mediapipe.sample import SampleRef
 from mediapipe.stages.draws import draw_within_limits
@@ -139,6 +139,8 @@ class SampleStage:
                 draw_meta = {**meta, "fields": {f: data[f] for f in fused.op.draws_on()}}
                 params = draw_within_limits(plan, fused, epoch, ref.index, draw_meta, ref.key)
                 progress.drew(fused.index, params, meta.get("size"))
+            else:
+                self.check_same_canvas(fused, name, progress.canvas.get(fused.index), meta.get("size"), blob.name)
             hint = fused.op.decode_hint(params, meta) or NO_HINT
         if source is not None:
             hint = replace(hint, span=spans.get(source))
@@ -196,6 +198,17 @@ class SampleStage:
         if type(height) is not int or type(width) is not int:
             return None
         return (height, width), orientation
+
+    @staticmethod
+    def check_same_canvas(fused: PlacedOp, name: str, canvas: tuple[int, int] | None, size: tuple[int, int] | None,
+                          path: str) -> None:
+        """A `DecodeError` naming the file where field ``name``, fused into the op that an earlier field
+        drew for, is not the size that draw was made on (the crop would land elsewhere on it)."""
+        if canvas is None or size is None or tuple(canvas) == tuple(size):
+            return
+        op = type(fused.op).__name__
+        raise DecodeError(path, op, f"{op} draws once for {list(fused.op.inputs)} on the decoded {tuple(canvas)}, but "
+                          f"{name} is {tuple(size)}", category="fields of one draw differ in size")
 
     @staticmethod
     def check_frame(blob: Any, decoder: Decoder, frame: tuple[tuple[int, int], int], decoded: tuple[int, int]) -> None:
