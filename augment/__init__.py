@@ -23,6 +23,7 @@ from mediapipe.augment.color import (
     RandomGrayscale,
     ToDtype,
 )
+from mediapipe.augment.compose import RandomApply, RandomChoice, RandomOrder
 from mediapipe.augment.detection import (
     Letterbox,
     RandomIoUCrop,
@@ -53,5 +54,6 @@ __all__ = [
     "registered_ops",
     "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize", "RandomInvert", "RandomPosterize",
     "RandomSolarize",
+    "RandomApply", "RandomChoice", "RandomOrder",
     *_audio.__all__, *_features.__all__, *_video.__all__,
 ]

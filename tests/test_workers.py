@@ -211,7 +211,8 @@ def _sample_ops() -> list[Op]:
     from mediapipe.augment.base import registered_ops
 
     required = {"num_classes": 3, "size": 16, "kernel_size": 3, "mean": (0.5, 0.5, 0.5), "std": (0.2, 0.2, 0.2),
-                "degrees": 10.0, "clip_len": 4, "sample_rate": 8000, "length": 4000, "factor": 1.1}
+                "degrees": 10.0, "clip_len": 4, "sample_rate": 8000, "length": 4000, "factor": 1.1,
+                "ops": (A.HorizontalFlip(), A.ColorJitter(0.2))}
     ops = []
     for _, cls in sorted(registered_ops().items()):
         try:
