@@ -11,6 +11,9 @@ is the rule for where the batch stage runs. `BACKENDS` names the built-in backen
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -70,6 +73,39 @@ def check_seconds(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r}: expected seconds >= 0 (0: no limit)")
 
 
+LIBRARY_PACKAGES = ("mediapipe", "mediapipe.loaders", "mediapipe.augment", "mediapipe.decoders")  # their folders
+
+
+def _outside_library() -> int:
+    """The ``stacklevel`` of the first caller outside this library, so a warning names the user's line."""
+    roots = tuple(os.path.dirname(module.__file__) + os.sep for name in LIBRARY_PACKAGES
+                  if (module := sys.modules.get(name)) is not None and module.__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_if_no_batch(sampler: BatchSampler) -> None:
+    """Warn when this rank's epoch has no batch (``drop`` with fewer samples per rank than a batch):
+    a loop over the loader would otherwise run zero steps without a word."""
+    if len(sampler) > 0:
+        return
+    size = getattr(sampler, "batch_size", None)
+    per_rank = sampler.samples_per_rank() if hasattr(sampler, "samples_per_rank") else None
+    if size is None or per_rank is None:
+        reason = f"the sampler given ({type(sampler).__name__}) plans no batch for this rank's epoch"
+    else:
+        ranks = getattr(sampler, "world_size", 1)
+        share = f" over {ranks} ranks: {per_rank} per rank" if ranks != 1 else " on 1 rank"
+        smaller = f"batch_size <= {per_rank}" if per_rank else "fewer ranks than samples"
+        reason = (f"{getattr(sampler, 'num_samples', per_rank)} samples{share}, batch_size={size} and "
+                  f"last_batch={getattr(sampler, 'last_batch', 'drop')!r} (what drop_last=True asks for), which "
+                  f"drops a batch that is not full; set last_batch='partial' to get one short batch, or {smaller}")
+    warnings.warn(f"this loader's epoch has no batch (len(loader) == 0): {reason}", UserWarning,
+                  stacklevel=_outside_library())
+
+
 def place_batch_ops(plan: Plan, device: torch.device, requested: bool | None, num_workers: int) -> Where:
     """Where the batch-stage ops run: "worker" (where the batches are built: worker processes, Ray
     actors) or "device" (in this process, on the device); ``requested`` is the loader's
@@ -125,6 +161,7 @@ class LoaderBase:
         self.sampler: BatchSampler = build_sampler(
             pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
+        warn_if_no_batch(self.sampler)
         self.stats = StageStats()
         self._current: PassCursor | None = None  # the pass that moves the sampler's position
         self._loaded = False  # load_state_dict ran since the last pass began: the next one starts at its position

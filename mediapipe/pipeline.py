@@ -18,6 +18,7 @@ from mediapipe.loaders.sources.folder import Source, source_from_config
 from mediapipe.options import LastBatch, LoaderBackend, OnError
 from mediapipe.plan import Plan
 from mediapipe.stages.stats import StageStats
+from mediapipe.torchvision_names import refuse_foreign_augment
 
 if TYPE_CHECKING:
     from mediapipe.loaders.dali.loader import DaliLoader
@@ -74,6 +75,7 @@ class Pipeline:
             raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
         if isinstance(augment, Op):
             raise ValueError(f"augment={augment!r}: expected a list of ops, e.g. [A.HorizontalFlip()]")
+        refuse_foreign_augment(augment)  # torchvision's Compose or one transform: named, with what replaces it
         self.source, self.batch_size, self.seed = source, batch_size, seed
         self.device_spec = str(device)
         self.device = resolve_device(device)

@@ -32,6 +32,7 @@ from mediapipe.loaders.sources.folder import Source
 from mediapipe.options import ON_ERROR, OnError, Where
 from mediapipe.sample import Blob, SampleRef
 from mediapipe.stages.error_policy import ErrorPolicy
+from mediapipe.torchvision_names import not_an_op_hint
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ class Plan:
         bound: list[Op] = []
         for i, op in enumerate(ops):
             if not isinstance(op, Op):
-                raise PipelineError(f"augment[{i}] is {op!r}, not an op")
+                raise PipelineError(f"augment[{i}] is {op!r}, not an op{not_an_op_hint(op)}")
             op = op.bind(types, where=f"augment[{i}] ")
             missing = [f for f in op.reads() if f not in types]
             if missing:
