@@ -4,6 +4,7 @@ from mediapipe.augment import audio as _audio
 from mediapipe.augment import features as _features
 from mediapipe.augment import video as _video
 from mediapipe.augment.audio import *  # noqa: F403  (waveform ops: Gain, AddNoise, RandomTimeCrop...)
+from mediapipe.augment.auto_augment import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from mediapipe.augment.auto_color import (
     RandomAdjustSharpness,
     RandomAutocontrast,
@@ -52,8 +53,8 @@ __all__ = [
     "RandomGrayscale", "RandomIoUCrop", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut",
     "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
     "registered_ops",
-    "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize", "RandomInvert", "RandomPosterize",
-    "RandomSolarize",
+    "AugMix", "AutoAugment", "RandAugment", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
+    "RandomInvert", "RandomPosterize", "RandomSolarize", "TrivialAugmentWide",
     "RandomApply", "RandomChoice", "RandomOrder",
     *_audio.__all__, *_features.__all__, *_video.__all__,
 ]

@@ -109,6 +109,11 @@ RANGES = {
     "RandomAutocontrast": [{"p": -1.0}],
     "RandomAdjustSharpness": [{"sharpness_factor": -0.1}, {"p": 1.1}],
     "RandomInvert": [{"p": 3.0}],
+    "AutoAugment": [{"policy": "mnist"}, {"interpolation": "bicubic"}, {"fill": ()}],
+    "RandAugment": [{"num_ops": -1}, {"magnitude": 31}, {"num_magnitude_bins": 1, "magnitude": 0},
+                    {"interpolation": "area"}],
+    "TrivialAugmentWide": [{"num_magnitude_bins": 0}, {"fill": (float("inf"),)}],
+    "AugMix": [{"severity": 0}, {"mixture_width": 0}, {"alpha": 0.0}, {"interpolation": "bicubic"}],
 }
 
 
