@@ -44,6 +44,13 @@ from mediapipe.augment.geometry import (
     VerticalFlip,
 )
 from mediapipe.augment.mix import CutMix, MixUp
+from mediapipe.augment.recipe_color import (
+    JPEG,
+    GaussianNoise,
+    RandomChannelPermutation,
+    RandomPhotometricDistort,
+)
+from mediapipe.augment.recipe_geometry import ElasticTransform, RandomPerspective
 from mediapipe.augment.video import *  # noqa: F403  (video ops: YUVToRGB, ClipLayout, temporal ops)
 from mediapipe.augment.warp import RandomAffine, RandomRotation
 
@@ -56,5 +63,7 @@ __all__ = [
     "AugMix", "AutoAugment", "RandAugment", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
     "RandomInvert", "RandomPosterize", "RandomSolarize", "TrivialAugmentWide",
     "RandomApply", "RandomChoice", "RandomOrder",
+    "ElasticTransform", "GaussianNoise", "JPEG", "RandomChannelPermutation", "RandomPerspective",
+    "RandomPhotometricDistort",
     *_audio.__all__, *_features.__all__, *_video.__all__,
 ]

@@ -87,7 +87,8 @@ def _float(x: torch.Tensor) -> torch.Tensor:
 
 
 def _back(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return out if like.is_floating_point() else out.to(like.dtype)
+    """``out`` in the input's dtype (float16 images computed with float32 factors come back float16)."""
+    return out if out.dtype == like.dtype else out.to(like.dtype)
 
 
 def grayscale(x: torch.Tensor, *, floor: bool = False) -> torch.Tensor:
@@ -161,16 +162,19 @@ def _hsv_to_rgb(img: torch.Tensor) -> torch.Tensor:
 
 
 def adjust_hue(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """Rotate the hue of sample i by ``factor[i]`` turns, in [-0.5, 0.5] (0 = identity), through HSV."""
+    """Rotate the hue of sample i by ``factor[i]`` turns, in [-0.5, 0.5] (0 = identity), through HSV.
+
+    In float32 whatever the input's dtype, as torchvision's ``adjust_hue`` (uint8 read as x / 255,
+    other floats cast), then back to the input's dtype (uint8 through ``x * 255.999``)."""
     if x.shape[-3] == 1 or x.numel() == 0:
         return x
-    xf = x.to(torch.float32).mul_(1.0 / 255.0) if not x.is_floating_point() else x
+    xf = x.to(torch.float32).mul_(1.0 / 255.0) if not x.is_floating_point() else x.to(torch.float32)
     hsv = _rgb_to_hsv(xf)
     h, s, v = hsv.unbind(dim=-3)
     h = (h + _per_sample(factor, h, h.dtype)).remainder_(1.0)
     rgb = _hsv_to_rgb(torch.stack((h, s, v), dim=-3))
     if x.is_floating_point():
-        return rgb
+        return rgb.to(x.dtype)
     return rgb.mul_(255.0 + 1.0 - 1e-3).to(x.dtype)  # torchvision's float -> uint8 conversion
 
 
