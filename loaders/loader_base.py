@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from mediapipe.errors import PipelineError
 from mediapipe.loaders.samplers import BatchSampler, PlannedBatch
-from mediapipe.loaders.sampling import build_sampler, check_process_group, resolve_last_batch, resolve_ranks
+from mediapipe.loaders.sampling import (
+    build_sampler,
+    check_process_group,
+    plan_for,
+    resolve_last_batch,
+    resolve_ranks,
+)
 from mediapipe.options import LOADER_BACKENDS, LastBatch, Where
 from mediapipe.stages.stats import StageStats
 
@@ -59,6 +65,7 @@ class SamplingOptions(TypedDict, total=False):
     sampler: BatchSampler | None
     rank: int | None
     world_size: int | None
+    repeated_augmentations: int  # each sample k times per epoch, each repeat with draws of its own
 
 
 def check_count(name: str, value: Any, minimum: int) -> None:
@@ -149,7 +156,7 @@ class LoaderBase:
 
     def __init__(self, pipeline: Pipeline, *, num_workers: int, prefetch: int, shuffle: bool = True,
                  drop_last: bool | None = None, last_batch: LastBatch = "partial", sampler: BatchSampler | None = None,
-                 rank: int | None = None, world_size: int | None = None) -> None:
+                 rank: int | None = None, world_size: int | None = None, repeated_augmentations: int = 1) -> None:
         check_count("num_workers", num_workers, self.min_workers)
         check_count("prefetch", prefetch, 1)
         resolve_last_batch(last_batch, drop_last)  # refused with a sampler of one's own too
@@ -160,7 +167,9 @@ class LoaderBase:
         self.ranks = resolve_ranks(pipeline.source, rank, world_size)
         self.sampler: BatchSampler = build_sampler(
             pipeline, shuffle=shuffle, last_batch=last_batch, drop_last=drop_last,
-            rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler)
+            rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler,
+            repeated_augmentations=repeated_augmentations)
+        self.plan = plan_for(self.plan, self.sampler)  # a sampler of draw indices reads them through the source
         warn_if_no_batch(self.sampler)
         self.stats = StageStats()
         self._current: PassCursor | None = None  # the pass that moves the sampler's position

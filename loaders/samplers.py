@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -200,3 +200,87 @@ class EpochBatchSampler:
         self.epoch, self.position = rest.pop("epoch"), rest.pop("position")
         if rest:
             raise ValueError(f"unexpected keys in sampler state: {sorted(rest)}")
+
+
+EpochLength = Literal["repeats", "dataset"]
+EPOCH_LENGTHS: tuple[str, ...] = ("repeats", "dataset")
+
+
+class RepeatedAugmentationSampler(EpochBatchSampler):
+    """Each sample ``repeats`` times per epoch, every repeat with draws of its own, spread over the
+    ranks as torchvision's ``RASampler`` (references/classification/sampler.py, from DeiT) does.
+
+    The epoch's permutation (`order`) lists each sample ``repeats`` times in a row; the list is
+    padded to a multiple of the world size by wrapping to its head (those slots are real repeats,
+    as torchvision trains on them), and rank r takes slots r, r + W, ...: consecutive repeats of a
+    sample go to different ranks. A slot's index is its *draw index* ``c * N + i``, for the c-th
+    occurrence of sample i in the epoch (c < repeats, beyond for the wrapped slots): a loader reads
+    sample ``index % N`` and keys every draw by the draw index, so repeats differ and the batches
+    stay a pure function of (seed, epoch), resumable like `EpochBatchSampler`'s.
+
+    ``epoch_length``: "repeats" (default) reads every repeat, ceil(N * repeats / W) slots per rank
+    (floor for ``last_batch="drop"``); "dataset" keeps torchvision's epoch, the first
+    floor(N // 256 * 256 / W) slots of each rank's (about N / repeats samples, ``repeats`` times
+    each), so a recipe's schedule in epochs ports as it is. ``last_batch``: "partial" and "drop" as
+    `EpochBatchSampler`; "pad" fills the short last batch with its last slot, ``valid`` False.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, *, repeats: int = 3, epoch_length: EpochLength = "repeats",
+                 shuffle: bool = True, seed: int = 0, rank: int | None = None, world_size: int | None = None,
+                 last_batch: LastBatch = "partial") -> None:
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats={repeats!r}: expected an int >= 1")
+        if epoch_length not in EPOCH_LENGTHS:
+            raise ValueError(f"epoch_length={epoch_length!r}: expected one of {EPOCH_LENGTHS}")
+        super().__init__(num_samples, batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
+                         last_batch=last_batch)
+        self.repeats, self.epoch_length = repeats, epoch_length
+        self._check_length()
+
+    @property
+    def may_pad(self) -> bool:
+        """Only "pad" pads: the other slots are all real repeats."""
+        return self.last_batch == "pad"
+
+    def samples_per_rank(self) -> int:
+        """This rank's slots per epoch (before "pad" fills the last batch), as the docstring says."""
+        n, w = self.num_samples, self.world_size
+        if self.epoch_length == "dataset":
+            return n // 256 * 256 // w
+        if self.last_batch == "drop":
+            return n * self.repeats // w
+        return -(-n * self.repeats // w)
+
+    @property
+    def draw_copies(self) -> int:
+        """How many draw indices per sample a pass may use: the occurrences of the most repeated one."""
+        total = self.samples_per_rank() * self.world_size
+        return max(1, -(-total // (self.num_samples * self.repeats))) * self.repeats
+
+    def bind_ranks(self, rank: int, world_size: int) -> None:
+        super().bind_ranks(rank, world_size)
+        self._check_length()
+
+    def _check_length(self) -> None:
+        if self.samples_per_rank() == 0:
+            raise ValueError(
+                f"RepeatedAugmentationSampler(epoch_length={self.epoch_length!r}): no slot for rank {self.rank} of "
+                f"{self.world_size} with {self.num_samples} samples (torchvision's epoch of floor(N // 256 * 256 / W) "
+                "per rank needs 256 samples or more); use epoch_length='repeats'")
+
+    def rank_indices(self) -> np.ndarray:
+        """This rank's draw indices: its slots r, r + W, ... of the repeated, wrapped epoch."""
+        n, k = self.num_samples, self.repeats
+        positions = self.rank + self.world_size * np.arange(self.samples_per_rank(), dtype=np.int64)
+        cycle, at = np.divmod(positions, n * k)
+        return (cycle * k + at % k) * n + self.order()[at // k]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "repeats": self.repeats, "epoch_length": self.epoch_length}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        mine = {"repeats": state.pop("repeats", None), "epoch_length": state.pop("epoch_length", None)}
+        check_resume({"version": self.STATE_VERSION, **mine},
+                     {"repeats": self.repeats, "epoch_length": self.epoch_length}, self.STATE_VERSION)
+        super().load_state_dict(state)

@@ -6,23 +6,37 @@ by rank: its loader reads all of it, as rank 0 of 1, padded or cut to the other 
 by ``source.rank_samples`` so that every rank gets the same number of batches). A sampler
 handed to a loader is fitted to the loader's ranks (`fit_sampler`): one made without ranks is
 given them, one whose ranks disagree is refused, so no rank silently reads every sample.
+
+Repeated augmentations (``repeated_augmentations=k``, a `RepeatedAugmentationSampler`): the
+sampler's indices are draw indices ``c * N + i`` (the c-th repeat of sample i), and the loader's
+plan reads them through `RepeatedSource` (`plan_for`), which reads sample ``i`` under the draw
+index: every draw is keyed by the repeat, and ``batch["index"] % N`` is the sample.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mediapipe.errors import PipelineError
-from mediapipe.loaders.samplers import BatchSampler, EpochBatchSampler, distributed_rank_and_size
+from mediapipe.loaders.samplers import (
+    BatchSampler,
+    EpochBatchSampler,
+    RepeatedAugmentationSampler,
+    distributed_rank_and_size,
+)
+from mediapipe.loaders.sources.folder import Source, WrappedSource
 from mediapipe.options import LAST_BATCH, LastBatch
+from mediapipe.sample import SampleMeta, SampleRef
 
 if TYPE_CHECKING:
-    from mediapipe.loaders.sources.folder import Source
     from mediapipe.pipeline import Pipeline
+    from mediapipe.plan import Plan
 
 
 def resolve_last_batch(last_batch: LastBatch = "partial", drop_last: bool | None = None) -> str:
@@ -115,13 +129,32 @@ def fit_sampler(sampler: BatchSampler, ranks: Ranks) -> BatchSampler:
 
 def build_sampler(pipeline: Pipeline, *, shuffle: bool = True, last_batch: LastBatch = "partial",
                   drop_last: bool | None = None, rank: int | None = None, world_size: int | None = None,
-                  sampler: BatchSampler | None = None) -> BatchSampler:
+                  sampler: BatchSampler | None = None, repeated_augmentations: int = 1) -> BatchSampler:
     """``sampler`` when given, fitted to this rank (`fit_sampler`); else this rank's
-    `EpochBatchSampler` over ``pipeline.source``, with every rank getting the same number of
-    batches (see its ``last_batch``)."""
+    `EpochBatchSampler` over ``pipeline.source`` (a `RepeatedAugmentationSampler` for
+    ``repeated_augmentations`` > 1), with every rank getting the same number of batches (see its
+    ``last_batch``)."""
+    if isinstance(repeated_augmentations, bool) or not isinstance(repeated_augmentations, int) \
+            or repeated_augmentations < 1:
+        raise ValueError(f"repeated_augmentations={repeated_augmentations!r}: expected an int >= 1 (1: none)")
     ranks = resolve_ranks(pipeline.source, rank, world_size)
     if sampler is not None:
+        if repeated_augmentations != 1:
+            raise PipelineError(
+                f"repeated_augmentations={repeated_augmentations} makes the loader's sampler, and sampler= gives "
+                f"one ({type(sampler).__name__}): give one of them (RepeatedAugmentationSampler(..., "
+                f"repeats={repeated_augmentations}) as sampler= for its other settings)")
         return fit_sampler(sampler, ranks)
+    if repeated_augmentations != 1:
+        if ranks.split_by_source:
+            raise PipelineError(
+                f"repeated_augmentations={repeated_augmentations}: the source is rank {ranks.rank}'s part already "
+                "(shards read by rank), so the repeats of a sample cannot go to different ranks as torchvision's "
+                "RASampler sends them; read the whole source on every rank (not for_rank)")
+        return RepeatedAugmentationSampler(
+            len(pipeline.source), pipeline.batch_size, repeats=repeated_augmentations, shuffle=shuffle,
+            seed=pipeline.seed, rank=ranks.rank, world_size=ranks.world_size,
+            last_batch=resolve_last_batch(last_batch, drop_last))
     return EpochBatchSampler(
         len(pipeline.source), pipeline.batch_size, shuffle=shuffle, seed=pipeline.seed,
         rank=ranks.sampler_rank, world_size=ranks.sampler_world_size,
@@ -134,3 +167,48 @@ def may_pad(sampler: BatchSampler) -> bool:
     """Whether ``sampler`` may put padding in a batch of some rank: then every batch carries
     ``valid`` (a sampler without ``may_pad`` pads only with ``last_batch="pad"``)."""
     return bool(getattr(sampler, "may_pad", getattr(sampler, "last_batch", None) == "pad"))
+
+
+class RepeatedSource(WrappedSource):
+    """A source read by draw index ``c * N + i`` (`RepeatedAugmentationSampler`): sample i, under
+    the draw index, so the sample stage, the batch stage and ``batch["index"]`` all key the repeat."""
+
+    kind = ""  # a loader's view of its pipeline's source, never written to a config
+
+    def __init__(self, inner: Source, copies: int) -> None:
+        self.inner, self.copies = inner, copies
+
+    @property
+    def split_by_rank(self) -> bool:  # type: ignore[override]
+        return self.inner.split_by_rank
+
+    @property
+    def fingerprint(self) -> str | None:  # type: ignore[override]
+        return self.inner.fingerprint
+
+    def __len__(self) -> int:
+        return len(self.inner) * self.copies
+
+    def ref(self, index: int) -> SampleRef:
+        return replace(self.inner.ref(index % len(self.inner)), index=index)
+
+    def meta(self, index: int) -> SampleMeta:
+        return self.inner.meta(index % len(self.inner))
+
+    def prefetch(self, indices: Iterable[int]) -> None:
+        n = len(self.inner)
+        self.inner.prefetch([i % n for i in indices])
+
+    def to_config(self) -> dict[str, Any]:
+        return self.inner.to_config()
+
+
+def plan_for(plan: Plan, sampler: BatchSampler) -> Plan:
+    """The plan a loader runs with ``sampler``: ``plan``, or for a sampler of draw indices
+    (`RepeatedAugmentationSampler`) a copy that reads them through `RepeatedSource`."""
+    copies = getattr(sampler, "draw_copies", None)
+    if copies is None:
+        return plan
+    repeated = copy.copy(plan)
+    repeated.source = RepeatedSource(plan.source, copies)
+    return repeated
