@@ -8,6 +8,10 @@ unusual tag type, malformed offsets), it answers None and the caller asks Pillow
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
+
 from mediapipe.decoders.jpeg_markers import END_OF_IMAGE, NOT_A_MARKER, START_OF_SCAN, segments
 
 ORIENTATION_TAG = 0x0112
@@ -15,6 +19,17 @@ SWAPS_SIDES = frozenset({5, 6, 7, 8})  # orientations that turn a W x H frame in
 _EXIF_ID = b"Exif\x00\x00"
 _XMP_ID = b"http://ns.adobe.com/xap/1.0/\x00"
 _SHORT = 3  # TIFF field type of the orientation value
+PILLOW_EXIF_WARNING = r"(possibly )?corrupt exif"  # Pillow's UserWarnings on reading a damaged EXIF block
+
+
+@contextlib.contextmanager
+def quiet_exif() -> Iterator[None]:
+    """Within this block Pillow's "corrupt EXIF data" warnings are not shown: a damaged EXIF block is
+    read as Pillow reads it (the image is what exif_transpose gives), and one warning per sample
+    and epoch would bury the output. The program's other warning filters stay as they are."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", PILLOW_EXIF_WARNING, UserWarning)
+        yield
 
 
 def jpeg_orientation(data: bytes) -> int | None:
@@ -76,7 +91,7 @@ def file_orientation(data: bytes) -> int:
         from PIL import Image
 
         try:
-            with Image.open(io.BytesIO(data)) as im:
+            with quiet_exif(), Image.open(io.BytesIO(data)) as im:
                 orientation = im.getexif().get(ORIENTATION_TAG, 1)
         except Exception:  # noqa: BLE001 - unreadable here is unreadable to the decoder, which raises
             return 1

@@ -16,6 +16,7 @@ import torch
 from PIL import Image, ImageOps
 
 from mediapipe.decoders.base import DecodeHint
+from mediapipe.decoders.exif import quiet_exif
 from mediapipe.decoders.image import (
     FULL_SCALE,
     ImageDecoder,
@@ -81,7 +82,8 @@ class PillowImageDecoder(ImageDecoder):
         """``data`` (or ``decoded``, a thinner copy of it: see `scans`) opened, its claims checked
         on ``data`` itself, as the other backends check them."""
         try:
-            im = Image.open(io.BytesIO(data if decoded is None else decoded))
+            with quiet_exif():  # Pillow reads the EXIF block as it opens a JPEG
+                im = Image.open(io.BytesIO(data if decoded is None else decoded))
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
             raise LimitError(path, self.name, self._guard_refusal(err, data, path)) from err
         except Exception as err:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
@@ -122,7 +124,8 @@ class PillowImageDecoder(ImageDecoder):
         if not self.options.exif_transpose:
             return False
         try:
-            return im.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
+            with quiet_exif():
+                return im.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
         except Exception:
             return False
 
