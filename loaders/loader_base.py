@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -127,6 +128,19 @@ def place_batch_ops(plan: Plan, device: torch.device, requested: bool | None, nu
     return "worker" if requested else "device"
 
 
+def state_parts(state: Any) -> dict[str, Any]:
+    """A loader's state as its parts: the sampler's, and a backend's under the backend's name (DALI's
+    checkpoint under "dali"); anything else is refused, on every backend."""
+    if not isinstance(state, Mapping) or "sampler" not in state:
+        raise ValueError(f"a loader state is what state_dict() returns, a mapping with a 'sampler' part; got "
+                         f"{type(state).__name__}" + (f" with {sorted(state)}" if isinstance(state, Mapping) else ""))
+    unknown = sorted(set(state) - {"sampler", *BACKENDS})
+    if unknown:
+        raise ValueError(f"unexpected keys in loader state: {unknown}; a loader's state holds 'sampler' and a "
+                         f"backend's part under the backend's name, one of {sorted(BACKENDS)}")
+    return dict(state)
+
+
 @dataclass
 class PassCursor:
     """One pass over an epoch: where it began (``start`` of ``length`` batches) and how many it delivered."""
@@ -194,12 +208,22 @@ class LoaderBase:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Set where the next pass starts: the position of ``state`` (see `state_dict`); a pass
-        still running goes on, no longer moving the loader's position."""
-        rest = dict(state)
-        self.sampler.load_state_dict(rest.pop("sampler"))
+        still running goes on, no longer moving the loader's position. A state this loader cannot
+        resume from is a ValueError that changes nothing. Another backend's part (DALI's
+        checkpoint, in a state taken from a DALI loader) is not this backend's to read: left aside."""
+        parts = state_parts(state)
+        before = self.sampler.state_dict()
+        try:
+            self.sampler.load_state_dict(parts.pop("sampler"))
+            check_count("state_dict()['sampler'] epoch", self.sampler.epoch, 0)
+            check_count("state_dict()['sampler'] position", self.sampler.position, 0)
+            self._check_backend_state(parts)
+        except Exception:
+            self.sampler.load_state_dict(before)
+            raise
         self._current = None
         self._loaded, self._resumed = True, False
-        self._load_backend_state(rest)
+        self._load_backend_state(parts)
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next pass at ``epoch``'s first batch; after ``load_state_dict``, the epoch it
@@ -217,8 +241,11 @@ class LoaderBase:
         """What a backend adds to `state_dict` besides the sampler's position."""
         return {}
 
+    def _check_backend_state(self, state: dict[str, Any]) -> None:
+        """Refuse (ValueError) a backend's part of a state before anything is loaded (a backend's hook)."""
+
     def _load_backend_state(self, state: dict[str, Any]) -> None:
-        """The rest of a loaded state, once the sampler took its part (a backend's hook)."""
+        """The rest of a loaded state, once the sampler took its part and it was checked (a backend's hook)."""
 
     # -- passes -------------------------------------------------------------------------
     def begin_pass(self) -> tuple[PassCursor, list[PlannedBatch]]:

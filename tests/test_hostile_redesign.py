@@ -213,3 +213,67 @@ def test_two_fused_fields_of_different_sizes_are_one_draw_on_two_canvases(tmp_pa
     loader = two_image_pipeline(manifest, device_decode, backend, on_error="replace").loader(shuffle=False)
     assert [b["valid"].tolist() for b in loader] == [[False, True, True], [True, True, True]]
     assert loader.stats.errors == {"RandomResizedCrop: fields of one draw differ in size": 1}
+
+
+# -- loaders on the shared base --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module's Ray loaders (each joins it; none shuts it down)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def backend_loader(pipe, backend: str, request, **kwargs):
+    """``pipe``'s loader on ``backend`` (DALI on the CPU, device_id=None; Ray local, one actor)."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    if backend == "ray":
+        request.getfixturevalue("local_ray")
+        kwargs.update(num_workers=1, timeout=60)
+    return pipe.loader(backend=backend, **kwargs)
+
+
+def refused_states(good: dict, backend: str) -> dict[str, dict]:
+    """States a ``backend`` loader cannot resume from, each wrong in one way."""
+    sampler = good["sampler"]
+    states = {
+        "an unknown part": {**good, "bogus": 1},
+        "an unknown key in the sampler's part": {**good, "sampler": {**sampler, "bogus": 1}},
+        "an epoch that is not a number": {**good, "sampler": {**sampler, "epoch": "1"}},
+        "a negative position": {**good, "sampler": {**sampler, "position": -2}},
+        "no sampler part": {k: v for k, v in good.items() if k != "sampler"},
+        "not a mapping": [("sampler", sampler)],
+    }
+    if backend == "dali":  # (another backend leaves DALI's part aside)
+        states["a DALI part without its checkpoint"] = {**good, "dali": {"epoch": 0}}
+    return states
+
+
+@pytest.mark.parametrize("backend", ["torch", "dali", "ray"])
+def test_a_refused_state_mid_pass_changes_nothing_on_any_backend(image_folder, backend, request):
+    """Each bad state is a ValueError on every backend, and the running pass stays current: the next
+    batch moves the position as if nothing was asked. (DALI refused an unknown part after loading
+    the sampler's; torch and Ray took it; every backend took an epoch of "1" and failed later.)"""
+    from tests.helpers import make_pipeline
+
+    pipe = make_pipeline(image_folder)
+    good = state_after(backend_loader(pipe, backend, request), 3)
+    loader = backend_loader(pipe, backend, request)
+    it = iter(loader)
+    next(it)
+    for what, state in refused_states(good, backend).items():
+        before = loader.state_dict()
+        with pytest.raises(ValueError):
+            loader.load_state_dict(state)
+        assert loader.state_dict() == before, what
+    next(it)
+    assert loader.state_dict()["sampler"]["position"] == 2
+    loader.load_state_dict(good)  # a good one still loads, and the next pass starts there
+    assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in
+                                                    list(backend_loader(pipe, backend, request))[3:]]
+    loader.close()

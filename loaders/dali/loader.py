@@ -171,13 +171,18 @@ class DaliLoader(LoaderBase):
             return {}
         return {"dali": {"checkpoint": checkpoint, "epoch": self.sampler.epoch, "position": self.sampler.position}}
 
+    def _check_backend_state(self, state: dict[str, Any]) -> None:
+        dali = state.get("dali")
+        if dali is None:
+            return
+        if not isinstance(dali, dict) or sorted(dali) != ["checkpoint", "epoch", "position"]:
+            raise ValueError(f"the DALI part of a loader state holds checkpoint, epoch and position; got {dali!r:.200}")
+
     def _load_backend_state(self, state: dict[str, Any]) -> None:
         self._live, self._checkpoint = None, None  # the next pass starts a pipeline at the loaded position
-        dali = state.pop("dali", None)
+        dali = state.get("dali")
         if dali is not None:
             self._checkpoint = (dali["checkpoint"], dali["epoch"], dali["position"])
-        if state:
-            raise ValueError(f"unexpected keys in DALI loader state: {sorted(state)}")
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """A pass (see `LoaderBase`), on the loader's DALI pipeline when it stands where the pass
