@@ -114,6 +114,14 @@ RANGES = {
                     {"interpolation": "area"}],
     "TrivialAugmentWide": [{"num_magnitude_bins": 0}, {"fill": (float("inf"),)}],
     "AugMix": [{"severity": 0}, {"mixture_width": 0}, {"alpha": 0.0}, {"interpolation": "bicubic"}],
+    "RandomPerspective": [{"distortion_scale": 1.5}, {"p": -0.1}, {"interpolation": "bicubic"}, {"fill": ()}],
+    "ElasticTransform": [{"alpha": -1.0}, {"sigma": (0.0, 2.0)}, {"sigma": (1.0, 2.0, 3.0)},
+                         {"interpolation": "area"}, {"fill": ()}],
+    "RandomPhotometricDistort": [{"brightness": (-0.1, 1.0)}, {"contrast": (1.5, 0.5)}, {"hue": (-0.6, 0.0)},
+                                 {"p": 1.5}],
+    "RandomChannelPermutation": [],  # no arguments
+    "GaussianNoise": [{"sigma": -0.1}],
+    "JPEG": [{"quality": 0}, {"quality": (90, 80)}, {"quality": (1, 101)}],
 }
 
 
