@@ -32,6 +32,20 @@ from mediapipe.augment.detection import (
     RandomZoomOut,
     ScaleJitter,
 )
+from mediapipe.augment.effects import (
+    ColorTemperature,
+    FishEye,
+    Fog,
+    Gamma,
+    GridMask,
+    LensCorrection,
+    Pixelate,
+    Rain,
+    SaltAndPepperNoise,
+    ShotNoise,
+    Snow,
+    Vignette,
+)
 from mediapipe.augment.erase import RandomErasing
 from mediapipe.augment.features import *  # noqa: F403  (features ops: MelSpectrogram, MFCC, SpecAugment...)
 from mediapipe.augment.geometry import (
@@ -63,6 +77,8 @@ __all__ = [
     "AugMix", "AutoAugment", "RandAugment", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
     "RandomInvert", "RandomPosterize", "RandomSolarize", "TrivialAugmentWide",
     "RandomApply", "RandomChoice", "RandomOrder",
+    "ColorTemperature", "FishEye", "Fog", "Gamma", "GridMask", "LensCorrection", "Pixelate", "Rain",
+    "SaltAndPepperNoise", "ShotNoise", "Snow", "Vignette",
     "ElasticTransform", "GaussianNoise", "JPEG", "RandomChannelPermutation", "RandomPerspective",
     "RandomPhotometricDistort",
     *_audio.__all__, *_features.__all__, *_video.__all__,

@@ -122,6 +122,18 @@ RANGES = {
     "RandomChannelPermutation": [],  # no arguments
     "GaussianNoise": [{"sigma": -0.1}],
     "JPEG": [{"quality": 0}, {"quality": (90, 80)}, {"quality": (1, 101)}],
+    "Gamma": [{"gamma": 0.0}, {"gamma": (2.0, 1.0)}, {"p": 1.5}],
+    "ColorTemperature": [{"adjustment": (-300, 0)}, {"adjustment": (5, 1)}],
+    "Vignette": [{"intensity": -1.0}],
+    "FishEye": [{"p": -0.5}],
+    "LensCorrection": [{"k1": (0.3, -0.3)}, {"focal": 0.0}],
+    "Fog": [{"intensity": 1.5}, {"gray": (0.5, 0.2)}],
+    "Rain": [{"percentage": -1.0}, {"drop_width": 0}, {"drop_length": 0}, {"transparency": 1.5}],
+    "Snow": [{"snow": -0.1}],
+    "Pixelate": [{"percent": 100.0}, {"percent": (-1.0, 50.0)}],
+    "SaltAndPepperNoise": [{"prob": 1.5}, {"salt_vs_pepper": -0.1}, {"salt": 2.0}, {"pepper": -1.0}],
+    "ShotNoise": [{"factor": -1.0}],
+    "GridMask": [{"tile": 0}, {"ratio": (0.2, 1.1)}, {"angle": (1.0, 0.0)}],
 }
 
 

@@ -84,6 +84,13 @@ from mediapipe.loaders.dali.geometry import (
     lower_resize,
     lower_vertical_flip,
 )
+from mediapipe.loaders.dali.lowering_effects import draws_its_own, lower_grid_mask, refuse_noise
+from mediapipe.loaders.dali.lowering_recipe import (
+    gaussian_noise_refusal,
+    lower_jpeg,
+    lower_random_perspective,
+    refuse_gaussian_noise,
+)
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,16 @@ LOWERINGS: dict[str, Lowering] = {
                    (f"dct_norm={op.dct_norm!r}" if op.dct_norm not in (None, "ortho") else None)),
     "AmplitudeToDB": _entry(lower_amplitude_to_db, "stype amin top_db pad_value", "to_decibels(reference=1)",
                             _no_top_db),
+    "RandomPerspective": _entry(lower_random_perspective, "distortion_scale p interpolation fill",
+                                "experimental.warp_perspective (keyed homographies)", _scalar_fill),
+    "JPEG": _entry(lower_jpeg, "quality", "jpeg_compression_distortion (keyed quality)"),
+    "GaussianNoise": _entry(refuse_gaussian_noise, "mean sigma clip", "refused: noise.gaussian draws its own noise",
+                            gaussian_noise_refusal),
+    "GridMask": _entry(lower_grid_mask, "p tile ratio angle shift_x shift_y",
+                       "grid_mask (keyed tile, ratio, angle and shifts)"),
+    "SaltAndPepperNoise": _entry(refuse_noise, "p prob salt_vs_pepper salt pepper per_channel",
+                                 "refused: noise.salt_and_pepper draws its own noise", draws_its_own),
+    "ShotNoise": _entry(refuse_noise, "p factor", "refused: noise.shot draws its own noise", draws_its_own),
 }
 
 
