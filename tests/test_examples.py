@@ -1,5 +1,6 @@
 """The examples run end to end on generated data: the image classifier (learning, evaluation, checkpoint,
-resume after --max-steps and after Ctrl-C), the video classifier and the speech-features model."""
+resume after --max-steps and after Ctrl-C), the video classifier, the speech-features model and
+torchvision's classification recipes by their flags (train_recipe)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,36 @@ def test_classifier_command_line_for_a_newcomer(examples, capsys, tmp_path: Path
         with pytest.raises(SystemExit) as exit_:
             module.main(argv)
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+RECIPE = ["--train-crop-size", "32", "--val-resize-size", "36", "--val-crop-size", "32", "--batch-size", "8",
+          "--workers", "0", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("policy", ["ta_wide", "ra", "augmix", "imagenet"])
+def test_train_recipe_runs_torchvisions_recipe_flags_on_the_librarys_ops(examples, capsys, tinted_images, policy):
+    """torchvision's new ResNet-50 recipe's data flags at a small size: the policy, random erasing,
+    MixUp or CutMix per batch and repeated augmentation, for a few steps."""
+    module = examples("train_recipe")
+    result = module.main([str(tinted_images), *RECIPE, "--auto-augment", policy, "--random-erase", "0.1",
+                          "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0", "--ra-sampler", "--ra-reps", "2",
+                          "--ra-epoch", "repeats", "--label-smoothing", "0.1", "--steps", "3"])
+    assert len(result["losses"]) == 3 and all(np.isfinite(result["losses"]))
+    name = {"ta_wide": "TrivialAugmentWide", "ra": "RandAugment", "augmix": "AugMix", "imagenet": "AutoAugment"}
+    assert result["ops"] == ["RandomResizedCrop", "HorizontalFlip", name[policy], "Normalize", "RandomErasing",
+                             "RandomChoice"]
+    out = capsys.readouterr().out
+    assert "each image 2 times" in out and "15 batches per epoch" in out  # 60 images twice, in batches of 8
+    assert 0.0 <= result["val"]["accuracy"] <= 1.0
+
+
+def test_train_recipe_refuses_what_torchvisions_sampler_or_policies_cannot_do(examples, capsys, tinted_images):
+    module = examples("train_recipe")
+    with pytest.raises(SystemExit, match="256"):  # torchvision's RASampler epoch on 60 images: no batch
+        module.main([str(tinted_images), *RECIPE, "--ra-sampler"])
+    with pytest.raises(SystemExit) as exit_:
+        module.main([str(tinted_images), "--auto-augment", "ra", "--interpolation", "bicubic"])
+    assert exit_.value.code == 2 and "policies warp with" in capsys.readouterr().err
 
 
 def test_video_classifier_trains_on_av1_clips(examples, capsys, tmp_path: Path):
