@@ -292,3 +292,48 @@ def test_boxes_of_a_warp_land_where_their_pixels_go():
         torch.testing.assert_close(data["points"][0], seen, atol=0.3, rtol=0)
         box = convert_boxes(data["boxes"], "xyxy", "cxcywh")[0]
         torch.testing.assert_close(box[:2], seen, atol=0.3, rtol=0)
+
+
+# -- DALI: warp_perspective with the keyed homographies -------------------------------------------------
+@pytest.fixture(scope="module")
+def png_folder(tmp_path_factory):
+    """Lossless PNGs (both backends decode the same pixels): the warps are compared, not decoders."""
+    from PIL import Image
+
+    from mediapipe.synthetic import photo_like
+
+    root = tmp_path_factory.mktemp("png") / "class0"
+    root.mkdir()
+    for i in range(8):
+        Image.fromarray(photo_like(60 + 3 * i, 80 - 2 * i, 700 + i)).save(root / f"img{i}.png")
+    return root.parent
+
+
+@pytest.mark.parametrize("op", [A.RandomPerspective(p=1.0), A.RandomPerspective(0.7, p=0.5, fill=128),
+                                A.RandomPerspective(0.6, p=1.0, interpolation="nearest", fill=17),
+                                A.RandomPerspective(0.4, p=1.0, fill=None)])
+def test_dali_warp_perspective_gives_the_torch_backends_pixels(png_folder, op):
+    """DALI's warp_perspective on the keyed homographies, torchvision's border blend rebuilt around it:
+    bilinear within one grey level, at rounding ties only; nearest takes another pixel (or the fill)
+    where a sampling point falls on a pixel edge (measured: under 0.03% of the pixels either way)."""
+    pytest.importorskip("nvidia.dali")
+    import mediapipe as mp
+
+    pipe = mp.Pipeline(mp.loaders.folder(png_folder), {"image": mp.decoders.image()}, [A.CenterCrop((52, 60)), op],
+                       batch_size=4, seed=6, device="cpu")
+    for a, b in zip(pipe.loader(backend="dali"), pipe.loader(backend="torch"), strict=True):
+        assert torch.equal(a["index"], b["index"]) and a["image"].shape == b["image"].shape == (4, 3, 52, 60)
+        diff = (a["image"].int() - b["image"].int()).abs()
+        assert (diff > 0).float().mean() < 0.001, (diff > 0).float().mean()
+        assert op.interpolation == "nearest" or diff.max() <= 1, diff.max()
+
+
+def test_dali_refuses_the_elastic_transform_by_name(png_folder):
+    pytest.importorskip("nvidia.dali")
+    import mediapipe as mp
+    from mediapipe.errors import PipelineError
+
+    pipe = mp.Pipeline(mp.loaders.folder(png_folder), {"image": mp.decoders.image()},
+                       [A.CenterCrop(48), A.ElasticTransform()], batch_size=4, device="cpu")
+    with pytest.raises(PipelineError, match=r"augment\[1\] ElasticTransform"):
+        pipe.loader(backend="dali")

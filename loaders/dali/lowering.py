@@ -145,8 +145,8 @@ LOWERINGS: dict[str, Lowering] = {
                   _constant_padding),
     "ColorJitter": _entry(lower_color_jitter, "brightness contrast saturation hue",
                           "arithmetic blends, keyed factors and order (brightness, contrast, saturation)",
-                          lambda op: "hue (DALI's hue turns in YIQ, not HSV: several grey levels off)"
-                          if "hue" in op.ranges() else None),
+                          lambda op: "hue (DALI's hsv turns the hue in YIQ, torchvision in HSV: 11 to 139 grey "
+                          "levels off, PSNR 17 to 41 dB)" if "hue" in op.ranges() else None),
     "RandomGrayscale": _entry(lower_random_grayscale, "p", "arithmetic blend with the luma"),
     "GaussianBlur": _entry(lower_gaussian_blur, "kernel_size sigma", "gaussian_blur (keyed sigma)"),
     "RandomErasing": _entry(lower_random_erasing, "p scale ratio value", "erase (keyed boxes)"),
