@@ -35,7 +35,6 @@ from torch import nn
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.loaders.samplers import RepeatedAugmentationSampler
 from mediapipe.sample import IMAGE_EXTENSIONS
 
 POLICIES = ("ta_wide", "ra", "augmix", "imagenet", "cifar10", "svhn")
@@ -147,8 +146,8 @@ def loaders(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     sampling: dict[str, Any] = {}
     if args.ra_sampler:
         try:
-            sampling["sampler"] = RepeatedAugmentationSampler(len(source), args.batch_size, repeats=args.ra_reps,
-                                                              epoch_length=args.ra_epoch, seed=args.seed)
+            sampling["sampler"] = mp.loaders.RepeatedAugmentationSampler(
+                len(source), args.batch_size, repeats=args.ra_reps, epoch_length=args.ra_epoch, seed=args.seed)
         except ValueError as err:
             raise SystemExit(f"--ra-sampler: {err}") from None
     train_loader = train.loader(num_workers=args.workers, **sampling)

@@ -1,7 +1,7 @@
 """Sources, samplers and the loader that hands device batches to a training loop."""
 
 from mediapipe.loaders.bucketing import DurationBucketSampler, source_durations
-from mediapipe.loaders.samplers import EpochBatchSampler, PlannedBatch
+from mediapipe.loaders.samplers import EpochBatchSampler, PlannedBatch, RepeatedAugmentationSampler
 from mediapipe.loaders.sources.asr import LhotseSource, NemoSource, lhotse, nemo
 from mediapipe.loaders.sources.coco import CocoSource, coco
 from mediapipe.loaders.sources.folder import FolderSource, ManifestSource, Source, folder, manifest
@@ -15,7 +15,7 @@ from mediapipe.loaders.sources.yolo import YoloSource, yolo
 
 __all__ = [
     "ArrowSource", "CocoSource", "DurationBucketSampler", "EpochBatchSampler", "FolderSource", "LhotseSource", "ManifestSource", "NemoSource",
-    "ParquetSource", "PlannedBatch", "RecordIOSource", "RowGroupWindowSampler", "Source", "TFRecordSource",
+    "ParquetSource", "PlannedBatch", "RecordIOSource", "RepeatedAugmentationSampler", "RowGroupWindowSampler", "Source", "TFRecordSource",
     "ShardSource", "TokenizedSource", "YoloSource", "coco", "folder", "huggingface", "lhotse", "manifest", "nemo", "parquet",
     "recordio", "shards", "source_durations", "tfrecord", "tokenize", "yolo",
 ]
