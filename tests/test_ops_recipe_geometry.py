@@ -337,3 +337,30 @@ def test_dali_refuses_the_elastic_transform_by_name(png_folder):
                        [A.CenterCrop(48), A.ElasticTransform()], batch_size=4, device="cpu")
     with pytest.raises(PipelineError, match=r"augment\[1\] ElasticTransform"):
         pipe.loader(backend="dali")
+
+
+def test_dali_warps_a_mask_with_its_image(tmp_path):
+    """A mask follows its image's homography with nearest and fill 0, as on the torch backend."""
+    pytest.importorskip("nvidia.dali")
+    import json
+
+    from PIL import Image
+
+    import mediapipe as mp
+    from mediapipe.synthetic import photo_like
+
+    rows = []
+    for i in range(4):
+        photo = photo_like(60, 72, 40 + i)
+        mask = ((photo.astype(int).sum(-1) > 380) * 255).astype(np.uint8)
+        Image.fromarray(photo).save(tmp_path / f"{i}.png")
+        Image.fromarray(mask).save(tmp_path / f"{i}_mask.png")
+        rows.append({"path": f"{i}.png", "mask": f"{i}_mask.png", "label": 0})
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    pipe = mp.Pipeline(mp.loaders.manifest(tmp_path / "rows.jsonl"), device="cpu", batch_size=4, seed=1,
+                       decode={"image": mp.decoders.image(), "mask": mp.decoders.mask()},
+                       augment=[A.CenterCrop((52, 60)), A.RandomPerspective(0.7, p=1.0, fill=200)])
+    a, b = next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+    assert set(torch.unique(a["mask"]).tolist()) <= {0, 255} and (a["mask"] == 0).float().mean() > 0.1
+    assert (a["mask"] != b["mask"]).float().mean() < 0.002  # nearest: another pixel only at ties
+    assert (a["image"].int() - b["image"].int()).abs().max() <= 1
