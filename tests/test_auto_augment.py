@@ -386,3 +386,16 @@ def test_no_ops_is_the_identity() -> None:
 def test_argument_validation(make, match) -> None:
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_dali_refuses_the_policies_saying_it_draws_otherwise(photo_folder) -> None:
+    pytest.importorskip("nvidia.dali")
+    pipe = mp.Pipeline(mp.loaders.folder(photo_folder), {"image": mp.decoders.image()},
+                       [A.RandomResizedCrop(32), A.TrivialAugmentWide(), A.RandAugment(), A.AutoAugment("svhn"),
+                        A.AugMix(), A.Normalize()], batch_size=4, device="cpu")
+    with pytest.raises(PipelineError) as info:
+        pipe.loader(backend="dali")
+    message = str(info.value)
+    for i, name in enumerate(("TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix"), start=1):
+        assert f"augment[{i}] {name}(nvidia.dali.auto_aug draws its ops" in message, message
+    assert "augment[0]" not in message and "augment[5]" not in message  # the crop and Normalize lower

@@ -5,6 +5,7 @@ arithmetic step for step (float32 compares and blends, the same roundings and tr
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,6 +89,18 @@ def test_per_sample_values_of_the_batched_kernels() -> None:
         assert_equal(post[i], TF.posterize(x[i], int(bits[i])))
         assert_equal(sol[i], TF.solarize(x[i], float(thresholds[i])))
         assert_equal(sharp[i], TF.adjust_sharpness(x[i], float(factors[i])))
+
+
+def test_uint8_smoothing_in_integers_equals_torchvisions_float_convolution() -> None:
+    """Sharpness smooths uint8 in integers, round((box + 4 centre) / 13), where torchvision convolves
+    in float32 and rounds: the same on noise over every level, and at the extremes."""
+    g = torch.Generator().manual_seed(1)
+    noise = torch.randint(0, 256, (6, 3, 31, 45), dtype=torch.uint8, generator=g)
+    noise[0], noise[1, :, ::2] = 255, 0
+    factors = torch.tensor([0.0, 0.25, 0.9, 1.0, 1.6, 3.0], dtype=torch.float64)
+    out = FA.adjust_sharpness(noise, factors)
+    for i in range(6):
+        assert_equal(out[i], TF.adjust_sharpness(noise[i], float(factors[i])))
 
 
 @pytest.mark.parametrize("make", [A.RandomPosterize, A.RandomSolarize, A.RandomEqualize, A.RandomAutocontrast,
@@ -175,3 +188,82 @@ def test_positional_arguments_in_torchvisions_order() -> None:
 def test_argument_validation(make, match) -> None:
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# -- the DALI lowering: the torch backend's keyed coins, DALI's operators -------------------------------
+@pytest.fixture(scope="module")
+def png_folder(tmp_path_factory):
+    """Lossless PNGs (DALI's decoder gives the torch backend's pixels), so the ops compare exactly."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("auto_color_png") / "class0"
+    root.mkdir()
+    for i in range(12):
+        Image.fromarray(photo_like(44 + 3 * i, 70 - 2 * i, 300 + i)).save(root / f"img{i:02d}.png")
+    return root.parent
+
+
+def dali_and_torch(root, ops, seed: int = 4) -> tuple[dict, dict]:
+    import mediapipe as mp
+
+    pipe = mp.Pipeline(mp.loaders.folder(root), {"image": mp.decoders.image()}, [A.CenterCrop(40), *ops],
+                       batch_size=12, seed=seed, device="cpu")
+    return next(iter(pipe.loader(backend="dali"))), next(iter(pipe.loader(backend="torch")))
+
+
+@pytest.mark.parametrize("ops", [
+    [A.RandomPosterize(3, p=0.5)], [A.RandomSolarize(120.0, p=0.5)], [A.RandomInvert(p=0.5)],
+    [A.RandomAutocontrast(p=0.5)],
+    [A.RandomInvert(p=0.5), A.RandomAutocontrast(p=0.6), A.RandomSolarize(200.0, p=0.7), A.RandomPosterize(5, 0.5)],
+    [A.ToDtype(), A.RandomPosterize(2, p=0.5), A.RandomSolarize(0.4, p=0.5), A.RandomInvert(0.5),
+     A.RandomAutocontrast(0.5)],
+])
+def test_lowered_ops_equal_the_torch_backend(png_folder, ops) -> None:
+    pytest.importorskip("nvidia.dali")
+    a, b = dali_and_torch(png_folder, ops)
+    assert a["image"].dtype == b["image"].dtype and torch.equal(a["index"], b["index"])
+    if a["image"].is_floating_point():  # float images: the same float32 steps, a rounding apart at most
+        torch.testing.assert_close(a["image"], b["image"], atol=1e-6, rtol=0)
+    else:
+        assert torch.equal(a["image"], b["image"])
+
+
+def opencv_equalize(image: torch.Tensor) -> torch.Tensor:
+    """DALI's equalize written out (OpenCV's table): round(255 (cdf - cdf_min) / (N - cdf_min)) per channel."""
+    out = []
+    for channel in image.numpy():
+        hist = np.bincount(channel.reshape(-1), minlength=256)
+        cdf, cdf_min = hist.cumsum(), hist.cumsum()[hist > 0][0]
+        lut = np.round((cdf - cdf_min) * 255.0 / max(1, channel.size - cdf_min)).clip(0, 255).astype(np.uint8)
+        out.append(lut[channel])
+    return torch.from_numpy(np.stack(out))
+
+
+def test_lowered_equalize_takes_the_keyed_coins_and_opencvs_table(png_folder) -> None:
+    """DALI's equalize is OpenCV's, not Pillow's (torchvision's): the lowering takes the keyed coins and
+    DALI's table, stated in lowering_auto; on these small images it is several levels from torchvision's."""
+    pytest.importorskip("nvidia.dali")
+    a, b = dali_and_torch(png_folder, [A.RandomEqualize(p=0.5)])
+    x = dali_and_torch(png_folder, [])[1]["image"]
+    applied = [not torch.equal(b["image"][i], x[i]) for i in range(12)]
+    assert any(applied) and not all(applied)
+    for i, on in enumerate(applied):
+        assert torch.equal(a["image"][i], opencv_equalize(x[i]) if on else x[i])
+        if on:
+            assert (a["image"][i].float() - b["image"][i].float()).abs().mean() < 20
+
+
+def test_unlowered_ops_are_refused_saying_why(png_folder) -> None:
+    pytest.importorskip("nvidia.dali")
+    import mediapipe as mp
+    from mediapipe.errors import PipelineError
+
+    pipe = mp.Pipeline(mp.loaders.folder(png_folder), {"image": mp.decoders.image()},
+                       [A.CenterCrop(40), A.RandomAdjustSharpness(2.0), A.Normalize(), A.RandomEqualize()],
+                       batch_size=4, device="cpu")
+    with pytest.raises(PipelineError, match=r"augment\[1\] RandomAdjustSharpness\(DALI's experimental.filter"):
+        pipe.loader(backend="dali")
+    pipe = mp.Pipeline(mp.loaders.folder(png_folder), {"image": mp.decoders.image()},
+                       [A.CenterCrop(40), A.Normalize(), A.RandomEqualize()], batch_size=4, device="cpu")
+    with pytest.raises(PipelineError, match="RandomEqualize on float32 CHW images.*before Normalize"):
+        pipe.loader(backend="dali")

@@ -230,10 +230,15 @@ def host_draws(*params: torch.Tensor) -> list[torch.Tensor]:
     return list(stacked.to("cpu").unbind(0))
 
 
+def _run(kernel: Kernel, m: torch.Tensor, settings: WarpSettings, picks: torch.Tensor, group: torch.Tensor
+         ) -> torch.Tensor:
+    return kernel(group, m.index_select(0, picks), settings)
+
+
 def apply_slot(x: torch.Tensor, ops: torch.Tensor, bins: torch.Tensor, signs: torch.Tensor,
                space: tuple[SpaceOp, ...], num_bins: int, settings: WarpSettings) -> torch.Tensor:
-    """One slot: each op drawn there once, on the samples (rows) that drew it. ``ops``, ``bins``,
-    ``signs``: (B,) int64 on the host; op -1 is none."""
+    """One slot: each op drawn there once, on the samples (rows) that drew it (`AC.apply_rows`: in
+    cache-sized pieces on the CPU). ``ops``, ``bins``, ``signs``: (B,) int64 on the host; op -1 is none."""
     out, owned = x, False
     for op_id in ops.unique().tolist():
         if op_id < 0 or not acts_on(space[op_id], settings.kind):
@@ -242,15 +247,7 @@ def apply_slot(x: torch.Tensor, ops: torch.Tensor, bins: torch.Tensor, signs: to
         rows = (ops == op_id).nonzero().reshape(-1)
         m = signed_magnitudes(op, bins.index_select(0, rows), signs.index_select(0, rows), num_bins,
                               settings.canvas_size)
-        if rows.numel() == x.shape[0]:
-            done = KERNELS[op.name](out, m, settings)
-            out, owned = done, owned or done is not out
-            continue
-        index = rows.to(x.device)
-        done = KERNELS[op.name](out.index_select(0, index), m, settings)
-        if not owned:
-            out, owned = out.clone(), True
-        out.index_copy_(0, index, done.to(out.dtype).contiguous())
+        out, owned = AC.apply_rows(out, rows, functools.partial(_run, KERNELS[op.name], m, settings), owned)
     return out
 
 

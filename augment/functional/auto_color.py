@@ -33,21 +33,48 @@ def per_sample(values: torch.Tensor, x: torch.Tensor, dtype: torch.dtype | None 
     return v.reshape(-1, *(1,) * (x.ndim - 1))
 
 
+CHUNK_ELEMENTS = 1 << 17  # values per piece of a group on the CPU: its passes stay in the cache
+
+
+def rows_per_chunk(x: torch.Tensor) -> int:
+    """Samples per piece of a group on the CPU (a few large images, many small ones); a device takes
+    a group in one call."""
+    if x.device.type != "cpu" or x.shape[0] == 0:
+        return max(1, x.shape[0])
+    return max(1, CHUNK_ELEMENTS // max(1, x[0].numel()))
+
+
+def apply_rows(x: torch.Tensor, rows: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               owned: bool = False) -> tuple[torch.Tensor, bool]:
+    """x with the samples at ``rows`` (host indices, int64) replaced by ``kernel(picks, group)``, where
+    ``group`` is those samples (or a piece of them) and ``picks`` their positions in ``rows`` (to pick
+    their per-sample values). Returns (the result, whether it is a tensor of ours to write in place:
+    ``owned`` says whether x already is). On the CPU a large group runs in pieces that stay in cache."""
+    n = rows.numel()
+    if n == 0:
+        return x, owned
+    step = rows_per_chunk(x)
+    if n == x.shape[0] and step >= n:
+        done = kernel(torch.arange(n), x)
+        return done, owned or done is not x
+    out = x if owned else x.clone()
+    for start in range(0, n, step):
+        picks = torch.arange(start, min(n, start + step))
+        index = rows[start : start + step].to(x.device)
+        out.index_copy_(0, index, kernel(picks, out.index_select(0, index)).to(out.dtype).contiguous())
+    return out, True
+
+
 def apply_where(x: torch.Tensor, selected: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
                 ) -> torch.Tensor:
-    """``kernel(rows, sub)`` on the samples whose flag in ``selected`` (B,) is true, the others
-    unchanged; ``rows`` are the selected samples' positions (to pick their per-sample values)."""
+    """``kernel(picks, group)`` on the samples whose flag in ``selected`` (B,) is true, the others
+    unchanged (`apply_rows`): on the CPU only those are computed; on a device one ``torch.where``."""
     selected = selected.reshape(-1)
     if x.device.type != "cpu" or selected.device.type != "cpu":
         everything = torch.arange(x.shape[0], device=x.device)
         flags = selected.to(x.device).bool().reshape(-1, *(1,) * (x.ndim - 1))
         return torch.where(flags, kernel(everything, x), x)
-    rows = selected.bool().nonzero().reshape(-1)
-    if rows.numel() == 0:
-        return x
-    if rows.numel() == x.shape[0]:
-        return kernel(rows, x)
-    return x.clone().index_copy_(0, rows, kernel(rows, x.index_select(0, rows)).contiguous())
+    return apply_rows(x, selected.bool().nonzero().reshape(-1), kernel)[0]
 
 
 # -- pixel-value maps --------------------------------------------------------------------------------
@@ -71,9 +98,15 @@ def posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
 
 def solarize(x: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """Invert the pixels of sample i at or above ``threshold[i]`` (in the images' units). The
-    threshold is compared in float32, as torch compares a uint8 image with a Python number."""
-    t = per_sample(torch.as_tensor(threshold, dtype=torch.float64).to(torch.float32), x)
-    return torch.where(x >= t, invert(x), x)
+    threshold is compared in float32, as torch compares a uint8 image with a Python number; for
+    uint8 as the integer compare it equals (a pixel is at or above t exactly when it is at or above
+    ceil(t)), which needs no float copy of the image."""
+    t = torch.as_tensor(threshold, dtype=torch.float64).reshape(-1).to(torch.float32)
+    if x.is_floating_point():
+        return torch.where(x >= per_sample(t, x, x.dtype if x.dtype != torch.float16 else torch.float32), invert(x), x)
+    max_value(x)
+    levels = t.double().ceil().clamp_(0, 256).to(torch.int16)  # 256: no pixel is inverted
+    return torch.where(x >= per_sample(levels, x, torch.int16), invert(x), x)
 
 
 def autocontrast(x: torch.Tensor) -> torch.Tensor:
@@ -122,6 +155,24 @@ def equalize(x: torch.Tensor) -> torch.Tensor:
 _SHARPEN = (1.0 / 13.0, 5.0 / 13.0)  # torchvision's smoothing kernel: 1 around a 5, normalised
 
 
+def _smooth(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """torchvision's 3x3 smoothing of float (N, C, H, W): the valid (H - 2, W - 2) part."""
+    a, b = _SHARPEN
+    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=x.dtype, device=x.device)
+    return F.conv2d(x, kernel.expand(channels, 1, 3, 3), groups=channels)
+
+
+def _smooth_uint8(x: torch.Tensor) -> torch.Tensor:
+    """The smoothing of uint8 (N, C, H, W), rounded, as float32: round((box 3x3 + 4 centre) / 13) in
+    integers. torchvision convolves in float32 and rounds; the exact value k / 13 is never a tie
+    (2k = 13 (2n + 1) has no integer solution) and float32's error is far below 1/26, so both round
+    to the same integer."""
+    v = x.to(torch.int16)
+    rows = v[..., :-2, :] + v[..., 1:-1, :] + v[..., 2:, :]
+    k = rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:] + 4 * v[..., 1:-1, 1:-1]
+    return k.mul_(2).add_(13).div_(26, rounding_mode="floor").to(torch.float32)
+
+
 def adjust_sharpness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     """Blend sample i with its smoothed self by ``factor[i]`` (0 smooth, 1 the identity, 2 twice as
     sharp), the one-pixel border kept, as torchvision's ``adjust_sharpness``: a 3x3 kernel of ones
@@ -135,12 +186,8 @@ def adjust_sharpness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     dtype = x.dtype if fp else torch.float32
     per_image = x[0].numel() // (channels * height * width)  # frames of a clip share their sample's factor
     alpha = (1.0 - torch.as_tensor(factor, dtype=torch.float64).reshape(-1)).repeat_interleave(per_image)
-    a, b = _SHARPEN
-    kernel = torch.tensor([[a, a, a], [a, b, a], [a, a, a]], dtype=dtype, device=x.device).expand(channels, 1, 3, 3)
     out = x.reshape(-1, channels, height, width).to(dtype=dtype, copy=True)
-    smooth = F.conv2d(out, kernel, groups=channels)
-    if not fp:
-        smooth = smooth.round_()
+    smooth = _smooth(out, channels) if fp else _smooth_uint8(x.reshape(out.shape))
     view = out[..., 1:-1, 1:-1]
     view.addcmul_(smooth.sub_(view), alpha.to(x.device, dtype).reshape(-1, 1, 1, 1))
     out = out.clamp_(0, bound).reshape(x.shape)

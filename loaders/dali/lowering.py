@@ -84,6 +84,17 @@ from mediapipe.loaders.dali.geometry import (
     lower_resize,
     lower_vertical_flip,
 )
+from mediapipe.loaders.dali.lowering_auto import (
+    POLICY_ARGS,
+    lower_random_autocontrast,
+    lower_random_equalize,
+    lower_random_invert,
+    lower_random_posterize,
+    lower_random_solarize,
+    policy_refusal,
+    refuse,
+    sharpness_refusal,
+)
 from mediapipe.loaders.dali.lowering_effects import draws_its_own, lower_grid_mask, refuse_noise
 from mediapipe.loaders.dali.lowering_recipe import (
     gaussian_noise_refusal,
@@ -185,6 +196,14 @@ LOWERINGS: dict[str, Lowering] = {
     "SaltAndPepperNoise": _entry(refuse_noise, "p prob salt_vs_pepper salt pepper per_channel",
                                  "refused: noise.salt_and_pepper draws its own noise", draws_its_own),
     "ShotNoise": _entry(refuse_noise, "p factor", "refused: noise.shot draws its own noise", draws_its_own),
+    "RandomPosterize": _entry(lower_random_posterize, "bits p", "bitwise and (keyed coin)"),
+    "RandomSolarize": _entry(lower_random_solarize, "threshold p", "arithmetic compare and invert (keyed coin)"),
+    "RandomInvert": _entry(lower_random_invert, "p", "arithmetic invert (keyed coin)"),
+    "RandomAutocontrast": _entry(lower_random_autocontrast, "p", "reductions.min/max + arithmetic (keyed coin)"),
+    "RandomEqualize": _entry(lower_random_equalize, "p", "equalize (OpenCV's table; keyed coin)"),
+    "RandomAdjustSharpness": _entry(refuse, "sharpness_factor p", "refused: no matching filter", sharpness_refusal),
+    **{name: _entry(refuse, args, "refused: nvidia.dali.auto_aug draws its own", policy_refusal)
+       for name, args in POLICY_ARGS.items()},
 }
 
 
