@@ -196,7 +196,7 @@ class _Compose(Op):
             column = steps[:, step]
             for j in column.unique().tolist():
                 if j != _NONE:
-                    rows = (column == j).nonzero().reshape(-1)
+                    rows = _Rows((column == j).nonzero().reshape(-1))
                     self._run_on_rows(j, rows, steps.shape[0], data, params, only, canvas_size, owned)
 
     def _sequence(self, params: Params) -> list[int]:
@@ -212,19 +212,19 @@ class _Compose(Op):
                 "fields": {f: data[f] for f in op.draws_on()}}
         return op.sample_params(inner_rng(params["key"], j), meta)
 
-    def _run_on_rows(self, j: int, rows: torch.Tensor, batch: int, data: dict[str, Any], params: Params,
+    def _run_on_rows(self, j: int, rows: _Rows, batch: int, data: dict[str, Any], params: Params,
                      only: Collection[str] | None, canvas_size: Any, owned: set[str]) -> None:
         """Inner op ``j`` on the samples at ``rows`` of the batch, written back in their place."""
         op, mine = self.ops[j], params_of(params, j)
         fields = _present(op, data, only)
-        if rows.numel() == batch:  # every sample: no rows to take or put back
+        if len(rows.list) == batch:  # every sample: no rows to take or put back
             op.apply_fields(data, mine, only=fields, canvas_size=canvas_size)
             owned.difference_update(op.writes())
             return
         needed = {*op.reads(), *(f"{f}_lengths" for f in op.inputs), "valid"}
         group = {f: _take(data[f], rows) for f in needed if f in data}
         taken = dict(group)
-        canvas = [canvas_size[i] for i in rows.tolist()] if isinstance(canvas_size, list) else canvas_size
+        canvas = [canvas_size[i] for i in rows.list] if isinstance(canvas_size, list) else canvas_size
         op.apply_fields(group, _take_params(mine, rows), only=fields, canvas_size=canvas)
         for f, value in group.items():
             if value is not taken.get(f):
@@ -233,19 +233,19 @@ class _Compose(Op):
                 owned.add(f)
 
     @staticmethod
-    def _put(x: Any, rows: torch.Tensor, value: Any, in_place: bool, who: str, name: str) -> Any:
+    def _put(x: Any, rows: _Rows, value: Any, in_place: bool, who: str, name: str) -> Any:
         """``value`` (the group's rows) written into batch field ``x`` at ``rows``."""
         if isinstance(x, list):
             out = x if in_place else type(x)(x)
-            for i, v in zip(rows.tolist(), value):
+            for i, v in zip(rows.list, value):
                 out[i] = v
             return out
         if value.shape[1:] != x.shape[1:] or value.dtype != x.dtype:
             raise PipelineError(f"{who} made {name!r} {tuple(value.shape[1:])} {value.dtype} of "
                                 f"{tuple(x.shape[1:])} {x.dtype}: in the batch stage the ops of a composite keep "
                                 "each field's shape and dtype, as the samples that do not run it keep theirs")
-        rows = rows.to(x.device)
-        return x.index_copy_(0, rows, value) if in_place else x.index_copy(0, rows, value)
+        at = rows.on(x.device)
+        return x.index_copy_(0, at, value) if in_place else x.index_copy(0, at, value)
 
     # -- config -----------------------------------------------------------------------------
     def to_config(self) -> dict[str, Any]:
@@ -292,16 +292,29 @@ def _batch_size(params: Params) -> int:
     return next(v.shape[0] for v in params.values() if isinstance(v, torch.Tensor) and v.ndim)
 
 
-def _take(x: Any, rows: torch.Tensor) -> Any:
+class _Rows:
+    """A group's rows of the batch: on the host, and copied once to each device that uses them."""
+
+    def __init__(self, rows: torch.Tensor) -> None:
+        self.list: list[int] = rows.tolist()
+        self._on = {rows.device: rows}
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._on:
+            self._on[device] = next(iter(self._on.values())).to(device)
+        return self._on[device]
+
+
+def _take(x: Any, rows: _Rows) -> Any:
     if isinstance(x, list):
-        return [x[i] for i in rows.tolist()]
+        return [x[i] for i in rows.list]
     if isinstance(x, torch.Tensor) and x.ndim:
-        return x.index_select(0, rows.to(x.device))
+        return x.index_select(0, rows.on(x.device))
     return x
 
 
-def _take_params(params: Params, rows: torch.Tensor) -> Params:
-    return {k: v.index_select(0, rows.to(v.device)) if isinstance(v, torch.Tensor) and v.ndim else v
+def _take_params(params: Params, rows: _Rows) -> Params:
+    return {k: v.index_select(0, rows.on(v.device)) if isinstance(v, torch.Tensor) and v.ndim else v
             for k, v in params.items()}
 
 

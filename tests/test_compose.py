@@ -169,18 +169,21 @@ def test_boxes_masks_and_keypoints_move_with_the_geometric_op_each_sample_drew()
     assert {d["choice"] for d in drawn} == {0, 1, 2}
 
 
-def test_a_detection_pipeline_moves_boxes_and_masks_with_the_drawn_flip(tmp_path):
-    """Boxes (padded), their masks and the image through a composite of flips in the batch stage:
-    each box stays on its object's class id in the mask; a flip that would leave them behind is refused."""
+@pytest.mark.parametrize("collate", ["pad", "list"])
+def test_a_detection_pipeline_moves_boxes_and_masks_with_the_drawn_flip(tmp_path, collate):
+    """Boxes (padded, or a list per sample), their masks and the image through a composite of flips in
+    the batch stage: each box stays on its object's class id in the mask; a flip that would leave
+    them behind is refused."""
     rows = write_objects(tmp_path, count=8)
     ops = [A.Resize((64, 80)), A.RandomChoice([A.HorizontalFlip(p=1.0), A.VerticalFlip(p=1.0), A.ColorJitter(0.3)])]
     pipe = mp.Pipeline(BoxManifest(rows), {"image": mp.decoders.image(), "mask": mp.decoders.mask()}, ops,
-                       batch_size=4, seed=1, device="cpu", collate={"boxes": "pad", "points": "pad"})
+                       batch_size=4, seed=1, device="cpu", collate={"boxes": collate, "points": collate})
     assert "[1] RandomChoice: batch on image, mask, boxes, points" in repr(pipe)
     checked = 0
     for batch in pipe.loader(num_workers=0):
         for i in range(batch["image"].shape[0]):
-            for k, box in enumerate(batch["boxes"][i, : int(batch["boxes_lengths"][i])]):
+            boxes = batch["boxes"][i] if collate == "list" else batch["boxes"][i, : int(batch["boxes_lengths"][i])]
+            for k, box in enumerate(boxes):
                 ys, xs = torch.nonzero(batch["mask"][i, 0] == k + 1, as_tuple=True)
                 seen = torch.stack((xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)).float()
                 assert (box - seen).abs().max() <= 1.5, (i, k, box, seen)
