@@ -14,12 +14,13 @@ that a sample is transformed (rocAL and DALI transform every sample: ``p=1``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar, NamedTuple
 
 import torch
 
 from mediapipe.augment.base import Op, Params, check_probability
 from mediapipe.augment.functional import effects as F
+from mediapipe.augment.functional import lens as L
 from mediapipe.fields import BOXES, KEYPOINTS, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
@@ -28,45 +29,65 @@ Canvas = tuple[int, int] | None
 Number = float | tuple[float, float]
 
 _INT64_MAX = (1 << 63) - 1
+INF = float("inf")
 
 
-def bounds(op: Op, name: str, low: float = float("-inf"), high: float = float("inf"),
-           strict_low: bool = False, strict_high: bool = False) -> tuple[float, float]:
-    """The (low, high) an argument draws from (a number: that value), checked against [low, high]
-    (ends excluded when strict); a ValueError names the op, the argument and the range."""
+class Domain(NamedTuple):
+    """Where an argument drawn per sample may lie: [low, high], an end excluded when strict; an
+    integer one is drawn from its range with both ends included."""
+
+    low: float = -INF
+    high: float = INF
+    strict_low: bool = False
+    strict_high: bool = False
+    integer: bool = False
+
+
+ANY = Domain()
+
+
+def bounds(op: Op, name: str, domain: Domain = ANY) -> tuple[float, float]:
+    """The (low, high) argument ``name`` draws from (a number: that value), checked against its
+    domain; a ValueError names the op, the argument and the domain."""
     value = getattr(op, name)
     pair = (value, value) if isinstance(value, (int, float)) else tuple(value)
     if len(pair) != 2:
         raise ValueError(f"{type(op).__name__}({name}={value!r}): expected a number or (low, high)")
     a, b = pair
-    ok = (a > low if strict_low else a >= low) and a <= b and (b < high if strict_high else b <= high)
+    d = domain
+    ok = (a > d.low if d.strict_low else a >= d.low) and a <= b and (b < d.high if d.strict_high else b <= d.high)
     if not ok:
-        left, right = "(" if strict_low else "[", ")" if strict_high else "]"
+        left, right = "(" if d.strict_low else "[", ")" if d.strict_high else "]"
         raise ValueError(f"{type(op).__name__}({name}={value!r}): expected a number or (low, high) with "
-                         f"low <= high, both in {left}{low}, {high}{right}")
+                         f"low <= high, both in {left}{d.low}, {d.high}{right}")
     return a, b
 
 
 @dataclass(frozen=True)
 class _Effect(Op):
-    """Shared by the effects: ``p`` per sample, and the kernel run on the samples drawn on only."""
+    """Shared by the effects: the arguments ``drawn`` per sample (checked against their domains
+    when made), ``p``, a noise key for the ``keyed`` ones, and the kernel run on the samples
+    drawn on only."""
 
     p: float = field(default=1.0, kw_only=True)
+
+    drawn: ClassVar[dict[str, Domain]] = {}  # argument -> its domain, each drawn per sample
+    keyed: ClassVar[bool] = False  # draws a key for its counter-based noise
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_probability(self, self.p)
-        self.check()
-
-    def check(self) -> None:
-        """Check the op's own arguments (each `bounds` call names the op and the argument)."""
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        """This op's parameters for one sample (besides ``on``)."""
-        return {}
+        for name, domain in self.drawn.items():
+            bounds(self, name, domain)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"on": rng.bernoulli(self.p), **self.draw(rng, meta)}
+        params: Params = {"on": rng.bernoulli(self.p)}
+        for name, domain in self.drawn.items():
+            low, high = bounds(self, name, domain)
+            params[name] = rng.integers(int(low), int(high) + 1) if domain.integer else rng.uniform(low, high)
+        if self.keyed:
+            params["key"] = rng.bits() & _INT64_MAX
+        return params
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         """The kernel on a batch whose samples are all transformed."""
@@ -84,9 +105,8 @@ class _Effect(Op):
         return x.clone().index_copy_(0, chosen, self.effect(x.index_select(0, chosen), some, field).to(x.dtype))
 
 
-def _key(rng: SampleRNG) -> int:
-    """A non-negative 63-bit key for the counter-based noise of one sample."""
-    return rng.bits() & _INT64_MAX
+UNIT = Domain(0.0, 1.0)
+NON_NEGATIVE = Domain(0.0)
 
 
 # -- colour ---------------------------------------------------------------------------------------
@@ -110,11 +130,7 @@ class Gamma(_Effect):
 
     gamma: Number = (0.3, 7.0)
 
-    def check(self) -> None:
-        bounds(self, "gamma", 0.0, strict_low=True)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"gamma": rng.uniform(*bounds(self, "gamma"))}
+    drawn = {"gamma": Domain(0.0, strict_low=True)}
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.gamma_correction(x, params["gamma"])
@@ -136,12 +152,7 @@ class ColorTemperature(_Effect):
 
     adjustment: int | tuple[int, int] = (-99, 99)
 
-    def check(self) -> None:
-        bounds(self, "adjustment", -255, 255)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        low, high = bounds(self, "adjustment")
-        return {"adjustment": rng.integers(int(low), int(high) + 1)}
+    drawn = {"adjustment": Domain(-255, 255, integer=True)}
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.color_temperature(x, params["adjustment"])
@@ -167,11 +178,7 @@ class Vignette(_Effect):
 
     intensity: Number = (1.0, 6.0)
 
-    def check(self) -> None:
-        bounds(self, "intensity", 0.0)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"intensity": rng.uniform(*bounds(self, "intensity"))}
+    drawn = {"intensity": NON_NEGATIVE}
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.vignette(x, params["intensity"])
@@ -207,10 +214,10 @@ class FishEye(_LensWarp):
     Stage: batch (one map for the canvas, one gather).
     """
 
-    functional = F.fisheye
+    functional = L.fisheye
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
-        return F.fisheye(x, kind=field.kind)
+        return L.fisheye(x, kind=field.kind)
 
 
 @dataclass(frozen=True)
@@ -243,22 +250,18 @@ class LensCorrection(_LensWarp):
     p2: Number = 0.0
     focal: float = 0.83
 
-    functional = F.lens_correction
-    COEFFICIENTS = ("k1", "k2", "k3", "p1", "p2")
+    functional = L.lens_correction
+    drawn = {name: ANY for name in ("k1", "k2", "k3", "p1", "p2")}
 
-    def check(self) -> None:
-        for name in self.COEFFICIENTS:
-            bounds(self, name)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.focal > 0:
             raise ValueError(f"LensCorrection(focal={self.focal!r}): expected a focal length > 0 "
                              "(a fraction of the longer side)")
 
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {name: rng.uniform(*bounds(self, name)) for name in self.COEFFICIENTS}
-
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
-        coefficients = [params[name] for name in self.COEFFICIENTS]
-        return F.lens_correction(x, *coefficients, kind=field.kind, focal=self.focal)
+        coefficients = [params[name] for name in self.drawn]
+        return L.lens_correction(x, *coefficients, kind=field.kind, focal=self.focal)
 
 
 # -- weather: fog, rain, snow ------------------------------------------------------------------------
@@ -287,13 +290,10 @@ class Fog(_Effect):
     intensity: Number = (0.1, 0.5)
     gray: Number = (0.2, 0.8)
 
-    def check(self) -> None:
-        bounds(self, "intensity", 0.0, 1.0)
-        bounds(self, "gray", 0.0, 1.0)
+    drawn = {"intensity": UNIT, "gray": UNIT}
 
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"intensity": rng.uniform(*bounds(self, "intensity")), "gray": rng.uniform(*bounds(self, "gray")),
-                "grids": rng.numpy().random(sum(F.fog_grid_sizes()))}
+    def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
+        return {**super().sample_params(rng, meta), "grids": rng.numpy().random(sum(F.fog_grid_sizes()))}
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.fog(x, params["intensity"], params["gray"], params["grids"])
@@ -329,16 +329,14 @@ class Rain(_Effect):
     slant: float = 0.0
     transparency: Number = (0.2, 0.3)
 
-    def check(self) -> None:
-        if not self.percentage >= 0:
-            raise ValueError(f"Rain(percentage={self.percentage!r}): expected a value >= 0")
-        for name in ("drop_width", "drop_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"Rain({name}={getattr(self, name)!r}): expected pixels >= 1")
-        bounds(self, "transparency", 0.0, 1.0)
+    drawn = {"transparency": UNIT}
+    keyed = True
 
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"transparency": rng.uniform(*bounds(self, "transparency")), "key": _key(rng)}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        bounds(self, "percentage", NON_NEGATIVE)
+        bounds(self, "drop_width", Domain(1))
+        bounds(self, "drop_length", Domain(1))
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.rain(x, params["transparency"], params["key"], self.percentage, self.drop_width,
@@ -362,17 +360,14 @@ class Snow(_Effect):
 
     snow: Number = (0.1, 0.8)
 
-    def check(self) -> None:
-        bounds(self, "snow", 0.0)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"snow": rng.uniform(*bounds(self, "snow")), "key": _key(rng)}
+    drawn = {"snow": NON_NEGATIVE}
+    keyed = True
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.snow(x, params["snow"], params["key"])
 
 
-# -- pixelate --------------------------------------------------------------------------------------
+# -- pixelate, noise, grid mask ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -392,17 +387,10 @@ class Pixelate(_Effect):
 
     percent: Number = 50.0
 
-    def check(self) -> None:
-        bounds(self, "percent", 0.0, 100.0, strict_high=True)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"percent": rng.uniform(*bounds(self, "percent"))}
+    drawn = {"percent": Domain(0.0, 100.0, strict_high=True)}
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.pixelate(x, params["percent"])
-
-
-# -- noise -------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -429,15 +417,13 @@ class SaltAndPepperNoise(_Effect):
     pepper: float = 0.0
     per_channel: bool = False
 
-    def check(self) -> None:
-        bounds(self, "prob", 0.0, 1.0)
-        bounds(self, "salt_vs_pepper", 0.0, 1.0)
-        bounds(self, "salt", 0.0, 1.0)
-        bounds(self, "pepper", 0.0, 1.0)
+    drawn = {"prob": UNIT, "salt_vs_pepper": UNIT}
+    keyed = True
 
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"prob": rng.uniform(*bounds(self, "prob")),
-                "salt_vs_pepper": rng.uniform(*bounds(self, "salt_vs_pepper")), "key": _key(rng)}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        bounds(self, "salt", UNIT)
+        bounds(self, "pepper", UNIT)
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.salt_and_pepper(x, params["prob"], params["salt_vs_pepper"], params["key"], self.salt,
@@ -461,17 +447,11 @@ class ShotNoise(_Effect):
 
     factor: Number = 20.0
 
-    def check(self) -> None:
-        bounds(self, "factor", 0.0)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        return {"factor": rng.uniform(*bounds(self, "factor")), "key": _key(rng)}
+    drawn = {"factor": NON_NEGATIVE}
+    keyed = True
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.shot_noise(x, params["factor"], params["key"])
-
-
-# -- grid mask ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -499,18 +479,7 @@ class GridMask(_Effect):
     shift_x: Number = 0.0
     shift_y: Number = 0.0
 
-    def check(self) -> None:
-        bounds(self, "tile", 1)
-        bounds(self, "ratio", 0.0, 1.0)
-        for name in ("angle", "shift_x", "shift_y"):
-            bounds(self, name)
-
-    def draw(self, rng: SampleRNG, meta: SampleMeta) -> Params:
-        low, high = bounds(self, "tile")
-        params: dict[str, Any] = {"tile": rng.integers(int(low), int(high) + 1)}
-        for name in ("ratio", "angle", "shift_x", "shift_y"):
-            params[name] = rng.uniform(*bounds(self, name))
-        return params
+    drawn = {"tile": Domain(1, integer=True), "ratio": UNIT, "angle": ANY, "shift_x": ANY, "shift_y": ANY}
 
     def effect(self, x: torch.Tensor, params: Params, field: FieldType) -> torch.Tensor:
         return F.grid_mask(x, params["tile"], params["ratio"], params["angle"], params["shift_x"],

@@ -7,8 +7,8 @@ kernel's formula is its library's, named in the op's docstring (`mediapipe.augme
 Per-pixel randomness (noise, drops, flakes) is `counter_uniform`: a hash of a per-sample key and
 the element's index, computed on the batch's device with integer arithmetic, so a sample's noise
 is the same on any device, in any batch and whatever the workers. Maps that depend only on a
-pixel's position (a vignette's gain, a warp's source coordinates) are computed in float64 and
-cast once; the per-pixel blends run in float32, as rpp does.
+pixel's position (a vignette's gain, a fog's texture) are computed in float64 and cast once; the
+per-pixel blends run in float32, as rpp does. The lens warps are in `mediapipe.augment.functional.lens`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-from mediapipe.augment.functional.dispatch import Functional, register_kernel
 
 _M32 = 0xFFFFFFFF
 
@@ -71,11 +69,11 @@ def _full_scale(x: torch.Tensor) -> float:
     return 1.0 if x.is_floating_point() else 255.0
 
 
-def _float(x: torch.Tensor) -> torch.Tensor:
+def as_float32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float32 else x.to(torch.float32)
 
 
-def _finish(y: torch.Tensor, like: torch.Tensor, rounding: str = "even") -> torch.Tensor:
+def finish(y: torch.Tensor, like: torch.Tensor, rounding: str = "even") -> torch.Tensor:
     """Back to ``like``'s dtype, saturated to its range: uint8 rounded (to even, as rpp's nearbyintf;
     "trunc"; "half_up", as DALI's std::round of a non-negative value), float clamped to [0, 1]."""
     if like.is_floating_point():
@@ -89,7 +87,7 @@ def _finish(y: torch.Tensor, like: torch.Tensor, rounding: str = "even") -> torc
     return y.clamp_(0, 255).to(like.dtype)
 
 
-def _canvas_rows(x: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+def flat_canvas(x: torch.Tensor) -> tuple[int, int, torch.Tensor]:
     """(H, W, x as (B, M, H*W)): every channel and frame of a sample in one middle dim."""
     height, width = x.shape[-2:]
     return height, width, x.reshape(x.shape[0], -1, height * width)
@@ -102,7 +100,7 @@ def _per_pixel(layer: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def grey(x: torch.Tensor) -> torch.Tensor:
     """rpp's luma (..., 1, H, W) in float32: 0.299 R + 0.587 G + 0.114 B (a one-channel image is its own)."""
-    xf = _float(x)
+    xf = as_float32(x)
     if x.shape[-3] == 1:
         return xf
     r, g, b = xf.unbind(dim=-3)
@@ -130,9 +128,9 @@ def color_temperature(x: torch.Tensor, adjustment: torch.Tensor) -> torch.Tensor
     if x.shape[-3] != 3:
         raise ValueError(f"ColorTemperature: RGB images (3 channels), got {x.shape[-3]} (shape {tuple(x.shape)})")
     a = _per_sample(adjustment, x)[..., 0, :, :] / (255.0 if x.is_floating_point() else 1.0)
-    r, g, b = _float(x).unbind(dim=-3)
+    r, g, b = as_float32(x).unbind(dim=-3)
     out = torch.stack((r + a, g, b - a), dim=-3)
-    return _finish(out, x)
+    return finish(out, x)
 
 
 def vignette_gain(intensity: torch.Tensor, height: int, width: int, device: torch.device) -> torch.Tensor:
@@ -149,7 +147,7 @@ def vignette_gain(intensity: torch.Tensor, height: int, width: int, device: torc
 def vignette(x: torch.Tensor, intensity: torch.Tensor) -> torch.Tensor:
     """Each pixel times its `vignette_gain`, rounded to even (uint8) or clamped (float)."""
     gain = vignette_gain(intensity, *x.shape[-2:], x.device).to(torch.float32)
-    return _finish(_float(x) * _per_pixel(gain, x), x)
+    return finish(as_float32(x) * _per_pixel(gain, x), x)
 
 
 # -- fog, rain, snow ------------------------------------------------------------------------------
@@ -199,9 +197,9 @@ def fog(x: torch.Tensor, intensity: torch.Tensor, gray: torch.Tensor, grids: tor
                        .to(torch.float32), x)
     colour = _per_pixel((scale * (0.75 + 0.25 * t)).to(torch.float32), x)
     g = _per_sample(gray, x)
-    xf = _float(x)
+    xf = as_float32(x)
     greyed = xf * (1.0 - g) + grey(x) * g
-    return _finish(greyed * (1.0 - alpha) + colour * alpha, x)
+    return finish(greyed * (1.0 - alpha) + colour * alpha, x)
 
 
 RAIN_LEVEL = 200.0  # rpp's RAIN_INTENSITY_8U
@@ -245,8 +243,8 @@ def rain(x: torch.Tensor, transparency: torch.Tensor, keys: torch.Tensor, percen
     (`rain_layer`) and 0 elsewhere, so the whole image darkens by (1 - alpha) as in rpp."""
     drops = rain_layer(keys, *x.shape[-2:], percentage, drop_width, drop_length, slant, x.device)
     layer = _per_pixel(drops.to(torch.float32) * (RAIN_LEVEL / 255.0 * _full_scale(x)), x)
-    xf = _float(x)
-    return _finish(xf + (layer - xf) * _per_sample(transparency, x), x)
+    xf = as_float32(x)
+    return finish(xf + (layer - xf) * _per_sample(transparency, x), x)
 
 
 def snow_flake_count(snow: torch.Tensor, height: int, width: int, channels: int) -> torch.Tensor:
@@ -280,7 +278,7 @@ def snow(x: torch.Tensor, snow: torch.Tensor, keys: torch.Tensor) -> torch.Tenso
     them one flake at a time, each saturating; the sum saturated once is the same)."""
     layer = snow_layer(keys, snow, *x.shape[-2:], x.shape[-3], x.device)
     added = _per_pixel(layer.to(torch.float32) / (255.0 / _full_scale(x)), x)
-    return _finish(_float(x) + added, x)
+    return finish(as_float32(x) + added, x)
 
 
 # -- pixelate -------------------------------------------------------------------------------------
@@ -311,7 +309,7 @@ def pixelate(x: torch.Tensor, percent: torch.Tensor) -> torch.Tensor:
     height, width = x.shape[-2:]
     y0, y1, wy = _pixelate_axis(pixelate_size(percent, height), height, x.device)
     x0, x1, wx = _pixelate_axis(pixelate_size(percent, width), width, x.device)
-    xf = _float(x)
+    xf = as_float32(x)
     lead = (1,) * (x.ndim - 4)  # a clip's frames
 
     def rows(index: torch.Tensor) -> torch.Tensor:
@@ -322,7 +320,7 @@ def pixelate(x: torch.Tensor, percent: torch.Tensor) -> torch.Tensor:
 
     wy_, wx_ = wy.reshape(-1, *lead, 1, height, 1), wx.reshape(-1, *lead, 1, 1, width)
     vertical = rows(y0) * (1.0 - wy_) + rows(y1) * wy_
-    return _finish(cols(vertical, x0) * (1.0 - wx_) + cols(vertical, x1) * wx_, x)
+    return finish(cols(vertical, x0) * (1.0 - wx_) + cols(vertical, x1) * wx_, x)
 
 
 # -- noise (DALI's noise.salt_and_pepper, noise.shot) ----------------------------------------------
@@ -438,7 +436,7 @@ def shot_noise(x: torch.Tensor, factor: torch.Tensor, keys: torch.Tensor) -> tor
         row = (x.reshape(b, -1).to(torch.int64) + 256 * torch.arange(b, device=x.device)[:, None]).reshape(-1)
         k = poisson_lookup(u.reshape(-1), row, low, cdf).reshape(x.shape)
     out = (k.to(torch.float32) * _per_sample(factor, x)) / (255.0 / _full_scale(x))
-    return torch.where(f64 > 0, _finish(out, x, rounding="half_up"), x)
+    return torch.where(f64 > 0, finish(out, x, rounding="half_up"), x)
 
 
 # -- grid mask (DALI's grid_mask) ------------------------------------------------------------------
@@ -468,119 +466,3 @@ def grid_mask(x: torch.Tensor, tile: torch.Tensor, ratio: torch.Tensor, angle: t
     """Zero the pixels `grid_mask_keep` drops, in every channel and frame."""
     keep = grid_mask_keep(tile, ratio, angle, shift_x, shift_y, *x.shape[-2:], x.device)
     return x * _per_pixel(keep, x).to(x.dtype)
-
-
-# -- geometric: fish-eye and lens correction (images, clips, masks) --------------------------------
-
-fisheye = Functional("fisheye")
-lens_correction = Functional("lens_correction")
-
-
-def fisheye_source(height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """rpp's fish-eye map: (H, W) flat source index and validity. Output pixel (i, j) at n =
-    (2 j / W - 1, 2 i / H - 1), d = |n| <= 1, reads the pixel at trunc((r n + 1) (W, H) / 2),
-    r = d' / d with d' = (d + 1 - sqrt(1 - d^2)) / 2 (float64); outside the disc it is 0."""
-    f64 = dict(device=device, dtype=torch.float64)
-    ny = (2.0 * torch.arange(height, **f64) / height - 1.0)[:, None]
-    nx = (2.0 * torch.arange(width, **f64) / width - 1.0)[None, :]
-    d = torch.sqrt(nx * nx + ny * ny)
-    inside = d <= 1.0
-    dc = torch.where(inside, d, torch.zeros_like(d))
-    bent = (dc + (1.0 - torch.sqrt(1.0 - dc * dc))) / 2.0
-    r = torch.where(dc > 0, bent / torch.where(dc > 0, dc, torch.ones_like(dc)), torch.zeros_like(dc))
-    sx = torch.trunc((r * nx + 1.0) * width / 2.0).to(torch.int64)
-    sy = torch.trunc((r * ny + 1.0) * height / 2.0).to(torch.int64)
-    valid = inside & (sx >= 0) & (sx < width) & (sy >= 0) & (sy < height)
-    return torch.where(valid, sy * width + sx, 0), valid
-
-
-def _take(x: torch.Tensor, index: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """out[b, ..., p] = x[b, ..., index[b, p]] where valid, else 0; index, valid (B or 1, H*W)."""
-    height, width, flat = _canvas_rows(x)
-    index = index.reshape(index.shape[0], 1, -1).expand(flat.shape[0], flat.shape[1], -1)
-    out = torch.gather(flat, 2, index) * valid.reshape(valid.shape[0], 1, -1).to(x.dtype)
-    return out.reshape(x.shape)
-
-
-@register_kernel(fisheye, "image")
-def fisheye_image(x: torch.Tensor) -> torch.Tensor:
-    index, valid = fisheye_source(*x.shape[-2:], x.device)
-    return _take(x, index.reshape(1, -1), valid.reshape(1, -1))
-
-
-register_kernel(fisheye, "video")(fisheye_image)
-register_kernel(fisheye, "mask")(fisheye_image)  # the map already takes whole pixels: a mask's nearest
-
-
-def lens_source(k1: torch.Tensor, k2: torch.Tensor, k3: torch.Tensor, p1: torch.Tensor, p2: torch.Tensor,
-                focal: float, height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """rpp's lens-correction remap (OpenCV's undistortion model), (B, H, W) source row and column
-    (float64): the camera has fx = fy = focal * max(H, W) and its centre at ((W - 1) / 2, (H - 1) / 2);
-    output pixel (i, j) has x = (j - cx) / fx, y = (i - cy) / fy, r2 = x^2 + y^2,
-    kr = 1 + k1 r2 + k2 r2^2 + k3 r2^3 and reads column fx (x kr + 2 p1 x y + p2 (r2 + 2 x^2)) + cx,
-    row fy (y kr + p1 (r2 + 2 y^2) + 2 p2 x y) + cy, computed as j + fx (x (kr - 1) + ...) and
-    i + fy (y (kr - 1) + ...), which is exact where the coefficients are 0."""
-    f64 = dict(device=device, dtype=torch.float64)
-    f = focal * max(height, width)
-    cx, cy = (width - 1) / 2.0, (height - 1) / 2.0
-    x = ((torch.arange(width, **f64) - cx) / f)[None, None, :]
-    y = ((torch.arange(height, **f64) - cy) / f)[None, :, None]
-    k1, k2, k3, p1, p2 = (v.to(**f64).reshape(-1, 1, 1) for v in (k1, k2, k3, p1, p2))
-    r2 = x * x + y * y
-    radial = r2 * (k1 + r2 * (k2 + r2 * k3))  # kr - 1: written as the pixel plus its shift, so all 0 is exact
-    col = torch.arange(width, **f64)[None, None, :] + f * (x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x))
-    row = torch.arange(height, **f64)[None, :, None] + f * (y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y)
-    return row, col
-
-
-def _remap_taps(coord: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """rpp's remap taps along one axis: inside where 0 <= floor(c) <= size - 1; the low tap
-    floor(c), the high one min(low + 1, size - 1), the high weight c - low (float32)."""
-    low = torch.floor(coord)
-    inside = (low >= 0) & (low <= size - 1)
-    low = low.clamp(0, size - 1)
-    weight = (coord - low).to(torch.float32)
-    low = low.to(torch.int64)
-    return low, torch.clamp(low + 1, max=size - 1), weight, inside
-
-
-@register_kernel(lens_correction, "image")
-def lens_correction_image(x: torch.Tensor, k1: torch.Tensor, k2: torch.Tensor, k3: torch.Tensor, p1: torch.Tensor,
-                          p2: torch.Tensor, *, focal: float) -> torch.Tensor:
-    """Bilinear at `lens_source`, rpp's remap: the four taps' weights (1 - wy)(1 - wx), (1 - wy) wx,
-    wy (1 - wx), wy wx summed in that order in float32 and rounded to even; 0 outside."""
-    height, width, flat = _canvas_rows(x)
-    row, col = lens_source(k1, k2, k3, p1, p2, focal, height, width, x.device)
-    y0, y1, wy, in_y = _remap_taps(row, height)
-    x0, x1, wx, in_x = _remap_taps(col, width)
-    b, m = flat.shape[:2]
-    xf = _float(flat)
-
-    def tap(ys: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
-        return torch.gather(xf, 2, (ys * width + xs).reshape(b, 1, -1).expand(b, m, -1))
-
-    def w(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(b, 1, -1)
-
-    out = (tap(y0, x0) * w((1 - wy) * (1 - wx)) + tap(y0, x1) * w((1 - wy) * wx)
-           + tap(y1, x0) * w(wy * (1 - wx)) + tap(y1, x1) * w(wy * wx))
-    out = out * w(in_y & in_x).to(torch.float32)
-    return _finish(out.reshape(x.shape), x)
-
-
-register_kernel(lens_correction, "video")(lens_correction_image)
-
-
-@register_kernel(lens_correction, "mask")
-def lens_correction_mask(x: torch.Tensor, k1: torch.Tensor, k2: torch.Tensor, k3: torch.Tensor, p1: torch.Tensor,
-                         p2: torch.Tensor, *, focal: float) -> torch.Tensor:
-    """A mask's nearest: the pixel at min(floor(c + 0.5), size - 1) on each axis, 0 where the
-    image's taps fall outside (the same rule as `lens_correction_image`)."""
-    height, width = x.shape[-2:]
-    row, col = lens_source(k1, k2, k3, p1, p2, focal, height, width, x.device)
-    inside = (torch.floor(row) >= 0) & (torch.floor(row) <= height - 1)
-    inside &= (torch.floor(col) >= 0) & (torch.floor(col) <= width - 1)
-    ys = torch.floor(row + 0.5).clamp(0, height - 1).to(torch.int64)
-    xs = torch.floor(col + 0.5).clamp(0, width - 1).to(torch.int64)
-    b = row.shape[0]
-    return _take(x, (ys * width + xs).reshape(b, -1), inside.reshape(b, -1))
