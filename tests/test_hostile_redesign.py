@@ -277,3 +277,116 @@ def test_a_refused_state_mid_pass_changes_nothing_on_any_backend(image_folder, b
     assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in
                                                     list(backend_loader(pipe, backend, request))[3:]]
     loader.close()
+
+
+# -- sources --------------------------------------------------------------------------------------
+def test_a_conversion_from_shards_resumes_only_over_the_same_targets(detection_dataset, tmp_path, monkeypatch):
+    """Shards with boxes converted again, stopped after one shard, then the input dataset re-made
+    with other boxes (same images): the resume is refused, as for a COCO file whose annotations
+    changed (the shards source had no fingerprint: the resume mixed old and new boxes). The same
+    input resumes."""
+    import json
+    import shutil
+
+    import mediapipe.dataset.convert_write as convert_write
+    from mediapipe.dataset.convert import convert
+
+    def shards_from(annotations, out):
+        if out.exists():
+            shutil.rmtree(out)
+        convert(mp.loaders.coco(annotations, detection_dataset.images), out, shard_size=4, shuffle=False)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_one_shard(step: str) -> None:
+        if step == "commit":
+            raise Stop
+
+    source_dir, out = tmp_path / "in", tmp_path / "out"
+    shards_from(detection_dataset.annotations, source_dir)
+    assert mp.loaders.shards(source_dir).fingerprint == mp.loaders.shards(source_dir).fingerprint is not None
+    monkeypatch.setattr(convert_write, "step_hook", stop_after_one_shard)
+    with pytest.raises(Stop):
+        convert(mp.loaders.shards(source_dir), out, shard_size=4, shuffle=False)
+    monkeypatch.setattr(convert_write, "step_hook", None)
+    kept = tmp_path / "kept"
+    shutil.copytree(out, kept)
+    annotations = json.loads(detection_dataset.annotations.read_text())
+    for a in annotations["annotations"]:
+        a["bbox"] = [v * 0.5 for v in a["bbox"]]
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(annotations))
+    shards_from(moved, source_dir)  # the same place, other boxes
+    with pytest.raises(ValueError, match="cannot resume"):
+        convert(mp.loaders.shards(source_dir), out, shard_size=4, shuffle=False, resume=True)
+    shards_from(detection_dataset.annotations, source_dir)  # made again as it was: the same shards
+    done = convert(mp.loaders.shards(source_dir), kept, shard_size=4, shuffle=False, resume=True)
+    assert done.resumed_shards == 1 and mp.loaders.shards(kept).manifest["complete"]
+
+
+class _Photos(mp.loaders.Source):
+    """Four in-memory JPEGs with labels; subclasses override one declared hook each."""
+
+    kind = ""
+
+    def __len__(self) -> int:
+        return 4
+
+    def ref(self, index: int):
+        from mediapipe.sample import Blob, SampleRef
+        from mediapipe.synthetic import jpeg_bytes, photo_like
+
+        data = jpeg_bytes(photo_like(40, 48, index), quality=90)
+        return SampleRef(index, f"photo{index}", {"jpg": Blob(f"photo{index}.jpg", data=data)}, label=index % 2,
+                         fields={"ids": torch.arange(index + 1)})
+
+
+def _photo_pipeline(source) -> mp.Pipeline:
+    return mp.Pipeline(source, {"image": mp.decoders.image("pillow")}, [A.Resize((16, 16))], batch_size=2,
+                       seed=0, device="cpu")
+
+
+def test_a_hook_is_honoured_as_a_class_attribute_an_instance_attribute_or_a_property():
+    class AsAttribute(_Photos):
+        collate = {"ids": "pad"}
+
+    class AsInstanceAttribute(_Photos):
+        def __init__(self) -> None:
+            self.collate = {"ids": "pad"}
+
+    class AsProperty(_Photos):
+        @property
+        def collate(self):
+            return {"ids": "pad"}
+
+    for source in (AsAttribute(), AsInstanceAttribute(), AsProperty()):
+        batch = next(iter(_photo_pipeline(source).loader(shuffle=False)))
+        assert batch["ids"].tolist() == [[0, 0], [0, 1]] and batch["ids_lengths"].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("hook", ["split_by_rank", "picks_channels", "declares_rates", "fingerprint", "collate",
+                                  "rank_samples"])
+def test_a_value_hook_written_as_a_method_is_refused_naming_it(hook):
+    """``def split_by_rank(self): return True`` was read as the bound method, always true: a loader
+    read the whole dataset as this rank's part, silently. A value hook is a value or a property."""
+    with pytest.raises(TypeError, match=rf"{hook} is a value .*not a method.*@property"):
+        type("MethodHook", (_Photos,), {hook: lambda self: True})
+
+
+@pytest.mark.parametrize("value", [{"boxes": "boxes"}, property(lambda self: {"boxes": "boxes"})])
+def test_field_types_written_as_a_value_is_refused_naming_it(value):
+    """``field_types = {...}`` failed when the pipeline was made, with "'dict' object is not callable"."""
+    with pytest.raises(TypeError, match=r"field_types is a method.*def field_types\(self\)"):
+        type("ValueHook", (_Photos,), {"field_types": value})
+
+
+@pytest.mark.parametrize(("hook", "value", "expected"), [
+    ("split_by_rank", "yes", "a bool"), ("collate", ["ids"], "a mapping"), ("fingerprint", 3, "a string or None"),
+    ("rank_samples", 5, "a tuple of ints or None"), ("field_types", {"boxes": "boxes"}, "a method"),
+])
+def test_a_hook_set_on_the_instance_with_the_wrong_type_is_refused_when_the_pipeline_is_made(hook, value, expected):
+    source = _Photos()
+    setattr(source, hook, value)
+    with pytest.raises(mp.PipelineError, match=rf"_Photos\.{hook}.*{expected}"):
+        _photo_pipeline(source)

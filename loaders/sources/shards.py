@@ -13,6 +13,7 @@ dataset rewritten or replaced under a reader is refused rather than read.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -293,6 +294,15 @@ class ShardSource(Source):
     @property
     def num_shards(self) -> int:
         return len(self._shards)
+
+    @property
+    def fingerprint(self) -> str:  # type: ignore[override]
+        """A digest of the shards this source reads (the manifest's sha256 of each, which covers the
+        targets in their .json members): a conversion from this dataset resumes only over the same."""
+        entries = [e for e in self.manifest["shards"] if e["samples"]]
+        read = {e["shard"] for e in entries} if self.shard_ids is None else set(self.shard_ids)
+        digests = [[e["shard"], e["sha256"]] for e in entries if e["shard"] in read]
+        return hashlib.sha256(json.dumps(digests).encode()).hexdigest()
 
     def field_types(self) -> dict[str, Any]:
         """The types of the targets each sample carries (boxes, labels, masks...), as the source
