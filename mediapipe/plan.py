@@ -28,7 +28,7 @@ from mediapipe.decoders.base import Decoder, Limits
 from mediapipe.decoders.spec import DecoderSpec
 from mediapipe.errors import PipelineError
 from mediapipe.fields import LABEL, MASK, OBJECTS, OTHER, FieldType, field_type
-from mediapipe.loaders.sources.folder import Source
+from mediapipe.loaders.sources.folder import Source, check_hooks
 from mediapipe.options import ON_ERROR, OnError, Where
 from mediapipe.sample import Blob, SampleRef
 from mediapipe.stages.error_policy import ErrorPolicy
@@ -115,6 +115,7 @@ class Plan:
         if not isinstance(source, Source):
             raise PipelineError(f"source {type(source).__name__}: expected a mediapipe.loaders.Source (subclass it: "
                                 "it declares the optional hooks a source may override, with their defaults)")
+        check_hooks(source)
         if on_error not in ON_ERROR:
             raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
         self.source, self.decode = source, dict(decode)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from types import MappingProxyType
+from types import FunctionType, MappingProxyType
 from typing import Any
 
-from mediapipe.errors import SourceError
+from mediapipe.errors import PipelineError, SourceError
 from mediapipe.fields import FieldType
 from mediapipe.sample import Blob, SampleMeta, SampleRef, kind_of_extension
 
@@ -36,6 +36,7 @@ class Source:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _check_declared(cls)
         if cls.__dict__.get("kind"):  # a subclass that inherits its kind (remote shards) keeps the base's entry
             _SOURCES[cls.kind] = cls
 
@@ -69,6 +70,47 @@ class Source:
 
     def to_config(self) -> dict[str, Any]:
         raise NotImplementedError
+
+
+# the hooks a source declares as values (an attribute or a property), and what each value must be
+VALUE_HOOKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "collate": ("a mapping of field -> 'stack', 'pad' or 'list'", lambda v: isinstance(v, Mapping)),
+    "split_by_rank": ("a bool", lambda v: isinstance(v, bool)),
+    "rank_samples": ("a tuple of ints or None", lambda v: v is None or (
+        isinstance(v, (tuple, list)) and all(isinstance(n, int) and not isinstance(n, bool) for n in v))),
+    "fingerprint": ("a string or None", lambda v: v is None or isinstance(v, str)),
+    "picks_channels": ("a bool", lambda v: isinstance(v, bool)),
+    "declares_rates": ("a bool", lambda v: isinstance(v, bool)),
+}
+METHOD_HOOKS = ("field_types",)  # the hooks a source declares as methods
+
+
+def _check_declared(cls: type) -> None:
+    """A subclass's hooks declared as the base declares them: a value hook written as a method
+    would be read as the bound method (always true), a method hook written as a value would fail
+    when called. Refused when the class is made, naming the hook and how to write it."""
+    for name in VALUE_HOOKS:
+        if isinstance(cls.__dict__.get(name), (FunctionType, staticmethod, classmethod)):
+            raise TypeError(f"{cls.__name__}.{name} is a value a source declares, not a method: write "
+                            f"`{name} = ...` (a class or instance attribute) or a `@property`")
+    for name in METHOD_HOOKS:
+        if name in cls.__dict__ and (isinstance(cls.__dict__[name], property) or not callable(cls.__dict__[name])):
+            raise TypeError(f"{cls.__name__}.{name} is a method a source declares: write "
+                            f"`def {name}(self) -> dict[str, FieldType]`")
+
+
+def check_hooks(source: Source) -> None:
+    """The declared hooks of ``source`` as it is (instance attributes too): each of the type the
+    base declares, or a `PipelineError` naming the hook, its value and what it must be."""
+    name = type(source).__name__
+    for hook in METHOD_HOOKS:
+        if not callable(getattr(source, hook)):
+            raise PipelineError(f"source {name}.{hook}={getattr(source, hook)!r:.80}: expected a method "
+                                f"(def {hook}(self) -> dict[str, FieldType])")
+    for hook, (expected, ok) in VALUE_HOOKS.items():
+        value = getattr(source, hook)
+        if not ok(value):
+            raise PipelineError(f"source {name}.{hook}={value!r:.80}: expected {expected}")
 
 
 class WrappedSource(Source):
