@@ -161,6 +161,17 @@ def test_a_sampler_of_ones_own_and_bad_values(folder):
             pipe.loader(repeated_augmentations=bad)
 
 
+def test_the_dali_backend_reads_the_same_repeats(folder):
+    pytest.importorskip("nvidia.dali")
+    pipe = pipeline(folder)
+    dali = collect(pipe.loader(backend="dali", repeated_augmentations=3, rng="keyed"))
+    torch_ = collect(pipe.loader(num_workers=0, repeated_augmentations=3))
+    assert len(dali) == len(torch_) == math.ceil(N * 3 / 4)
+    for a, b in zip(dali, torch_):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["label"], b["label"])
+        assert a["image"].shape == b["image"].shape
+
+
 RANKS = textwrap.dedent("""
     import json, sys
     import torch.distributed as dist
