@@ -364,3 +364,13 @@ def test_dali_warps_a_mask_with_its_image(tmp_path):
     assert set(torch.unique(a["mask"]).tolist()) <= {0, 255} and (a["mask"] == 0).float().mean() > 0.1
     assert (a["mask"] != b["mask"]).float().mean() < 0.002  # nearest: another pixel only at ties
     assert (a["image"].int() - b["image"].int()).abs().max() <= 1
+
+
+@pytest.mark.parametrize("op", [PERSPECTIVES[0], ELASTICS[0]])
+def test_half_images_keep_their_dtype_and_are_not_rounded(op):
+    """float16 is warped in float32 and cast back, never rounded to whole values as uint8 is."""
+    x = image(5).float() / 255
+    p = draw(op, 5)
+    half = op.apply(x.half(), p)
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float(), op.apply(x, p), atol=1e-3, rtol=0)

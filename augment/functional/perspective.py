@@ -53,7 +53,7 @@ def grid_transform(x: torch.Tensor, grid: torch.Tensor, interpolation: str, fill
     False): torchvision's ``_apply_grid_transform`` with one grid per sample, every frame of a clip
     on its sample's grid. Outside the image: ``fill`` (one value or one per channel) blended by the
     interpolated inside-mask, as torchvision blends it; None reads zeros. uint8 is sampled in the
-    grid's float dtype and rounded back."""
+    grid's float dtype and rounded back; float16 is sampled in float32 and cast back."""
     b = x.shape[0]
     c, h, w = x.shape[-3:]
     oh, ow = grid.shape[1:3]
@@ -77,8 +77,9 @@ def grid_transform(x: torch.Tensor, grid: torch.Tensor, interpolation: str, fill
             out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
         else:  # torchvision's blend: (image - fill) * mask + fill
             out = out.sub_(fill_img).mul_(mask).add_(fill_img)
-    out = out if fp else out.round_().to(x.dtype)
-    return out.reshape(out_shape)
+    if not x.is_floating_point():
+        out = out.round_()
+    return out.to(x.dtype).reshape(out_shape)
 
 
 def perspective_grid(coefficients: torch.Tensor, height: int, width: int, dtype: torch.dtype,
