@@ -161,18 +161,21 @@ def fog_grid_sizes() -> list[int]:
     return [(c + 1) * (c + 1) for c in FOG_OCTAVES]
 
 
-def _upsample_axis(size: int, cells: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Corner-aligned linear interpolation of ``cells + 1`` grid points over ``size`` pixels: the
-    low index, the high index and the weight of the high one (float64)."""
+def _upsample_matrix(size: int, cells: int, device: torch.device) -> torch.Tensor:
+    """(size, cells + 1) float64: corner-aligned linear interpolation of ``cells + 1`` grid points
+    over ``size`` pixels, as a matrix (two weights per row: 1 - w on the low point, w on the next)."""
     pos = torch.arange(size, device=device, dtype=torch.float64) * (cells / max(size - 1, 1))
     low = torch.clamp(torch.floor(pos), max=cells - 1).to(torch.int64)
-    return low, low + 1, pos - low
+    weight = pos - low
+    matrix = torch.zeros(size, cells + 1, dtype=torch.float64, device=device)
+    matrix.scatter_(1, low[:, None], (1.0 - weight)[:, None])
+    return matrix.scatter_(1, (low + 1)[:, None], weight[:, None])
 
 
 def fog_texture(grids: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """(B, H, W) float64 in [0, 1]: the octaves of ``grids`` (B, sum of `fog_grid_sizes`), each a
-    (cells + 1)^2 grid of values in [0, 1) upsampled bilinearly with corners aligned, weighted by
-    `FOG_WEIGHTS`."""
+    (cells + 1)^2 grid of values in [0, 1) upsampled bilinearly with corners aligned (rows, then
+    columns: two small matrix products), weighted by `FOG_WEIGHTS`."""
     grids = grids.to(torch.float64)
     out = torch.zeros(grids.shape[0], height, width, dtype=torch.float64, device=grids.device)
     start = 0
@@ -180,10 +183,8 @@ def fog_texture(grids: torch.Tensor, height: int, width: int) -> torch.Tensor:
         n = cells + 1
         g = grids[:, start : start + n * n].reshape(-1, n, n)
         start += n * n
-        y0, y1, wy = _upsample_axis(height, cells, grids.device)
-        x0, x1, wx = _upsample_axis(width, cells, grids.device)
-        rows = g[:, y0] * (1 - wy)[None, :, None] + g[:, y1] * wy[None, :, None]  # (B, H, n)
-        out += weight * (rows[:, :, x0] * (1 - wx) + rows[:, :, x1] * wx)
+        rows = _upsample_matrix(height, cells, grids.device) @ g  # (B, H, n)
+        out += weight * (rows @ _upsample_matrix(width, cells, grids.device).T)
     return out
 
 

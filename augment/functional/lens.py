@@ -101,9 +101,9 @@ def lens_correction_image(x: torch.Tensor, k1: torch.Tensor, k2: torch.Tensor, k
     def w(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(b, 1, -1)
 
-    out = (tap(y0, x0) * w((1 - wy) * (1 - wx)) + tap(y0, x1) * w((1 - wy) * wx)
-           + tap(y1, x0) * w(wy * (1 - wx)) + tap(y1, x1) * w(wy * wx))
-    out = out * w(in_y & in_x).to(torch.float32)
+    inside = (in_y & in_x).to(torch.float32)  # folded into the weights: 0 outside, as rpp's fill
+    out = (tap(y0, x0) * w((1 - wy) * (1 - wx) * inside) + tap(y0, x1) * w((1 - wy) * wx * inside)
+           + tap(y1, x0) * w(wy * (1 - wx) * inside) + tap(y1, x1) * w(wy * wx * inside))
     return finish(out.reshape(x.shape), x)
 
 
