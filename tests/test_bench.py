@@ -444,7 +444,7 @@ def test_a_report_without_data_labels_renders_as_before(bench_run: dict) -> None
         r.pop("data")
     old.pop("data")
     text = report.render_table(old)
-    assert "vs torchvision" in text and "same backend across datasets" not in text
+    assert "x torchvision" in text and "same backend across datasets" not in text  # the verdict found the ratio
     header = next(line for line in text.splitlines() if line.startswith("backend"))
     assert " data " not in header
     peer_row = next(line for line in text.splitlines() if line.startswith("torchvision "))

@@ -8,6 +8,7 @@ hold much of a loader's memory and do most of its work. Off Linux these read as 
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -26,6 +27,11 @@ CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # w
 LOADER_STAGE_NAMES = {"transfer": "host_to_device"}  # Loader.stats -> report
 DECODE_PARTS = ("decode_open", "decode_index", "decode_lead_in", "decode_useful", "decode_convert")  # video, inside decode
 PART_STAGES = ("device_decode", *DECODE_PARTS)  # reported, but already inside device_ops (decode for DECODE_PARTS)
+# a row too short to trust: the loaders' start, their prefetch drained before a window and the batches in
+# flight when it ends are of the order of a batch per worker, and weigh on a rate measured over few batches
+MIN_REP_BATCHES = 10  # batches in each timed repetition
+MIN_BATCHES_PER_WORKER = 2  # and at least this many per loader worker (DALI thread)
+MIN_TIMED_SECONDS = 1.0  # timed seconds over all repetitions of a row
 
 _PROC = Path("/proc")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -279,6 +285,30 @@ def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None
     if result.step_ms:
         result.input_bound = result.wait_s > INPUT_BOUND_FRACTION * step
     return result
+
+
+def too_short(batches: int, workers: int, seconds: float) -> list[str]:
+    """Why a row's timed work is too short to trust (empty when it is not): ``batches`` per
+    repetition against `MIN_REP_BATCHES` and `MIN_BATCHES_PER_WORKER`, ``seconds`` timed in all
+    against `MIN_TIMED_SECONDS`."""
+    reasons = []
+    if batches < MIN_REP_BATCHES:
+        reasons.append(f"{batches} batches a repetition (fewer than {MIN_REP_BATCHES})")
+    elif batches < MIN_BATCHES_PER_WORKER * workers:
+        reasons.append(f"{batches} batches a repetition for {workers} workers (fewer than {MIN_BATCHES_PER_WORKER} "
+                       "per worker)")
+    if seconds < MIN_TIMED_SECONDS:
+        reasons.append(f"{seconds:.2f} s timed in all (under {MIN_TIMED_SECONDS:.0f} s)")
+    return reasons
+
+
+def batches_to_trust(batches: int, repeats: int, workers: int, seconds: float) -> int:
+    """Batches per repetition that `too_short` would accept for a row that timed ``seconds`` over
+    ``repeats`` x ``batches`` batches, rounded up to a multiple of 10."""
+    per_batch = seconds / max(1, repeats * batches)
+    for_time = MIN_TIMED_SECONDS / (per_batch * repeats) if per_batch > 0 else 0.0
+    needed = max(MIN_REP_BATCHES, MIN_BATCHES_PER_WORKER * workers, math.ceil(for_time * 1.2))
+    return -(-needed // 10) * 10
 
 
 def growth_pct(values: list[float]) -> float | None:

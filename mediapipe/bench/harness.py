@@ -28,6 +28,9 @@ from typing import Any
 from mediapipe.bench import datasets
 from mediapipe.bench.core import (
     INPUT_BOUND_FRACTION,
+    MIN_BATCHES_PER_WORKER,
+    MIN_REP_BATCHES,
+    MIN_TIMED_SECONDS,
     RESULT_VERSION,
     STAGE_SLACK,
     STAGE_SLACK_SECONDS,
@@ -40,6 +43,7 @@ from mediapipe.bench.core import (
     tree_cpu_seconds,
 )
 from mediapipe.bench.progress import make_progress
+from mediapipe.bench.report import short_run_warnings
 from mediapipe.bench.scenarios import GPU_ONLY, SCENARIOS, Scenario, unit_of, why_not
 from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 
@@ -75,6 +79,10 @@ NOTES = {
     "ratios": ("compare=backend: this library's samples/s over the peer's, same scenario, device, workers and "
                "data; compare=data: a backend on a further dataset over the same backend on the first dataset "
                "(e.g. shards / folder); always rows of the same run"),
+    "warnings": (f"scenario -> why its rates are too short to trust: a repetition of fewer than {MIN_REP_BATCHES} "
+                 f"batches or {MIN_BATCHES_PER_WORKER} per worker, or under {MIN_TIMED_SECONDS:.0f} s timed over "
+                 "the repetitions, in some row"),
+    "pipelines": "scenario -> what its samples go through, in one line",
     "cold_cache": ("with --cold-cache, the files of the row's dataset were evicted from the page cache "
                    "(posix_fadvise DONTNEED, these files only) before each timed repetition. Files read twice "
                    "within one repetition (a dataset smaller than what a repetition reads) are warm the second "
@@ -249,18 +257,21 @@ def run(settings: Settings) -> dict[str, Any]:
     finally:
         bar.close()
     ceiling_fractions(results)
-    return {
+    report = {
         "version": RESULT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine,
         "settings": _settings_dict(settings),
         "datasets": {name: next(iter(infos.values())) for name, infos in data_info.items()},  # the first dataset
         "data": data_info,  # scenario -> data label -> the dataset's description
+        "pipelines": {name: SCENARIOS[name].description for name in settings.scenarios},  # each in one line
         "results": [r.as_dict() for r in results],
         "ratios": ratio_rows(results, OURS),
         "notes": NOTES,
         "elapsed_s": time.perf_counter() - started,
     }
+    report["warnings"] = short_run_warnings(report)  # scenario -> why its rates are too short to trust
+    return report
 
 
 SETTLE_POLL_SECONDS = 0.1

@@ -1,19 +1,35 @@
 """The report in four forms: a terminal table, JSON, Markdown and a PNG plot.
 
 All four are made from the plain-data report that `mediapipe.bench.harness.run` returns, so
-a saved ``--json`` file can be rendered again later (`render_table(json.load(f))`).
+a saved ``--json`` file can be rendered again later (`render_table(json.load(f))`). The terminal
+table keeps within `WIDTH` characters and shows only the columns that hold a value; a verdict
+line per scenario says in words where this library was faster or slower than each peer
+(`verdicts`), and a warning where a run was too short to trust (`short_run_warnings`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.core import DECODE_PARTS
+from mediapipe.bench.core import (
+    DECODE_PARTS,
+    MIN_BATCHES_PER_WORKER,
+    MIN_REP_BATCHES,
+    MIN_TIMED_SECONDS,
+    WORKER_STAGES,
+    batches_to_trust,
+    too_short,
+)
 from mediapipe.bench.legend import BACKENDS, legend_lines
+
+WIDTH = 100  # the terminal report's lines: wider tables are split into blocks that repeat the row's keys
+LEVEL_WITHIN = 0.02  # a ratio printed 0.98x-1.02x is "level with" the peer in the verdict
+EMPTY = ("-", "")  # what a cell without a value shows
 
 STAGE_COLUMNS = ("read", "decode", "sample_ops", "collate", "worker_batch_ops", "wait", "host_to_device",
                  "device_ops", "step", "other")
@@ -71,22 +87,27 @@ def _input_bound(row: dict[str, Any]) -> str:
 
 Column = tuple[str, Callable[[dict[str, Any], dict[str, Any]], str]]
 
-# (header, cell) for the main table
-COLUMNS: list[Column] = [
+# (header, cell) for the main table, in two groups: what the row delivers, and what it costs
+KEY_COLUMNS: list[Column] = [
     ("backend", lambda rep, r: r["backend"]),
     ("device", lambda rep, r: r["device"]),
     ("workers", lambda rep, r: str(r["workers"])),
+]
+SPEED_COLUMNS: list[Column] = [
     ("samples/s (min-max)", lambda rep, r: _rate(r)),
     ("MB/s", lambda rep, r: _num(r.get("input_mb_per_s"))),
     ("decoded", lambda rep, r: _secondary(r)),
+    ("mediapipe/peer", lambda rep, r: _ratio_of(rep, r)),
+]
+COST_COLUMNS: list[Column] = [
     ("1st batch", lambda rep, r: _num(r.get("first_batch_s"), "{:.2f} s")),
     ("CPU", lambda rep, r: _num(r.get("cpu_util_pct"), "{:.0f}%")),
     ("peak RSS", lambda rep, r: _num(r.get("peak_rss_mb"), "{:.0f} MB")),
     ("RSS growth", lambda rep, r: _num(r.get("rss_growth_pct"), "{:+.1f}%")),
     ("private", lambda rep, r: _num((r.get("uss_mb_by_rep") or [None])[-1], "{:.0f} MB")),
     ("input-bound", lambda rep, r: _input_bound(r)),
-    ("mediapipe/peer", lambda rep, r: _ratio_of(rep, r)),
 ]
+COLUMNS: list[Column] = [*KEY_COLUMNS, *SPEED_COLUMNS, *COST_COLUMNS]
 
 
 def _fraction(row: dict[str, Any]) -> str:
@@ -133,21 +154,33 @@ def _psnr(report: dict[str, Any], row: dict[str, Any]) -> str:
 PSNR_COLUMN: Column = ("PSNR med/min", _psnr)
 
 
-def _columns(report: dict[str, Any], scenario: str) -> list[Column]:
-    """COLUMNS (for video, with `VIDEO_COLUMNS` for "decoded"; for images with the fused path's
-    PSNR after it), plus the dataset and the ratio to the first dataset where a scenario ran on
-    several."""
-    columns = COLUMNS
-    at = [h for h, _ in COLUMNS].index("decoded")
-    if any(r.get("decoded_frames_per_s") is not None for r in report["results"] if r["scenario"] == scenario):
-        columns = [*COLUMNS[:at], *VIDEO_COLUMNS, *COLUMNS[at + 1 :]]
-    elif any(_fused_psnr(report, r) for r in report["results"] if r["scenario"] == scenario):
-        columns = [*COLUMNS[: at + 1], PSNR_COLUMN, *COLUMNS[at + 1 :]]
+def _column_groups(report: dict[str, Any], scenario: str) -> tuple[list[Column], list[Column], list[Column]]:
+    """(keys, speed, cost) columns of a scenario's table: for video `VIDEO_COLUMNS` for "decoded",
+    for images the fused path's PSNR after it; the dataset and the ratio to the first dataset
+    where a scenario ran on several."""
+    rows = [r for r in report["results"] if r["scenario"] == scenario]
+    keys, speed = list(KEY_COLUMNS), list(SPEED_COLUMNS)
+    at = [h for h, _ in speed].index("decoded")
+    if any(r.get("decoded_frames_per_s") is not None for r in rows):
+        speed = [*speed[:at], *VIDEO_COLUMNS, *speed[at + 1 :]]
+    elif any(_fused_psnr(report, r) for r in rows):
+        speed = [*speed[: at + 1], PSNR_COLUMN, *speed[at + 1 :]]
     labels = _labels(report, scenario)
-    if len(labels) < 2:
-        return columns
-    return [columns[0], ("data", lambda rep, r: r.get("data") or "-"), *columns[1:],
-            (f"vs {labels[0]}", lambda rep, r: _ratio_of(rep, r, "data"))]
+    if len(labels) >= 2:
+        keys.insert(1, ("data", lambda rep, r: r.get("data") or "-"))
+        speed.append((f"vs {labels[0]}", lambda rep, r: _ratio_of(rep, r, "data")))
+    return keys, speed, list(COST_COLUMNS)
+
+
+def _columns(report: dict[str, Any], scenario: str) -> list[Column]:
+    """Every column of a scenario's table (`_column_groups` in order)."""
+    keys, speed, cost = _column_groups(report, scenario)
+    return [*keys, *speed, *cost]
+
+
+def _filled(columns: list[Column], report: dict[str, Any], rows: list[dict[str, Any]]) -> list[Column]:
+    """The columns that hold a value in some row (a column of '-' everywhere says nothing)."""
+    return [c for c in columns if any(c[1](report, r) not in EMPTY for r in rows)]
 
 
 def _who(r: dict[str, Any], several: bool) -> str:
@@ -170,24 +203,124 @@ def _data_parts(info: dict[str, Any], label: str | None = None) -> list[str]:
     return parts
 
 
+def _pipeline(report: dict[str, Any], scenario: str) -> str:
+    """The scenario's pipeline in one line (what the harness recorded), with its batch size."""
+    what = (report.get("pipelines") or {}).get(scenario) or ""
+    sizes = {r.get("batch_size") for r in report["results"] if r["scenario"] == scenario} - {None}
+    batch = f"batches of {sizes.pop()}" if len(sizes) == 1 else ""
+    return "; ".join(part for part in (what, batch) if part)
+
+
 def _scenario_header(report: dict[str, Any], scenario: str) -> list[str]:
-    """The scenario's title line, then one line per dataset where it ran on several."""
+    """The scenario's title (its name and pipeline), then its dataset and what was timed; one line
+    per dataset where it ran on several."""
     settings = report.get("settings", {})
     by_label = (report.get("data") or {}).get(scenario) or {}
-    parts = [scenario]
     several = len(by_label) > 1
-    if not several:
-        parts.extend(_data_parts(report.get("datasets", {}).get(scenario, {})))
-    parts.append(f"{settings.get('repeats', '?')} x {settings.get('batches', '?')} batches")
+    pipeline = _pipeline(report, scenario)
+    lines = [f"{scenario}: {pipeline}" if pipeline else scenario]
+    timed = f"timed: {settings.get('repeats', '?')} x {settings.get('batches', '?')} batches"
     if settings.get("cold_cache"):
-        parts.append("cold page cache (dataset files evicted before each repetition)")
+        timed += ", cold page cache (dataset files evicted before each repetition)"
     if several:
-        parts[-1] += f", on {len(by_label)} datasets (ratios against the first):"
-    lines = [", ".join(parts)]
-    if several:
+        lines.append(timed + f", on {len(by_label)} datasets (ratios against the first):")
         lines += [", ".join(_data_parts(info, label)) or f"{label}: {info.get('error', '?')}"
                   for label, info in by_label.items()]
+    else:
+        data = ", ".join(_data_parts(report.get("datasets", {}).get(scenario, {})))
+        lines.append(f"data: {data}; {timed}" if data else timed)
     return lines
+
+
+# -- the verdict: where this library won and lost, in words --------------------------------------
+def _group_key(r: dict[str, Any]) -> tuple:
+    return r["scenario"], r["device"], r["workers"], r.get("data")
+
+
+def _group_label(report: dict[str, Any], key: tuple) -> str:
+    scenario, device, workers, data = key
+    on = f" on {data}" if data is not None and len(_labels(report, scenario)) > 1 else ""
+    return f"{scenario}{on} ({device}, {workers} worker{'' if workers == 1 else 's'})"
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def verdict(ratios: list[dict[str, Any]], unit: str | None = None) -> str:
+    """"mediapipe is 1.49x dali and 2.60x torchvision; slower than pyav (0.95x)": this library's
+    rate over each peer's, faster ones first; a ratio within `LEVEL_WITHIN` of 1 is level."""
+    def metric(r: dict[str, Any]) -> str:  # named where it is not the rows' own unit
+        return f" in {r['metric']}" if unit and r["metric"] != f"{unit}/s" else ""
+
+    rounded = [(round(r["ratio"], 2), r) for r in ratios]
+    faster = sorted((x for x in rounded if x[0] > 1 + LEVEL_WITHIN), key=lambda x: -x[0])
+    level = [x for x in rounded if abs(x[0] - 1) <= LEVEL_WITHIN]
+    slower = sorted((x for x in rounded if x[0] < 1 - LEVEL_WITHIN), key=lambda x: x[0])
+    parts = []
+    if faster:
+        parts.append(_and([f"{v:.2f}x {r['peer']}{metric(r)}" for v, r in faster]))
+    if level:
+        parts.append("level with " + _and([f"{r['peer']} ({v:.2f}x{metric(r)})" for v, r in level]))
+    if slower:
+        parts.append("slower than " + _and([f"{r['peer']} ({v:.2f}x{metric(r)})" for v, r in slower]))
+    return "mediapipe is " + "; ".join(parts)
+
+
+def verdicts(report: dict[str, Any]) -> list[str]:
+    """One line per scenario (and device, workers, dataset) where this library ran: how it compares
+    with each peer of the same run, or why there is nothing to compare."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in report["results"]:
+        groups.setdefault(_group_key(r), []).append(r)
+    by_group: dict[tuple, list[dict[str, Any]]] = {}
+    for r in report.get("ratios", []):
+        if r.get("compare", "backend") == "backend":
+            by_group.setdefault((r["scenario"], r["device"], r["workers"], r.get("data")), []).append(r)
+    short = short_run_warnings(report)
+    lines = []
+    for key, rows in groups.items():
+        ours = next((r for r in rows if r["backend"] == "mediapipe"), None)
+        if ours is None:
+            continue
+        if ours.get("error") is not None:
+            text = f"no verdict: mediapipe did not run ({ours['error']})"
+        elif key in by_group:
+            text = verdict(by_group[key], ours.get("unit"))
+        else:
+            text = "no verdict: no peer ran beside mediapipe"
+        if key[0] in short and key in by_group:
+            text += f" (too short to trust: see {key[0]}'s warning)"
+        lines.append(f"{_group_label(report, key)}: {text}")
+    return lines
+
+
+def short_run_warnings(report: dict[str, Any]) -> dict[str, str]:
+    """scenario -> a warning where some row's timed work is too short to trust (`too_short`):
+    which rows, why, and the ``--batches`` that would do."""
+    settings = report.get("settings", {})
+    batches, repeats = settings.get("batches"), settings.get("repeats")
+    if not batches or not repeats:
+        return {}
+    out = {}
+    for scenario in _scenarios(report):
+        ran = [r for r in report["results"] if r["scenario"] == scenario and r.get("error") is None
+               and (r.get("stages") or {}).get("total") is not None]
+        short = [(r, why) for r in ran if (why := too_short(batches, r["workers"], r["stages"]["total"]))]
+        if not short:
+            continue
+        who = "every row" if len(short) == len(ran) else ", ".join(
+            f"{r['backend']} {r['device']} w{r['workers']}" for r, _ in short)
+        counts = list(dict.fromkeys(reason for _, why in short for reason in why if " timed " not in reason))
+        seconds = sorted(r["stages"]["total"] for r, _ in short)
+        spread = f"{seconds[0]:.2f}" + (f"-{seconds[-1]:.2f}" if seconds[-1] - seconds[0] >= 0.005 else "")
+        needed = max(batches_to_trust(batches, repeats, r["workers"], r["stages"]["total"]) for r, _ in short)
+        out[scenario] = (
+            f"too short to trust ({who}): {'; '.join([*counts, f'{spread} s timed in all'])}. A rate needs "
+            f"at least {MIN_REP_BATCHES} batches in each repetition and {MIN_BATCHES_PER_WORKER} per worker, and "
+            f"{MIN_TIMED_SECONDS:.0f} s of timed work over the repetitions, or the loaders' start and the batches "
+            f"in flight weigh on it: rerun with --batches {needed} or more")
+    return out
 
 
 def _grid(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -196,6 +329,53 @@ def _grid(headers: list[str], rows: list[list[str]]) -> list[str]:
     lines.append("  ".join("-" * w for w in widths))
     lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
     return lines
+
+
+def _width(headers: list[str], rows: list[list[str]], at: int) -> int:
+    return max(len(headers[at]), *(len(r[at]) for r in rows)) if rows else len(headers[at])
+
+
+def _blocks(headers: list[str], rows: list[list[str]], keys: int, groups: list[int], width: int = WIDTH) -> list[str]:
+    """A table within ``width`` characters: whole where it fits, else one block per group of columns
+    (``groups``: how many columns each has, after the ``keys`` first ones, which every block
+    repeats), a group too wide for one block split where it overflows; blocks apart by an empty line."""
+    if sum(_width(headers, rows, i) + 2 for i in range(len(headers))) <= width + 2:
+        groups = [len(headers) - keys]  # it fits whole
+    key_width = sum(_width(headers, rows, i) + 2 for i in range(keys))
+    parts: list[list[int]] = []
+    at = keys
+    for size in groups:
+        part: list[int] = []
+        used = key_width
+        for i in range(at, at + size):
+            w = _width(headers, rows, i) + 2
+            if part and used + w > width + 2:
+                parts.append(part)
+                part, used = [], key_width
+            part.append(i)
+            used += w
+        if part:
+            parts.append(part)
+        at += size
+    lines: list[str] = []
+    for n, part in enumerate(parts):
+        take = [*range(keys), *part]
+        lines += ([""] if n else []) + _grid([headers[i] for i in take], [[r[i] for i in take] for r in rows])
+    return lines or _grid(headers[:keys], [r[:keys] for r in rows])
+
+
+def _wrap(text: str, indent: str = "", more: str = "    ", width: int = WIDTH) -> list[str]:
+    """``text`` as lines of at most ``width`` characters (a word longer stays whole)."""
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + more,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def _table(report: dict[str, Any], scenario: str, rows: list[dict[str, Any]], width: int = WIDTH) -> list[str]:
+    """The main table of a scenario's rows that ran: only the columns with a value, in blocks."""
+    keys, speed, cost = (_filled(g, report, rows) for g in _column_groups(report, scenario))
+    columns = [*keys, *speed, *cost]
+    cells = [[cell(report, r) for _, cell in columns] for r in rows]
+    return _blocks([h for h, _ in columns], cells, len(keys), [len(speed), len(cost)], width)
 
 
 def _scenarios(report: dict[str, Any]) -> list[str]:
@@ -232,78 +412,103 @@ def _stage_rows(report: dict[str, Any], scenario: str) -> list[list[str]]:
     return rows
 
 
+def _stage_table(report: dict[str, Any], scenario: str, width: int = WIDTH) -> list[str]:
+    """The stage seconds of a scenario's rows: only the stages that took time in some row, the
+    workers' stages in one block and the consumer's (adding up to total) in the next."""
+    headers, rows = _stage_headers(report, scenario), _stage_rows(report, scenario)
+    if not rows:
+        return []
+    keys = headers.index("workers") + 1
+    took = [i for i in range(keys, len(headers))
+            if headers[i] == "total" or any(r[i] not in (*EMPTY, "0.00") for r in rows)]
+    workers = [i for i in took if headers[i] in WORKER_STAGES or headers[i] in DECODE_PARTS]
+    consumer = [i for i in took if i not in workers]
+    keep = [*range(keys), *workers, *consumer]
+    return _blocks([headers[i] for i in keep], [[r[i] for i in keep] for r in rows], keys,
+                   [len(workers), len(consumer)], width)
+
+
+def _shown_columns(report: dict[str, Any], scenario: str) -> list[str]:
+    """The headers a scenario's table shows (its columns with a value in some row that ran)."""
+    ok = [r for r in report["results"] if r["scenario"] == scenario and r.get("error") is None]
+    return [h for h, _ in _filled(_columns(report, scenario), report, ok)] if ok else []
+
+
 def _legend(report: dict[str, Any]) -> list[str]:
     """What the shown columns and backends mean (`mediapipe.bench.legend`)."""
     headers: list[str] = []
     for scenario in _scenarios(report):
-        if any(r["scenario"] == scenario and r.get("error") is None for r in report["results"]):
-            headers += [h for h, _ in _columns(report, scenario) if h not in headers]
+        headers += [h for h in _shown_columns(report, scenario) if h not in headers]
     backends = list(dict.fromkeys(r["backend"] for r in report["results"] if r.get("error") is None))
     return legend_lines(headers, backends)
 
 
-def render_table(report: dict[str, Any]) -> str:
-    """The terminal report: per scenario, throughput and resources, then stage seconds,
-    errors with their reasons, and the ratio of this library to each peer."""
-    out: list[str] = []
+def _machine_line(report: dict[str, Any]) -> str:
     machine = report.get("machine", {})
     versions = machine.get("versions", {})
-    out.append(f"machine: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}), "
-               f"torch {versions.get('torch', '-')}, torchvision {versions.get('torchvision', '-')}, "
-               f"DALI {versions.get('nvidia-dali-cuda130') or versions.get('nvidia-dali-cuda120') or '-'}, "
-               f"CUDA {'yes: ' + machine['gpu'] if machine.get('gpu') else 'no'}")
+    return (f"machine: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}), "
+            f"torch {versions.get('torch', '-')}, torchvision {versions.get('torchvision', '-')}, "
+            f"DALI {versions.get('nvidia-dali-cuda130') or versions.get('nvidia-dali-cuda120') or '-'}, "
+            f"CUDA {'yes: ' + machine['gpu'] if machine.get('gpu') else 'no'}")
+
+
+def _scenario_block(report: dict[str, Any], scenario: str, warning: str | None) -> list[str]:
+    """A scenario's title, pipeline, data, warning, table, stage seconds and errors."""
+    rows = [r for r in report["results"] if r["scenario"] == scenario]
+    title, *data_lines = _scenario_header(report, scenario)
+    out = _wrap(title)
+    for line in data_lines:
+        out += _wrap(line, "  ")
+    if warning:
+        out += _wrap(f"warning: {warning}", "  ")
+    ok = [r for r in rows if r.get("error") is None]
+    out += _table(report, scenario, ok) if ok else ["no backend ran:"]
+    stages = _stage_table(report, scenario, WIDTH - 2)
+    if stages:
+        out += _wrap("stage seconds (worker stages summed over workers, decode_* the parts of decode; consumer "
+                     "stages add up to total; stages that took no time left out):")
+        out += ["  " + line if line else "" for line in stages]
+    several = len(_labels(report, scenario)) > 1
+    for r in rows:
+        if r.get("error") is not None:
+            out += _wrap(f"{_who(r, several)}: {r['error']}", "  ")
+    return out
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The terminal report, within `WIDTH` characters: per scenario its pipeline, throughput and
+    resources (only the columns that hold a value), stage seconds, errors with their reasons and
+    a warning where the run was too short to trust; then the verdict, a line per scenario."""
+    out = _wrap(_machine_line(report))
+    warnings = short_run_warnings(report)
     for scenario in _scenarios(report):
-        rows = [r for r in report["results"] if r["scenario"] == scenario]
         out.append("")
-        title, *data_lines = _scenario_header(report, scenario)
-        out.append(title)
-        out.extend("  " + line for line in data_lines)
-        ok = [r for r in rows if r.get("error") is None]
-        columns = _columns(report, scenario)
-        several = len(_labels(report, scenario)) > 1
-        if ok:
-            out.extend(_grid([h for h, _ in columns], [[cell(report, r) for _, cell in columns] for r in ok]))
-        else:
-            out.append("no backend ran:")
-        stage_rows = _stage_rows(report, scenario)
-        if stage_rows:
-            out.append("stage seconds (worker stages summed over workers, decode_* the parts of decode; consumer "
-                       "stages add up to total):")
-            out.extend("  " + line for line in _grid(_stage_headers(report, scenario), stage_rows))
-        for r in rows:
-            if r.get("error") is not None:
-                out.append(f"  {_who(r, several)}: {r['error']}")
-    ratios = report.get("ratios", [])
-    peers = [r for r in ratios if r.get("compare", "backend") == "backend"]
-    if peers:
-        out.append("")
-        out.append("mediapipe / peer, same run:")
-        several = any(len(_labels(report, s)) > 1 for s in _scenarios(report))
-        width = max(len(r.get("data") or "") for r in peers)
-        for r in peers:
-            on = f" on {r['data']:<{width}}" if several and r.get("data") else ""
-            out.append(f"  {r['scenario']:<12} {r['device']:<4} w{r['workers']:<3}{on} vs {r['peer']:<15} "
-                       f"{r['ratio']:.2f}x ({r['metric']})")
-    across = [r for r in ratios if r.get("compare") == "data"]
+        out += _scenario_block(report, scenario, warnings.get(scenario))
+    lines = verdicts(report)
+    if lines:
+        out += ["", f"verdict (mediapipe / peer: this library's rate over each peer's, same run; within "
+                    f"{LEVEL_WITHIN:.0%} is level):"]
+        for line in lines:
+            out += _wrap(line, "  ")
+    across = [r for r in report.get("ratios", []) if r.get("compare") == "data"]
     if across:
-        out.append("")
-        out.append("same backend across datasets, same run:")
+        out += ["", "same backend across datasets, same run:"]
         for r in across:
-            out.append(f"  {r['scenario']:<12} {r['device']:<4} w{r['workers']:<3} {r['backend']} on {r['data']} / "
-                       f"{r['backend']} on {r['peer_data']}: {r['ratio']:.2f}x ({r['metric']})")
+            out += _wrap(f"{r['scenario']:<12} {r['device']:<4} w{r['workers']:<3} {r['backend']} on {r['data']} / "
+                         f"{r['backend']} on {r['peer_data']}: {r['ratio']:.2f}x ({r['metric']})", "  ")
     legend = _legend(report)
     if legend:
-        out.append("")
-        out.append("legend:")
-        out.extend("  " + line for line in legend)
+        out += ["", "legend:"]
+        for line in legend:
+            out += _wrap(line, "  ")
     if report.get("elapsed_s") is not None:
-        out.append("")
-        out.append(f"finished in {report['elapsed_s']:.0f} s")
+        out += ["", f"finished in {report['elapsed_s']:.0f} s"]
     return "\n".join(out)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The same tables as GitHub Markdown."""
+    """The same tables as GitHub Markdown (only the columns that hold a value), the verdict and
+    the warnings."""
     def table(headers: list[str], rows: list[list[str]]) -> list[str]:
         lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
         lines.extend("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)
@@ -314,24 +519,33 @@ def render_markdown(report: dict[str, Any]) -> str:
            f"Machine: {machine.get('cores', '?')} cores, {machine.get('cpu', '?')}; "
            f"Python {machine.get('python', '?')}; "
            + ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items()), ""]
+    warnings = short_run_warnings(report)
     for scenario in _scenarios(report):
         rows = [r for r in report["results"] if r["scenario"] == scenario]
         title, *data_lines = _scenario_header(report, scenario)
-        out += [f"## {scenario}", "", title, *(f"- {line}" for line in data_lines), ""]
+        out += [f"## {scenario}", "", title, "", *(f"- {line}" for line in data_lines), ""]
+        if scenario in warnings:
+            out += [f"**Warning:** {warnings[scenario]}", ""]
         ok = [r for r in rows if r.get("error") is None]
-        columns = _columns(report, scenario)
+        columns = _filled(_columns(report, scenario), report, ok)
         several = len(_labels(report, scenario)) > 1
         if ok:
             out += table([h for h, _ in columns], [[cell(report, r) for _, cell in columns] for r in ok])
         stage_rows = _stage_rows(report, scenario)
         if stage_rows:
+            headers = _stage_headers(report, scenario)
+            keep = [i for i, h in enumerate(headers) if h in ("backend", "data", "device", "workers")
+                    or any(r[i] not in EMPTY for r in stage_rows)]
             out += ["", "Stage seconds (worker stages summed over workers):", ""]
-            out += table(_stage_headers(report, scenario), stage_rows)
+            out += table([headers[i] for i in keep], [[r[i] for i in keep] for r in stage_rows])
         errors = [r for r in rows if r.get("error") is not None]
         if errors:
             out += ["", "Not run:", ""]
             out += [f"- {_who(r, several)}: {r['error']}" for r in errors]
         out.append("")
+    lines = verdicts(report)
+    if lines:
+        out += ["## Verdict", "", *(f"- {line}" for line in lines), ""]
     ratios = report.get("ratios", [])
     peers = [r for r in ratios if r.get("compare", "backend") == "backend"]
     if peers:
@@ -379,59 +593,80 @@ def _dataset_name(report: dict[str, Any], scenario: str) -> str:
     return Path(path).name if path else "?"
 
 
-def write_plot(report: dict[str, Any], path: Path) -> None:
-    """Throughput per backend (bars, at the largest worker count) and samples/s against
-    workers (the scaling curve), one column per scenario."""
+def _bars(ax: Any, report: dict[str, Any], scenario: str, ok: list[dict[str, Any]]) -> None:
+    """Throughput per backend at the largest worker count: a horizontal bar each, its label at its side."""
+    top = max(r["workers"] for r in ok)
+    best = [r for r in ok if r["workers"] == top]
+    several = len(_labels(report, scenario)) > 1
+    labels = [f"{r['backend']} {r['device']}" + (f" {r.get('data')}" if several else "") for r in best]
+    values = [r["samples_per_s"] for r in best]
+    errors = [[v - r["samples_per_s_min"] for v, r in zip(values, best)],
+              [r["samples_per_s_max"] - v for v, r in zip(values, best)]]
+    baseline = (_labels(report, scenario) or [None])[0]
+    hatches = ["//" if several and r.get("data") != baseline else "" for r in best]  # not the first dataset
+    ax.barh(range(len(best)), values, xerr=errors, color=[backend_colour(r["backend"]) for r in best], capsize=3,
+            hatch=hatches, edgecolor="white")
+    ax.set_yticks(range(len(best)), labels, fontsize=8)
+    ax.invert_yaxis()  # the first backend on top
+    cold = ", cold cache" if report.get("settings", {}).get("cold_cache") else ""
+    dataset = "several datasets" if several else _dataset_name(report, scenario)
+    ax.set_title(f"{scenario} on {dataset}, {top} worker{'' if top == 1 else 's'}{cold}", fontsize=10)
+    ax.set_xlabel(f"{best[0]['unit']}/s (median, min-max)")
+
+
+def _scaling(ax: Any, report: dict[str, Any], scenario: str, ok: list[dict[str, Any]]) -> None:
+    """Samples/s against workers, a line per backend and device, the legend below the axes."""
+    several = len(_labels(report, scenario)) > 1
+    lines: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
+    for r in ok:
+        on = (r.get("data") or "") if several else ""
+        lines.setdefault((r["backend"], r["device"], on), []).append((r["workers"], r["samples_per_s"]))
+    for (backend, device, on), points in sorted(lines.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=backend_colour(backend),
+                linestyle="-" if device == "cpu" else "--", label=f"{backend} {device}" + (f" on {on}" if on else ""))
+    ax.set_xticks(sorted({r["workers"] for r in ok}))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("workers")
+    ax.set_ylabel(f"{ok[0]['unit']}/s")
+    ax.set_title(f"{scenario}: scaling", fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    if len({r["workers"] for r in ok}) == 1:
+        ax.text(0.5, 0.1, "one worker count: --workers 1,2,4 draws the curve", ha="center", transform=ax.transAxes,
+                fontsize=8)
+
+
+def plot_figure(report: dict[str, Any]) -> Any:
+    """The matplotlib figure `write_plot` saves: per scenario a column, throughput per backend
+    (bars, at the largest worker count) above samples/s against workers (the scaling curve)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     scenarios = _scenarios(report)
-    fig, axes = plt.subplots(2, max(1, len(scenarios)), figsize=(5.5 * max(1, len(scenarios)), 8), squeeze=False)
+    columns = max(1, len(scenarios))
+    fig, axes = plt.subplots(2, columns, figsize=(5.5 * columns, 9), squeeze=False, layout="constrained")
     for col, scenario in enumerate(scenarios):
         ok = [r for r in report["results"] if r["scenario"] == scenario and r.get("samples_per_s")]
-        bars, scale = axes[0][col], axes[1][col]
         if ok:
-            top = max(r["workers"] for r in ok)
-            best = [r for r in ok if r["workers"] == top]
-            several = len(_labels(report, scenario)) > 1
-            labels = [f"{r['backend']}\n{r['device']}" + (f"\n{r.get('data')}" if several else "") for r in best]
-            values = [r["samples_per_s"] for r in best]
-            errors = [[v - r["samples_per_s_min"] for v, r in zip(values, best)],
-                      [r["samples_per_s_max"] - v for v, r in zip(values, best)]]
-            colours = [backend_colour(r["backend"]) for r in best]
-            baseline = (_labels(report, scenario) or [None])[0]
-            hatches = ["//" if several and r.get("data") != baseline else "" for r in best]  # not the first dataset
-            bars.bar(labels, values, yerr=errors, color=colours, capsize=4, hatch=hatches, edgecolor="white")
-            cold = ", cold cache" if report.get("settings", {}).get("cold_cache") else ""
-            dataset = "several datasets" if several else _dataset_name(report, scenario)
-            bars.set_title(f"{scenario} on {dataset}, {top} workers{cold}", fontsize=10)
-            bars.set_ylabel(f"{best[0]['unit']}/s (median, min-max)")
-            bars.tick_params(axis="x", labelsize=8)
-            lines: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
-            for r in ok:
-                on = (r.get("data") or "") if several else ""
-                lines.setdefault((r["backend"], r["device"], on), []).append((r["workers"], r["samples_per_s"]))
-            for (backend, device, on), points in sorted(lines.items()):
-                points.sort()
-                scale.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=backend_colour(backend),
-                           linestyle="-" if device == "cpu" else "--", label=f"{backend} {device}" + (f" on {on}" if on else ""))
-            scale.set_xticks(sorted({r["workers"] for r in ok}))
-            scale.set_ylim(bottom=0)
-            scale.set_xlabel("workers")
-            scale.set_ylabel(f"{ok[0]['unit']}/s")
-            scale.set_title(f"{scenario}: scaling")
-            scale.legend(fontsize=8)
-            if len({r["workers"] for r in ok}) == 1:
-                scale.text(0.5, 0.1, "one worker count: --workers 1,2,4 draws the curve", ha="center",
-                           transform=scale.transAxes, fontsize=8)
+            _bars(axes[0][col], report, scenario, ok)
+            _scaling(axes[1][col], report, scenario, ok)
         else:
-            bars.text(0.5, 0.5, "no backend ran", ha="center", va="center")
-            scale.axis("off")
+            axes[0][col].text(0.5, 0.5, "no backend ran", ha="center", va="center")
+            axes[1][col].axis("off")
     machine = report.get("machine", {})
     gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
     fig.suptitle(f"mediapipe bench: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}){gpu}", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """Save `plot_figure` as a PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(report)
+    try:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)

@@ -3,6 +3,8 @@
 With no arguments: the image scenarios (train and eval) on a built-in sample dataset,
 generated once into the user cache directory, with every installed backend. Tells whether
 a training loop would be input-bound (``--step-ms``) and which backend feeds it fastest.
+Every run writes its full results as JSON (``--json``, or a new file in the cache) and prints
+where that file, and the Markdown and plot asked for, went.
 """
 
 from __future__ import annotations
@@ -28,6 +30,54 @@ EXAMPLES = """examples:
   mediapipe bench --as-shards --backends mediapipe,mediapipe-http --scenario image-train
                                                     shards over HTTP (a server on 127.0.0.1) against on disk
 """
+
+
+KEEP_RESULTS = 20  # result files kept in the cache's bench/results/ (the newest)
+
+
+def default_json_path(cache_dir: Path | None) -> Path:
+    """A new file for this run's JSON in ``<cache>/bench/results/`` (under ``--cache-dir`` when
+    given), named by the time; older files beyond the newest `KEEP_RESULTS` are removed."""
+    import time
+
+    from mediapipe.bench.datasets import cache_dir as user_cache
+
+    folder = (Path(cache_dir) if cache_dir else user_cache() / "bench") / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in sorted(folder.glob("bench-*.json"))[: -(KEEP_RESULTS - 1) or None]:
+        old.unlink(missing_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, n = folder / f"bench-{stamp}.json", 1
+    while path.exists():
+        n += 1
+        path = folder / f"bench-{stamp}-{n}.json"
+    return path
+
+
+def _write_outputs(report: dict, args: argparse.Namespace) -> list[str]:
+    """Write the JSON (always), Markdown and plot asked for; a line per file saying where it went,
+    or why it could not be written (the table is printed either way)."""
+    from mediapipe.bench import report as rpt
+
+    wanted = [("results (JSON)", args.json, rpt.write_json), ("tables (Markdown)", args.markdown, rpt.write_markdown),
+              ("plot", args.plot, rpt.write_plot)]
+    lines = []
+    for what, path, write in wanted:
+        if what.startswith("results") and path is None:
+            try:
+                path = default_json_path(args.cache_dir)
+            except OSError as err:
+                lines.append(f"{what}: not written ({err}); --json PATH writes it elsewhere")
+                continue
+        if path is None:
+            continue
+        try:
+            write(report, path)
+        except (OSError, ImportError) as err:  # a folder that is not there, no matplotlib for the plot
+            lines.append(f"{what}: not written to {path} ({type(err).__name__}: {err})")
+        else:
+            lines.append(f"{what}: {path}")
+    return lines
 
 
 def _csv(text: str) -> list[str]:
@@ -86,7 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, help="samples in a generated dataset (default: 1000 images)")
     parser.add_argument("--cache-dir", type=Path, help="where built-in datasets are generated "
                                                        "(default: $MEDIAPIPE_CACHE_DIR or ~/.cache/mediapipe)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the full results as JSON")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="where to write the full results as JSON (default: a new file in the cache's "
+                             f"bench/results/, the newest {KEEP_RESULTS} kept; the path is printed at the end)")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as Markdown")
     parser.add_argument("--plot", type=Path, metavar="PATH.png", help="plot throughput and the scaling curve")
     parser.add_argument("--timeout", type=float, default=300.0,
@@ -132,12 +184,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"mediapipe bench: --data {path}: no such file or folder", file=sys.stderr)
             return 2
     report = run_bench(settings)
-    if args.json:  # the files first: a closed terminal pipe must not lose them
-        rpt.write_json(report, args.json)
-    if args.markdown:
-        rpt.write_markdown(report, args.markdown)
-    if args.plot:
-        rpt.write_plot(report, args.plot)
+    written = _write_outputs(report, args)  # the files first: a closed terminal pipe must not lose them
     print(rpt.render_table(report))
+    print()
+    print("\n".join(written))
     ran = [r for r in report["results"] if r["error"] is None]
     return 0 if ran else 1
