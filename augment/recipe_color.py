@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mediapipe.augment.base import Canvas, Op, Params, check_probability, check_range
+from mediapipe.augment.base import Canvas, Op, Params, Stage, check_probability, check_range
 from mediapipe.augment.functional import noise as N
 from mediapipe.augment.functional import photometric as F
+from mediapipe.augment.recipe_geometry import per_pixel_placement
 from mediapipe.fields import FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
@@ -108,6 +109,7 @@ class GaussianNoise(Op):
             values would wrap around, as torchvision's do).
     Stage: batch. The noise (float32, the sample's shape) is drawn on the host from the keyed
     generator, so a sample gets the same noise on every device and with any number of workers.
+    Images batched as a list (of several sizes) get their noise per sample in the workers instead.
     """
 
     mean: float = 0.0
@@ -118,6 +120,9 @@ class GaussianNoise(Op):
         super().__post_init__()
         if not self.sigma >= 0:
             raise ValueError(f"GaussianNoise(sigma={self.sigma}): expected sigma >= 0")
+
+    def placement(self) -> Stage:
+        return per_pixel_placement(self)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         shape = meta.get("shape") or (3, *meta["size"])

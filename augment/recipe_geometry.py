@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediapipe.augment.base import Canvas, Op, Params, check_probability, is_single
+from mediapipe.augment.base import Canvas, Op, Params, Stage, check_probability, is_single
 from mediapipe.augment.functional import elastic as E
 from mediapipe.augment.functional import perspective as P
 from mediapipe.augment.functional.selected import take, where_selected
 from mediapipe.augment.geometry import Fill, _check_fill, _meta
-from mediapipe.fields import FieldType
+from mediapipe.fields import IMAGE, VIDEO, FieldType
 from mediapipe.rng import SampleRNG
 from mediapipe.sample import SampleMeta
 
@@ -94,6 +94,13 @@ class RandomPerspective(Op):
             t, take(coefficients, index), interpolation=self.interpolation, fill=self.fill, **meta))
 
 
+def per_pixel_placement(op: Op) -> Stage:
+    """Where an op that draws a value per pixel runs: once per batch, unless its images batch as a
+    list (of several sizes), whose draws cannot be stacked: then per sample, each on its own size."""
+    listed = any(t.kind in (IMAGE, VIDEO) and t.batching == "list" for t in op.binding.types)
+    return Stage.SAMPLE if listed else Stage.BATCH
+
+
 def _pair(op: Op, name: str, value: float | tuple[float, float]) -> tuple[float, float]:
     pair = (float(value), float(value)) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
     if len(pair) != 2:
@@ -119,8 +126,8 @@ class ElasticTransform(Op):
         fill: value of image pixels from outside the image: a number or one per channel; None reads zeros.
     Stage: batch (the fields blurred in one convolution, one batched ``grid_sample``). The noise,
     (2, H, W) float32 per sample, is drawn on the host from the keyed generator, so a sample's
-    field is the same on every device and with any number of workers; the batch's images share
-    one size (a crop or resize before this op).
+    field is the same on every device and with any number of workers. Images batched as a list
+    (of several sizes) are warped per sample in the workers instead.
     """
 
     alpha: float | tuple[float, float] = 50.0
@@ -141,6 +148,9 @@ class ElasticTransform(Op):
         object.__setattr__(self, "sigma", sigma)
         _check_warp_interpolation(self)
         _check_fill(self, self.fill)
+
+    def placement(self) -> Stage:
+        return per_pixel_placement(self)
 
     def sample_params(self, rng: SampleRNG, meta: SampleMeta) -> Params:
         height, width = meta["size"]

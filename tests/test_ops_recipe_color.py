@@ -336,3 +336,25 @@ def test_dalis_hue_is_too_far_from_torchvisions_to_lower():
         assert err.max() >= 10 and psnr < 42, (hue, err.max(), psnr)  # far from rounding: a different colour model
     (why,) = unsupported([A.ColorJitter(hue=0.1)])
     assert "hue" in why and "YIQ" in why
+
+
+def test_gaussian_noise_on_images_of_several_sizes_runs_per_sample(image_folder):
+    """Images batched as a list (several sizes): each sample's noise is drawn on its own shape, in
+    the sample stage (main: the batch's noise could not be stacked, a bare numpy ValueError)."""
+    from mediapipe.rng import op_rng
+
+    op = A.GaussianNoise(sigma=0.2)
+
+    def pipeline(ops):
+        return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()}, ops, batch_size=3,
+                           seed=2, device="cpu", collate={"image": "list"})
+
+    pipe = pipeline([op])
+    assert pipe.plan.placed[0].stage is A.Stage.SAMPLE
+    noisy = next(iter(pipe.loader(num_workers=0, shuffle=False)))
+    plain = next(iter(pipeline([]).loader(num_workers=0, shuffle=False)))
+    assert len({tuple(x.shape) for x in plain["image"]}) > 1
+    for x, raw, index in zip(noisy["image"], plain["image"], noisy["index"].tolist()):
+        meta = {"size": tuple(raw.shape[-2:]), "shape": tuple(raw.shape)}
+        assert torch.equal(x, op.apply(raw, op.sample_params(op_rng(2, 0, index, 0), meta)))
+        assert not torch.equal(x, raw)

@@ -374,3 +374,24 @@ def test_half_images_keep_their_dtype_and_are_not_rounded(op):
     half = op.apply(x.half(), p)
     assert half.dtype == torch.float16
     torch.testing.assert_close(half.float(), op.apply(x, p), atol=1e-3, rtol=0)
+
+
+def test_elastic_on_images_of_several_sizes_runs_per_sample(image_folder):
+    """Images batched as a list (several sizes): each sample's field is drawn on its own size, in
+    the sample stage (main: the batch's fields could not be stacked, a bare numpy ValueError)."""
+    import mediapipe as mp
+
+    op = A.ElasticTransform(10.0, 1.0)
+
+    def pipeline(ops):
+        return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()}, ops, batch_size=3,
+                           seed=2, device="cpu", collate={"image": "list"})
+
+    pipe = pipeline([op])
+    assert pipe.plan.placed[0].stage is A.Stage.SAMPLE
+    warped = next(iter(pipe.loader(num_workers=0, shuffle=False)))
+    plain = next(iter(pipeline([]).loader(num_workers=0, shuffle=False)))
+    assert len({tuple(x.shape) for x in plain["image"]}) > 1
+    for x, raw, index in zip(warped["image"], plain["image"], warped["index"].tolist()):
+        meta = {"size": tuple(raw.shape[-2:]), "shape": tuple(raw.shape)}
+        assert torch.equal(x, op.apply(raw, op.sample_params(op_rng(2, 0, index, 0), meta)))
