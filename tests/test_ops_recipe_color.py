@@ -358,3 +358,16 @@ def test_gaussian_noise_on_images_of_several_sizes_runs_per_sample(image_folder)
         meta = {"size": tuple(raw.shape[-2:]), "shape": tuple(raw.shape)}
         assert torch.equal(x, op.apply(raw, op.sample_params(op_rng(2, 0, index, 0), meta)))
         assert not torch.equal(x, raw)
+
+
+def test_the_device_path_gives_the_host_paths_values():
+    """Off the CPU every switch is a torch.where over the whole batch (no count read back): the same
+    values as computing only the switched samples, as the CPU does."""
+    from mediapipe.augment.functional import selected
+
+    x = images(12)
+    for op in (A.RandomPhotometricDistort(p=0.5), A.RandomPerspective(0.5, p=0.5)):
+        _, params = draw(op, x)
+        host = op.apply(x, params)
+        with mock.patch.object(selected, "on_host", lambda x, flags: False):
+            assert torch.equal(op.apply(x, params), host), type(op).__name__

@@ -17,6 +17,11 @@ def take(values: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
     return values if index is None else values.index_select(0, index.to(values.device))
 
 
+def on_host(x: torch.Tensor, flags: torch.Tensor) -> bool:
+    """Whether the samples' flags can be counted without waiting for a device (both on the CPU)."""
+    return x.device.type == "cpu" and flags.device.type == "cpu"
+
+
 def where_selected(x: torch.Tensor, flags: torch.Tensor, fn: Kernel) -> torch.Tensor:
     """``fn`` on the samples of ``x`` (B, ...) whose ``flags`` (B,) are true; the rest pass unchanged.
 
@@ -25,7 +30,7 @@ def where_selected(x: torch.Tensor, flags: torch.Tensor, fn: Kernel) -> torch.Te
     no count of the selected samples is read back (a read would make the host wait).
     """
     flags = flags.reshape(-1)
-    if x.device.type == "cpu" and flags.device.type == "cpu":
+    if on_host(x, flags):
         index = flags.nonzero().reshape(-1)
         if index.numel() == 0:
             return x
