@@ -367,6 +367,7 @@ def poisson_quantile(u: torch.Tensor, rate: torch.Tensor) -> torch.Tensor:
     """The smallest k with P(Poisson(rate) <= k) >= u, elementwise (float64): the inverse CDF, exact
     for any rate. Starts at the Cornish-Fisher guess with its exact CDF, then walks the
     probability recurrence up or down, each step over the elements not yet there."""
+    shape = u.shape
     rate = rate.expand_as(u).reshape(-1)
     u = u.reshape(-1)
     z = math.sqrt(2.0) * torch.erfinv(2.0 * u - 1.0)
@@ -389,7 +390,7 @@ def poisson_quantile(u: torch.Tensor, rate: torch.Tensor) -> torch.Tensor:
         pmf[active] *= k[active] / rate[active]
         k[active] -= 1.0
         active = active[(k[active] > 0) & (cdf[active] - pmf[active] >= u[active])]
-    return k
+    return k.reshape(shape)
 
 
 def poisson_tables(rates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -419,23 +420,34 @@ def poisson_lookup(u: torch.Tensor, row: torch.Tensor, low: torch.Tensor, cdf: t
     return low[row] + (pos + 1).clamp_(max=width - 1).to(torch.float64)
 
 
+TABLE_MIN_FACTOR = 1.0  # below, a sample's rates reach past 255 and its CDF table would be wide: walk instead
+
+
 def shot_noise(x: torch.Tensor, factor: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """DALI's noise.shot: k ~ Poisson(max(0, v) / factor[b]) per element, the Poisson inverse CDF
     of `counter_uniform`, and k * factor (float32) rounded half up and saturated; ``v`` in grey
     levels (float input: 255 x, the result / 255 and clamped to [0, 1]). A factor of 0 is the
-    identity. uint8 looks each pixel up in one CDF table per sample and grey level
-    (`poisson_tables`); float input walks each element's own CDF (`poisson_quantile`)."""
+    identity. uint8 samples with a factor of at least `TABLE_MIN_FACTOR` look each pixel up in a
+    CDF table per grey level (`poisson_tables`); the others walk each element's own CDF
+    (`poisson_quantile`); both are the exact inverse CDF."""
     b = x.shape[0]
     f64 = _per_sample(factor, x, torch.float64)
     safe = torch.where(f64 > 0, f64, torch.ones_like(f64))
     u = counter_uniform(keys, tuple(x.shape[1:]), x.device)
-    if x.is_floating_point():
-        k = poisson_quantile(u, (x.to(torch.float64) * 255.0).clamp_(min=0.0) / safe).reshape(x.shape)
-    else:
-        levels = torch.arange(256, device=x.device, dtype=torch.float64)
-        low, cdf = poisson_tables((levels[None, :] / safe.reshape(b, 1)).reshape(-1))  # row b * 256 + level
-        row = (x.reshape(b, -1).to(torch.int64) + 256 * torch.arange(b, device=x.device)[:, None]).reshape(-1)
-        k = poisson_lookup(u.reshape(-1), row, low, cdf).reshape(x.shape)
+    k = torch.empty(x.shape, dtype=torch.float64, device=x.device)
+    tabled = (safe.reshape(b) >= TABLE_MIN_FACTOR) & (not x.is_floating_point())
+    walked = (~tabled).nonzero().reshape(-1)
+    if walked.numel():
+        rate = (x.index_select(0, walked).to(torch.float64) * (255.0 / _full_scale(x))).clamp_(min=0.0)
+        k[walked] = poisson_quantile(u[walked], rate / safe[walked])
+    tabled = tabled.nonzero().reshape(-1)
+    if tabled.numel():
+        n = tabled.numel()
+        rates = torch.arange(256, device=x.device, dtype=torch.float64)[None, :] / safe[tabled].reshape(n, 1)
+        low, cdf = poisson_tables(rates.reshape(-1))  # row i * 256 + level
+        levels = x.index_select(0, tabled).reshape(n, -1).to(torch.int64)
+        row = (levels + 256 * torch.arange(n, device=x.device)[:, None]).reshape(-1)
+        k[tabled] = poisson_lookup(u[tabled].reshape(-1), row, low, cdf).reshape(n, *x.shape[1:])
     out = (k.to(torch.float32) * _per_sample(factor, x)) / (255.0 / _full_scale(x))
     return torch.where(f64 > 0, finish(out, x, rounding="half_up"), x)
 
