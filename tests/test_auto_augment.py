@@ -197,6 +197,25 @@ def test_one_sample_in_the_sample_stage_equals_its_row_of_the_batch() -> None:
             assert torch.equal(op.apply(x[i], d), batch[i])
 
 
+@pytest.mark.parametrize("fill", [None, 9.0, (20.0, 200.0, 90.4)])
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_whole_pixel_translations_by_slicing_equal_torchvisions_warp(fill, interpolation) -> None:
+    """On the CPU a uint8 translation is a slice copy: the same pixels as torchvision's affine, every
+    shift from none to past the image, both ways, on images and masks."""
+    x = images(9, 20, 30)
+    shifts = torch.tensor([[0, 0], [3, 0], [-7, 0], [0, 5], [0, -19], [29, 0], [-31, 0], [0, 20], [12, -4]],
+                          dtype=torch.float64)
+    image = FP.WarpSettings("image", (20, 30), interpolation, fill)
+    out, masks = FP._translate(x, shifts, image), FP._translate(x[:, 0], shifts, FP.WarpSettings("mask", (20, 30)))
+    tv_fill = list(fill) if isinstance(fill, tuple) else fill
+    for i, (dx, dy) in enumerate(shifts.int().tolist()):
+        ref = TF.affine(x[i], 0.0, [dx, dy], 1.0, [0.0, 0.0], interpolation=TV.InterpolationMode(interpolation),
+                        fill=tv_fill)
+        assert torch.equal(out[i], ref), (dx, dy)
+        mask = TF.affine(tv_tensors.Mask(x[i, :1]), 0.0, [dx, dy], 1.0, [0.0, 0.0])
+        assert torch.equal(masks[i], mask.as_subclass(torch.Tensor)[0]), (dx, dy)
+
+
 # -- masks, boxes and keypoints move with the geometric ops ---------------------------------------------
 def tv_targets(op: A.Op, tv, data: dict, d: dict, size: tuple[int, int]) -> dict:
     """The sample's mask, boxes and points through torchvision's dispatcher for each drawn geometric op

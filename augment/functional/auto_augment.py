@@ -28,7 +28,7 @@ from mediapipe.augment.functional import auto_color as AC
 from mediapipe.augment.functional import color as C
 from mediapipe.augment.functional import geometry as G
 from mediapipe.augment.functional import spatial as S
-from mediapipe.fields import IMAGE, VIDEO
+from mediapipe.fields import IMAGE, MASK, RASTER, VIDEO
 
 Magnitudes = Callable[[int, int, int], torch.Tensor]  # (num_bins, height, width) -> torchvision's table
 
@@ -151,6 +151,28 @@ def _warp(x: torch.Tensor, settings: WarpSettings, angle: torch.Tensor | None = 
                     canvas_size=settings.canvas_size, format=settings.format)
 
 
+def _translate(x: torch.Tensor, shift: torch.Tensor, settings: WarpSettings) -> torch.Tensor:
+    """A translation by whole pixels, ``shift`` (G, 2) as (x, y). On the CPU a uint8 image or clip, or a
+    mask, is shifted by slicing, into its fill (0 for a mask, and for images with ``fill=None``): the
+    warp samples every pixel at an input pixel's centre there, so it picks the same pixels, and the
+    nearest or bilinear value of uint8 rounds to that pixel's. Elsewhere (a device, float images,
+    boxes and keypoints) the warp itself."""
+    if x.device.type != "cpu" or x.dtype != torch.uint8 and settings.kind != MASK or settings.kind not in RASTER:
+        return _warp(x, settings, translate=shift)
+    fill = 0 if settings.kind == MASK or settings.fill is None else settings.fill
+    if settings.kind != MASK:
+        S.check_fill(fill, x)
+    values = torch.as_tensor(fill, dtype=torch.float32).round().to(x.dtype).reshape(-1, 1, 1)
+    out = torch.empty_like(x)
+    out.copy_(values.expand_as(out) if values.numel() > 1 else values.reshape(()).expand_as(out))
+    height, width = x.shape[-2:]
+    for i, (dx, dy) in enumerate(shift.to(torch.int64).tolist()):  # a piece of a few samples on the CPU
+        if abs(dx) < width and abs(dy) < height:
+            out[i, ..., max(dy, 0): height + min(dy, 0), max(dx, 0): width + min(dx, 0)] = \
+                x[i, ..., max(-dy, 0): height + min(-dy, 0), max(-dx, 0): width + min(-dx, 0)]
+    return out
+
+
 def _axis(values: torch.Tensor, axis: int) -> torch.Tensor:
     """(G,) values as (G, 2) with the other axis 0: (x, y) pairs of a shear or a translation."""
     out = torch.zeros(values.shape[0], 2, dtype=torch.float64)
@@ -202,8 +224,8 @@ KERNELS: dict[str, Kernel] = {
     "Identity": lambda x, m, s: x,
     "ShearX": lambda x, m, s: _warp(x, s, shear=_axis(_shear_degrees(m), 0), corner=True),
     "ShearY": lambda x, m, s: _warp(x, s, shear=_axis(_shear_degrees(m), 1), corner=True),
-    "TranslateX": lambda x, m, s: _warp(x, s, translate=_axis(m.trunc(), 0)),
-    "TranslateY": lambda x, m, s: _warp(x, s, translate=_axis(m.trunc(), 1)),
+    "TranslateX": lambda x, m, s: _translate(x, _axis(m.trunc(), 0), s),
+    "TranslateY": lambda x, m, s: _translate(x, _axis(m.trunc(), 1), s),
     "Rotate": lambda x, m, s: _warp(x, s, angle=-m),  # torchvision's rotate turns counter-clockwise
     "Brightness": lambda x, m, s: _brightness(x, 1.0 + m),
     "Color": lambda x, m, s: _saturation(x, 1.0 + m),
