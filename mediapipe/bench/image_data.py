@@ -5,7 +5,8 @@ and their ops, as this library's ops and as torchvision's transforms v2.
 
 image-train: RandomResizedCrop(224), horizontal flip (p=0.5), normalise (ImageNet mean/std),
 float32 (B, 3, 224, 224). image-eval: resize the shorter side to 256, centre crop 224,
-normalise.
+normalise. image-train-recipe: torchvision's classification recipe, image-train with
+TrivialAugmentWide after the flip and RandomErasing(p=0.1) after normalising.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mediapipe.dataset.sample_records import read_samples
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 TRAIN, EVAL = "image-train", "image-eval"
+RECIPE = "image-train-recipe"
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
 
 
@@ -96,6 +98,9 @@ def scenario_ops(scenario: str) -> list[Any]:
     """The ops of an image scenario; the first is fused into the decoder."""
     if scenario == TRAIN:
         return [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    if scenario == RECIPE:
+        return [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.TrivialAugmentWide(),
+                A.Normalize(IMAGENET_MEAN, IMAGENET_STD), A.RandomErasing(p=0.1)]
     return [A.Resize(256), A.CenterCrop(224), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
@@ -106,7 +111,10 @@ def torchvision_transform(scenario: str) -> Any:
 
     if scenario == TRAIN:
         geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+    elif scenario == RECIPE:  # the policy on the Pillow image, as torchvision's reference presets do
+        geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), v2.TrivialAugmentWide()]
     else:
         geometry = [v2.Resize(256, antialias=True), v2.CenterCrop(224)]
+    erase = [v2.RandomErasing(p=0.1)] if scenario == RECIPE else []
     return v2.Compose([*geometry, v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD), *erase])

@@ -23,9 +23,11 @@ from PIL import Image
 import mediapipe as mp
 from mediapipe.bench import hf
 from mediapipe.bench.image_data import (
+    EVAL,
     IMAGE_EXTENSIONS,
     IMAGENET_MEAN,
     IMAGENET_STD,
+    RECIPE,
     TRAIN,
     ShardImage,
     converted_images,
@@ -135,7 +137,7 @@ def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batc
     """This library's torch loader: worker processes (or threads) build whole batches."""
     pipe = mediapipe_pipeline(scenario, data, device, batch_size, options=options)
     kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
-    loader = pipe.loader(num_workers=workers, shuffle=scenario == TRAIN, drop_last=True, **kwargs)
+    loader = pipe.loader(num_workers=workers, shuffle=scenario != EVAL, drop_last=True, **kwargs)
     prefetch = getattr(loader, "prefetch", 2)
     return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
                        stats=lambda: loader_stages(loader), samples=touch_image)
@@ -209,7 +211,7 @@ def open_torchvision(scenario: str, data: Path, *, device: str, workers: int, ba
     else:
         dataset = _ShardImages(converted_images(data), transform)
     return dataloader_stream(dataset, device=device, workers=workers, batch_size=batch_size,
-                             shuffle=scenario == TRAIN, options=options)
+                             shuffle=scenario != EVAL, options=options)
 
 
 def dataloader_stream(dataset: Any, *, device: str, workers: int, batch_size: int, shuffle: bool,
@@ -263,11 +265,14 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
     @pipeline_def(batch_size=batch_size, num_threads=workers, device_id=0 if cuda else None, seed=0)
     def pipeline() -> Any:
         if reader == "file":
-            jpegs, labels = fn.readers.file(**reader_args, random_shuffle=scenario == TRAIN, name="Reader")
+            jpegs, labels = fn.readers.file(**reader_args, random_shuffle=scenario != EVAL, name="Reader")
         else:
-            jpegs = fn.readers.webdataset(**reader_args, random_shuffle=scenario == TRAIN, name="Reader")
+            jpegs = fn.readers.webdataset(**reader_args, random_shuffle=scenario != EVAL, name="Reader")
             labels = None
-        if scenario == TRAIN:
+        if scenario == RECIPE:
+            images = _dali_recipe(fn, types, fn.decoders.image_random_crop(jpegs, device=decoder_device,
+                                                                       output_type=types.RGB), mean, std)
+        elif scenario == TRAIN:
             images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=types.RGB)
             images = fn.resize(images, resize_x=224, resize_y=224)
             images = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), mean=mean, std=std,
@@ -279,7 +284,7 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
                                               output_layout="CHW", dtype=types.FLOAT)
         return (images, labels) if labels is not None else images
 
-    pipe = pipeline()
+    pipe = pipeline(enable_conditionals=scenario == RECIPE)  # trivial_augment_wide picks ops with `if`
     pipe.build()
     iterator = DALIGenericIterator(pipe, ["image", "label"] if reader == "file" else ["image"], reader_name="Reader",
                                    last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
@@ -290,6 +295,30 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
 
     return EpochStream(lambda: iterator, buffered=2, on_close=close,
                        samples=lambda outputs: touch_image(outputs[0]))
+
+
+def _dali_recipe(fn: Any, types: Any, images: Any, mean: list[float], std: list[float]) -> Any:
+    """image-train-recipe in DALI's own operators: resize 224, a coin-flip mirror, its
+    ``trivial_augment_wide`` (nearest, fill 0: torchvision's settings; DALI's op definitions and
+    draws), crop_mirror_normalize, and torchvision's RandomErasing(p=0.1) drawn with DALI's random
+    operators (area 2-33 %, log-uniform aspect 0.3-3.3, clamped to the image instead of redrawn)."""
+    import math
+
+    from nvidia.dali import math as dmath
+    from nvidia.dali.auto_aug import trivial_augment
+
+    images = fn.resize(images, resize_x=224, resize_y=224)
+    images = fn.flip(images, horizontal=fn.random.coin_flip())
+    images = trivial_augment.trivial_augment_wide(images, fill_value=0, interp_type=types.INTERP_NN)
+    images = fn.crop_mirror_normalize(images, mean=mean, std=std, output_layout="CHW", dtype=types.FLOAT)
+    area = fn.random.uniform(range=(0.02, 0.33)) * (224.0 * 224.0)
+    ratio = dmath.exp(fn.random.uniform(range=(math.log(0.3), math.log(3.3))))
+    erase = fn.cast(fn.random.coin_flip(probability=0.1), dtype=types.FLOAT)
+    height = dmath.min(dmath.sqrt(area * ratio), 224.0) * erase
+    width = dmath.min(dmath.sqrt(area / ratio), 224.0) * erase
+    anchor = fn.stack(fn.random.uniform(range=(0.0, 1.0)) * (224.0 - height),
+                      fn.random.uniform(range=(0.0, 1.0)) * (224.0 - width))
+    return fn.erase(images, anchor=anchor, shape=fn.stack(height, width), axis_names="HW", fill_value=0.0)
 
 
 OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali, "torchvision": open_torchvision,

@@ -42,6 +42,10 @@ SCENARIOS = {
                  64, fixed_batches=True),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali"), 64, fixed_batches=True),
+        Scenario("image-train-recipe", "image", "sample-images", "images",
+                 "torchvision's recipe: RandomResizedCrop 224, flip, TrivialAugmentWide, normalise, RandomErasing 0.1 "
+                 "(DALI: its trivial_augment_wide on the CPU, its own draws and op definitions)",
+                 ("mediapipe", "torchvision", "dali"), 64, fixed_batches=True),
         Scenario("detection-train", "detection", "sample-detection", "images",
                  "COCO boxes: IoU crop, flip, resize 320x320, sanitize, normalise",
                  ("mediapipe", "torchvision", "dali"), 32, fixed_batches=True),
