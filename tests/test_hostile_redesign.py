@@ -390,3 +390,26 @@ def test_a_hook_set_on_the_instance_with_the_wrong_type_is_refused_when_the_pipe
     setattr(source, hook, value)
     with pytest.raises(mp.PipelineError, match=rf"_Photos\.{hook}.*{expected}"):
         _photo_pipeline(source)
+
+
+def test_a_stand_in_the_workers_chose_that_fails_on_the_device(tmp_path):
+    """Sample A fails in the worker ("skip"); the stand-in the worker chose for it, B, loads there but
+    fails on the device. The search for A goes on from B, as the worker path's does, and only A is
+    counted (a replacement that fails during the search is not). It used to start a search of
+    B's own, another stand-in than the worker path's, and count B."""
+    from mediapipe.rng import replacement_rng
+
+    write_image_folder(tmp_path, 12, classes=1, seed=9)
+    files = sorted(tmp_path.rglob("*.jpg"))
+    failed = 3
+    stand_in = int(replacement_rng(SEED, 0, failed).integers(0, len(files)))
+    assert stand_in != failed
+    files[failed].write_bytes(b"not an image at all" * 20)  # refused by the worker's probe
+    damage(tmp_path, [stand_in])  # fails on the device only
+    device, d_loader = batches(image_pipeline(tmp_path, True, on_error="skip"))
+    worker, w_loader = batches(image_pipeline(tmp_path, False, on_error="skip"))
+    assert_like(device, worker)
+    slot = device[failed // 4]["index"].tolist()[failed % 4]
+    assert slot not in (failed, stand_in)
+    assert [f.split(": ")[0] for f in d_loader.stats.failed] == [f.split(": ")[0] for f in w_loader.stats.failed]
+    assert sum(d_loader.stats.errors.values()) == sum(w_loader.stats.errors.values())

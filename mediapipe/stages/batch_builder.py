@@ -63,14 +63,19 @@ class BatchBuilder:
         samples: list[dict[str, Any] | None] = []
         failures: list[tuple[int, BaseException]] = []
         first_at: dict[int, int] = {}
+        stand_ins: dict[int, tuple[int, BaseException]] = {}  # `HostBatch.stand_ins`
         for position, index in enumerate(order):
             real = position < task.valid
             if not real and index in first_at:  # padding repeats a sample of this batch: the same values
                 samples.append(samples[first_at[index]])
+                if first_at[index] in stand_ins:
+                    stand_ins[position] = stand_ins[first_at[index]]
                 continue
             first_at.setdefault(index, position)
             samples.append(self.policy.load(lambda i: self.samples.load(i, task.epoch, stats), index, task.epoch,
                                             stats, counted=real, failures=failures))
+            if samples[-1] is not None and samples[-1]["index"] != index:
+                stand_ins[position] = (index, failures[-1][1])
             stats.samples += real
         t0 = time.perf_counter()
         template = None
@@ -87,4 +92,4 @@ class BatchBuilder:
         params = batch_params(plan, task.draw_number, task.epoch, task.indices, samples, data)
         stats.seconds["collate"] += time.perf_counter() - t0
         stats.batches += 1
-        return HostBatch(task.number, task.epoch, data, params, stats, draw_number=task.draw_number)
+        return HostBatch(task.number, task.epoch, data, params, stats, draw_number=task.draw_number, stand_ins=stand_ins)

@@ -214,6 +214,12 @@ def _apply_on_error(plan: Plan, host: HostBatch, batch: DeviceSamples, indices: 
                 raise err
             return load_stand_in(plan, j, host.epoch, host.stats)
 
+        if i in host.stand_ins:  # the stand-in a worker chose failed here: that search goes on
+            wanted, failure = host.stand_ins[i]
+            batch.samples[i] = plan.error_policy.stand_in_again(load, wanted, host.epoch, failure, indices[i], err)
+            replaced.append(i)
+            continue
+
         real = valid is None or bool(valid[i])
         batch.samples[i] = plan.error_policy.load(load, indices[i], host.epoch, host.stats, counted=real)
         if batch.samples[i] is not None:

@@ -54,6 +54,19 @@ class ErrorPolicy:
                 return None
             return self._stand_in(load, replacement_rng(self.seed, epoch, index), [(index, err)])
 
+    def stand_in_again(self, load: LoadSample, index: int, epoch: int, failure: BaseException, stand_in: int,
+                       err: BaseException) -> Sample:
+        """Sample ``index``'s stand-in when the one a worker chose for it (``stand_in``) failed later, on
+        the device, with ``err``: the search goes on as if ``stand_in`` had failed where it was chosen,
+        so it ends where a whole load in the worker ends. Counts nothing (``failure``, ``index``'s own
+        error, was counted in its slot)."""
+        def load_or_fail(j: int) -> Sample:
+            if j == stand_in:
+                raise err
+            return load(j)
+
+        return self._stand_in(load_or_fail, replacement_rng(self.seed, epoch, index), [(index, failure)])
+
     def template(self, load: LoadSample, epoch: int, failures: list[tuple[int, BaseException]]) -> Sample:
         """A good sample whose fields give the shapes and dtypes of a batch in which every sample
         failed (under "replace": all zeros, all invalid). Keyed by the batch's first sample."""

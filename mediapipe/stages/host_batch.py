@@ -47,6 +47,9 @@ class HostBatch:
     batch_ops_where: Where = "device"  # "worker": the worker ran the batch-stage ops (a CPU device)
     worker: int | None = None  # the worker process that built it
     buffers: dict[str, int] = field(default_factory=dict)  # field -> the worker's shared buffer
+    # slot -> (the sample that failed in the worker, its error), for each slot holding the stand-in a
+    # worker chose for it (on_error="skip"): where that stand-in fails on the device, its search goes on
+    stand_ins: dict[int, tuple[int, BaseException]] = field(default_factory=dict)
 
 
 def lend(host: HostBatch) -> HostBatch:
