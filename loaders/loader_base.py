@@ -27,7 +27,7 @@ from mediapipe.loaders.sampling import (
     resolve_last_batch,
     resolve_ranks,
 )
-from mediapipe.options import LOADER_BACKENDS, LastBatch, Where
+from mediapipe.options import LastBatch, Where
 from mediapipe.stages.stats import StageStats
 
 if TYPE_CHECKING:
@@ -51,8 +51,8 @@ BACKENDS: dict[str, str] = {
 
 def loader_class(backend: str) -> type[LoaderBase]:
     """The loader class of the built-in ``backend`` (one of `BACKENDS`)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}: expected one of {LOADER_BACKENDS}")
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {tuple(BACKENDS)}")
     module, _, name = BACKENDS[backend].partition(":")
     return getattr(importlib.import_module(module), name)
 

@@ -413,3 +413,15 @@ def test_a_stand_in_the_workers_chose_that_fails_on_the_device(tmp_path):
     assert slot not in (failed, stand_in)
     assert [f.split(": ")[0] for f in d_loader.stats.failed] == [f.split(": ")[0] for f in w_loader.stats.failed]
     assert sum(d_loader.stats.errors.values()) == sum(w_loader.stats.errors.values())
+
+
+@pytest.mark.parametrize("backend", ["nope", ["torch"], None, "TORCH"])
+def test_an_unknown_backend_is_refused_naming_the_registered_ones(image_folder, backend, monkeypatch):
+    """backend=["torch"] was a bare "unhashable type: 'list'"; a backend registered under a new
+    name is among those the refusal names."""
+    from mediapipe.loaders.loader_base import BACKENDS
+    from tests.helpers import make_pipeline
+
+    monkeypatch.setitem(BACKENDS, "mine", "mediapipe.loaders.loader:Loader")
+    with pytest.raises(ValueError, match=r"^backend=.*: expected one of \('torch', 'dali', 'ray', 'mine'\)$"):
+        make_pipeline(image_folder).loader(backend=backend)
