@@ -309,8 +309,8 @@ def short_run_warnings(report: dict[str, Any]) -> dict[str, str]:
         short = [(r, why) for r in ran if (why := too_short(batches, r["workers"], r["stages"]["total"]))]
         if not short:
             continue
-        who = "every row" if len(short) == len(ran) else ", ".join(
-            f"{r['backend']} {r['device']} w{r['workers']}" for r, _ in short)
+        who = ("every row" if len(short) == len(ran) else f"{len(short)} of {len(ran)} rows" if len(short) > 3
+               else ", ".join(f"{r['backend']} {r['device']} w{r['workers']}" for r, _ in short))
         counts = list(dict.fromkeys(reason for _, why in short for reason in why if " timed " not in reason))
         seconds = sorted(r["stages"]["total"] for r, _ in short)
         spread = f"{seconds[0]:.2f}" + (f"-{seconds[-1]:.2f}" if seconds[-1] - seconds[0] >= 0.005 else "")
