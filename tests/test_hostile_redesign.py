@@ -425,3 +425,25 @@ def test_an_unknown_backend_is_refused_naming_the_registered_ones(image_folder, 
     monkeypatch.setitem(BACKENDS, "mine", "mediapipe.loaders.loader:Loader")
     with pytest.raises(ValueError, match=r"^backend=.*: expected one of \('torch', 'dali', 'ray', 'mine'\)$"):
         make_pipeline(image_folder).loader(backend=backend)
+
+
+@pytest.mark.parametrize("op", [A.MixUp(alpha=0.4, num_classes=2), A.CutMix(alpha=1.0, num_classes=2)])
+def test_a_per_batch_op_on_a_device_decoded_field(tmp_path, op):
+    """MixUp's and CutMix's per-batch draws (a float lambda) on a device-decoded image: the draw the
+    worker path makes (the device stage moved every parameter with .to(): an AttributeError on the
+    float)."""
+    write_image_folder(tmp_path, 8, classes=2, seed=2)
+
+    def pipe(device_decode: bool) -> mp.Pipeline:
+        pytest.importorskip("nvidia.nvimgcodec")
+        return mp.Pipeline(mp.loaders.folder(tmp_path),
+                           {"image": mp.decoders.image("nvimgcodec", device_decode=device_decode)},
+                           [A.RandomResizedCrop(SIZE), A.HorizontalFlip(), op], batch_size=4, seed=SEED, device="cpu")
+
+    device, _ = batches(pipe(True))
+    worker, _ = batches(pipe(False))
+    assert len(device) == len(worker) == 2
+    for a, b in zip(device, worker):
+        assert torch.equal(a["index"], b["index"])
+        assert torch.allclose(a["label"].float(), b["label"].float())  # the same mixing of the labels
+        assert (a["image"].float() - b["image"].float()).abs().mean() <= 4.0

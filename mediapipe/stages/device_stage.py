@@ -102,7 +102,8 @@ def finish_on_device(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None
     params = batch_params(plan, host.draw_number, host.epoch, drawn, batch.samples, data, on_device=True)
     if replaced:  # a stand-in's own draws for the ops the workers drew for the failed sample
         params.update(batch_params(plan, host.draw_number, host.epoch, drawn, batch.samples, data))
-    host.params.update({k: {n: v.to(plan.device) for n, v in p.items()} for k, p in params.items()})
+    host.params.update({k: {n: v.to(plan.device) if isinstance(v, torch.Tensor) else v for n, v in p.items()}
+                        for k, p in params.items()})  # a per-batch draw may be a number (MixUp's lambda)
 
 
 def finish_samples(plan: Plan, pending: dict[str, list[PendingDecode | None]], indices: list[int], epoch: int,
