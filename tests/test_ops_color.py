@@ -267,3 +267,26 @@ def test_normalize_mirror_kernel_matches_torchvision_on_each_sample():
         xi = TF.horizontal_flip(x[i]) if mirror[i] else x[i]
         ref = TF.normalize(TF.to_dtype(xi, torch.float32, scale=True), mean.tolist(), std.tolist())
         torch.testing.assert_close(out[i], ref, atol=1e-6, rtol=1e-6)
+
+
+def test_color_jitter_on_a_device_reads_nothing_back_and_gives_the_host_values(monkeypatch):
+    """On a device the jitter keeps each step's result with torch.where instead of counting the
+    samples that drew it (a count read back makes the host wait): the same values as the host's
+    gather/scatter path, and it runs on the meta device, where nothing can be read."""
+    from mediapipe.augment.functional import color as FC
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8, generator=gen)
+    order = torch.stack([torch.randperm(4, generator=gen) for _ in range(6)])
+    factors = {"brightness": torch.rand(6, generator=gen) + 0.5, "contrast": torch.rand(6, generator=gen) + 0.5,
+               "saturation": torch.rand(6, generator=gen) + 0.5, "hue": torch.rand(6, generator=gen) - 0.5}
+    host = FC.color_jitter(x, order, **factors)
+    from mediapipe.augment.functional import selected
+
+    monkeypatch.setattr(selected, "on_host", lambda x, flags: False)  # the device's torch.where, here
+    monkeypatch.setattr(FC, "on_host", lambda x, flags: False)
+    where = FC.color_jitter(x, order, **factors)
+    monkeypatch.undo()
+    assert torch.equal(host, where)
+    meta = FC.color_jitter(x.to("meta"), order.to("meta"), **{n: f.to("meta") for n, f in factors.items()})
+    assert meta.device.type == "meta" and meta.shape == x.shape and meta.dtype == torch.uint8

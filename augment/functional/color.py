@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from mediapipe.augment.functional.selected import on_host, take, where_selected
 from mediapipe.stages import memory
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
@@ -215,7 +216,9 @@ def color_jitter(
     as in torchvision.
     """
     factors = dict(zip(JITTER_ORDER, (brightness, contrast, saturation, hue)))
-    order = order.to(x.device).reshape(x.shape[0], len(JITTER_ORDER))
+    order = order.reshape(x.shape[0], len(JITTER_ORDER))
+    if not on_host(x, order):  # on a device: no count read back, each step on the batch, kept where drawn
+        return _color_jitter_where(x, order.to(x.device), factors)
     out, owned = x, False  # owned: ``out`` is a tensor of ours, safe to write in place
     for position in range(len(JITTER_ORDER)):
         for op_id, name in enumerate(JITTER_ORDER):
@@ -233,6 +236,21 @@ def color_jitter(
             if not owned:
                 out, owned = out.clone(), True
             out.index_copy_(0, idx, _ADJUST[name](out.index_select(0, idx), f.index_select(0, idx)))
+    return out
+
+
+def _color_jitter_where(x: torch.Tensor, order: torch.Tensor, factors: dict[str, torch.Tensor | None]) -> torch.Tensor:
+    """`color_jitter` on a device: each of the 16 steps adjusts the whole batch and `torch.where`
+    keeps it for the samples whose order names it there (the same values: every adjustment is per sample)."""
+    out = x
+    for position in range(len(JITTER_ORDER)):
+        for op_id, name in enumerate(JITTER_ORDER):
+            f = factors[name]
+            if f is None:
+                continue
+            f = torch.as_tensor(f, device=x.device).reshape(-1)
+            out = where_selected(out, order[:, position] == op_id,
+                                 lambda s, index, f=f, name=name: _ADJUST[name](s, take(f, index)))
     return out
 
 
