@@ -106,6 +106,7 @@ class _Policy(Op):
         return F.SPACES[self.space_name]
 
     def num_bins(self) -> int:
+        """The bins of the magnitude tables the draws index."""
         return self.num_magnitude_bins
 
     def settings(self, x: torch.Tensor, field: FieldType, canvas_size: Canvas) -> F.WarpSettings:
@@ -273,6 +274,9 @@ class AugMix(_Policy):
     @property
     def space_name(self) -> str:  # type: ignore[override]
         return "AugMix" if self.all_ops else "AugMix-partial"
+
+    def num_bins(self) -> int:
+        return F.AUGMIX_BINS
 
     @property
     def depth(self) -> int:

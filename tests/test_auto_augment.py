@@ -216,6 +216,20 @@ def test_whole_pixel_translations_by_slicing_equal_torchvisions_warp(fill, inter
         assert torch.equal(masks[i], mask.as_subclass(torch.Tensor)[0]), (dx, dy)
 
 
+def test_a_device_takes_each_group_whole_and_warps_translations_with_the_same_result(monkeypatch) -> None:
+    """What a device runs (each op's group in one call, translations through the warp) equals the CPU's
+    cache-sized pieces and slice copies, sample for sample."""
+    from mediapipe.augment.functional import auto_color as AC
+
+    op = A.RandAugment(num_ops=3, magnitude=17, fill=(5.0, 6.0, 7.0))
+    x = images(24)
+    params = draw(op, x)[1]
+    cpu = op.apply(x, params)
+    monkeypatch.setattr(AC, "rows_per_chunk", lambda t: max(1, t.shape[0]))
+    monkeypatch.setattr(FP, "_translate", lambda t, shift, s: FP._warp(t, s, translate=shift))
+    assert torch.equal(op.apply(x, params), cpu)
+
+
 # -- masks, boxes and keypoints move with the geometric ops ---------------------------------------------
 def tv_targets(op: A.Op, tv, data: dict, d: dict, size: tuple[int, int]) -> dict:
     """The sample's mask, boxes and points through torchvision's dispatcher for each drawn geometric op

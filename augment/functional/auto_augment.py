@@ -2,7 +2,9 @@
 ``_auto_augment.py``): each sample has drawn, per slot, an op of the space (its position, or -1 for
 none), a magnitude bin and a sign; `apply_slots` runs slot after slot, and within a slot each drawn
 op once on the samples that drew it (``index_select`` / ``index_copy_`` with indices known on the
-host), so a batch is a few batched kernels whatever its size.
+host), so a batch is a few batched kernels whatever its size. On a CUDA device the draws arrive
+with the batch: reading which samples drew which op is one copy of them to the host per policy
+and batch (`host_draws`), not one per sample.
 
 A magnitude is torchvision's: ``float(magnitudes[bin])`` of its float32 ``linspace`` table (which for
 AutoAugment and RandAugment's translations depends on the image's size), negated when the sample
@@ -29,6 +31,7 @@ from mediapipe.augment.functional import color as C
 from mediapipe.augment.functional import geometry as G
 from mediapipe.augment.functional import spatial as S
 from mediapipe.fields import IMAGE, MASK, RASTER, VIDEO
+from mediapipe.stages import memory
 
 Magnitudes = Callable[[int, int, int], torch.Tensor]  # (num_bins, height, width) -> torchvision's table
 
@@ -303,7 +306,7 @@ def augmix(x: torch.Tensor, ops: torch.Tensor, bins: torch.Tensor, signs: torch.
         for slot in range(chain * depth, (chain + 1) * depth):
             aug = apply_slot(aug, ops[:, slot], bins[:, slot], signs[:, slot], space, AUGMIX_BINS, settings)
         out.add_(combined[:, chain].reshape(shape) * aug)
-    return out.to(x.dtype)
+    return memory.empty(x.shape, x.dtype, x.device).copy_(out)  # uint8 truncates, as .to(); shared in a worker
 
 
 AUGMIX_BINS = 10  # torchvision's AugMix draws its magnitudes from 10 bins (its _PARAMETER_MAX)

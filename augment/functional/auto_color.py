@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.color import to_dtype
+from mediapipe.stages import memory
 
 
 def max_value(x: torch.Tensor) -> float:
@@ -57,7 +58,7 @@ def apply_rows(x: torch.Tensor, rows: torch.Tensor, kernel: Callable[[torch.Tens
     if n == x.shape[0] and step >= n:
         done = kernel(torch.arange(n), x)
         return done, owned or done is not x
-    out = x if owned else x.clone()
+    out = x if owned else memory.empty(x.shape, x.dtype, x.device).copy_(x)  # shared memory in a worker
     for start in range(0, n, step):
         picks = torch.arange(start, min(n, start + step))
         index = rows[start : start + step].to(x.device)
