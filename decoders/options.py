@@ -11,6 +11,7 @@ default (`written_unless_default`) is absent there.
 from __future__ import annotations
 
 import functools
+import math
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -73,6 +74,8 @@ class DecoderOptions(Mapping[str, Any]):
         ok, fixed = conform(value, hint)
         if not ok:
             raise PipelineError(f"{self.factory}({name}={value!r}): expected {type_name(hint)}")
+        if isinstance(fixed, float) and not math.isfinite(fixed):  # NaN passes every range check
+            raise PipelineError(f"{self.factory}({name}={value!r}): expected a finite number")
         return fixed
 
     # -- as a mapping: the options a config holds -------------------------------------------

@@ -447,3 +447,29 @@ def test_a_per_batch_op_on_a_device_decoded_field(tmp_path, op):
         assert torch.equal(a["index"], b["index"])
         assert torch.allclose(a["label"].float(), b["label"].float())  # the same mixing of the labels
         assert (a["image"].float() - b["image"].float()).abs().mean() <= 4.0
+
+
+# -- decoder options ------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", [
+    {"kind": "audio", "offset": float("nan")}, {"kind": "audio", "duration": float("nan")},
+    {"kind": "audio", "random_crop": float("nan")}, {"kind": "audio", "max_duration": float("nan")},
+    {"kind": "audio", "offset": float("inf")}, {"kind": "audio", "duration": float("inf")},
+])
+def test_a_decoder_option_that_is_not_a_finite_number_is_refused_naming_it(config, tmp_path):
+    """A NaN (JSON's NaN, a computed value) passed every range check (``nan <= 0`` is false), so the
+    pipeline was built and then every sample failed to decode ("cannot convert float NaN to
+    integer"; max_duration=nan refused every file); now the config is refused when it is read."""
+    import json
+
+    from mediapipe.decoders.spec import DecoderSpec
+    from mediapipe.synthetic.audio import encode_audio, speech_like
+
+    name, value = next((k, v) for k, v in config.items() if k != "kind")
+    encode_audio(tmp_path / "talk.wav", speech_like(0.5, seed=0), 16000)
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps({"source": {"kind": "folder", "root": str(tmp_path)}, "decode": {"audio": config},
+                                "batch_size": 2}))
+    with pytest.raises(mp.PipelineError, match=rf"audio\({name}={value}\): expected a finite number"):
+        mp.Pipeline.from_config(path)
+    with pytest.raises(mp.PipelineError, match=rf"audio\({name}={value}\): expected a finite number"):
+        DecoderSpec.from_config(config)
