@@ -18,9 +18,11 @@ frame indices). A `Plan` is fixed once built; the stages that run it live in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from mediapipe.augment.base import Op, Stage
@@ -90,6 +92,21 @@ def decode_order(decode: dict[str, DecoderSpec], device_fields: set[str]) -> lis
     return order
 
 
+def _check_settings(seed: int, limits: Limits) -> None:
+    """The seed (every draw's key) and the decoders' limits, checked once here: a float seed drew as
+    its integer part, a limit of 0, below it or NaN refused (or let through) every file at decode time."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise PipelineError(f"seed={seed!r}: expected an int")
+    for name in ("max_pixels", "max_frames"):
+        value = getattr(limits, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise PipelineError(f"{name}={value!r}: expected an int >= 1 or None (None: no limit)")
+    seconds = limits.max_duration
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.number))
+                                or not 0 < seconds < math.inf):
+        raise PipelineError(f"max_duration={seconds!r}: expected positive seconds or None (None: no limit)")
+
+
 class Plan:
     """A validated pipeline: field types, decoders per field, ops bound to their fields in order with
     their stage, fusions, the fields decoded on the device, and the batch ops another one absorbs.
@@ -118,6 +135,7 @@ class Plan:
         check_hooks(source)
         if on_error not in ON_ERROR:
             raise PipelineError(f"on_error={on_error!r}: expected one of {ON_ERROR}")
+        _check_settings(seed, limits)
         self.source, self.decode = source, dict(decode)
         self.seed, self.on_error, self.limits = seed, on_error, limits
         self.device = device if device is not None else torch.device("cpu")

@@ -473,3 +473,16 @@ def test_a_decoder_option_that_is_not_a_finite_number_is_refused_naming_it(confi
         mp.Pipeline.from_config(path)
     with pytest.raises(mp.PipelineError, match=rf"audio\({name}={value}\): expected a finite number"):
         DecoderSpec.from_config(config)
+
+
+@pytest.mark.parametrize(("setting", "value", "expected"), [
+    ("seed", 1.5, "an int"), ("seed", "7", "an int"), ("max_pixels", 1.5, "an int >= 1 or None"),
+    ("max_pixels", 0, "an int >= 1 or None"), ("max_frames", -1, "an int >= 1 or None"),
+    ("max_duration", float("nan"), "positive seconds or None"), ("max_duration", -1.0, "positive seconds or None"),
+])
+def test_a_pipeline_setting_of_the_wrong_type_is_refused_naming_it(image_folder, setting, value, expected):
+    """seed=1.5 drew as seed 1 (and wrote 1.5 into the config); max_pixels=0, max_frames=-1 or a NaN
+    max_duration refused, or let through, every file at decode time, sample by sample."""
+    with pytest.raises(mp.PipelineError, match=rf"^{setting}={value!r}: expected {expected}"):
+        mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()}, [], batch_size=2,
+                    **{setting: value})
