@@ -432,3 +432,25 @@ def test_dali_refuses_the_policies_saying_it_draws_otherwise(photo_folder) -> No
     for i, name in enumerate(("TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix"), start=1):
         assert f"augment[{i}] {name}(nvidia.dali.auto_aug draws its ops" in message, message
     assert "augment[0]" not in message and "augment[5]" not in message  # the crop and Normalize lower
+
+
+def test_the_recipe_bench_scenario_runs_the_recipe_on_each_backend(photo_folder) -> None:
+    """image-train-recipe is torchvision's recipe in this library's ops and in torchvision's v2, and its
+    library and torchvision streams deliver batches (DALI's peer is the same scenario in DALI's operators)."""
+    from mediapipe.bench import images, scenarios
+    from mediapipe.bench.image_data import RECIPE, scenario_ops, torchvision_transform
+
+    scenario = scenarios.SCENARIOS[RECIPE]
+    assert set(scenario.backends) == {"mediapipe", "torchvision", "dali"} and scenario.kind == "image"
+    assert [type(op).__name__ for op in scenario_ops(RECIPE)] == [
+        "RandomResizedCrop", "HorizontalFlip", "TrivialAugmentWide", "Normalize", "RandomErasing"]
+    assert scenario_ops(RECIPE)[-1].p == 0.1
+    names = [type(t).__name__ for t in torchvision_transform(RECIPE).transforms]
+    assert names[:3] == ["RandomResizedCrop", "RandomHorizontalFlip", "TrivialAugmentWide"]
+    assert names[-1] == "RandomErasing" and torchvision_transform(RECIPE).transforms[-1].p == 0.1
+    for backend in ("mediapipe", "torchvision"):
+        stream = images.open_stream(RECIPE, backend, photo_folder, device="cpu", workers=0, batch_size=4,
+                                    options={"max_batches": 2})
+        samples, _ = next(iter(stream))
+        assert samples == 4
+        stream.close()
