@@ -59,10 +59,14 @@ def apply_rows(x: torch.Tensor, rows: torch.Tensor, kernel: Callable[[torch.Tens
         done = kernel(torch.arange(n), x)
         return done, owned or done is not x
     out = x if owned else memory.empty(x.shape, x.dtype, x.device).copy_(x)  # shared memory in a worker
+    if x.device.type != "cpu":
+        index = rows.to(x.device)
+        return out.index_copy_(0, index, kernel(torch.arange(n), out.index_select(0, index)).to(out.dtype)), True
     for start in range(0, n, step):
         picks = torch.arange(start, min(n, start + step))
-        index = rows[start : start + step].to(x.device)
-        out.index_copy_(0, index, kernel(picks, out.index_select(0, index)).to(out.dtype).contiguous())
+        done = kernel(picks, out.index_select(0, rows[start : start + step]))
+        for k, row in enumerate(rows[start : start + step].tolist()):  # a sample's copy is one memcpy on the CPU
+            out[row].copy_(done[k])
     return out, True
 
 
