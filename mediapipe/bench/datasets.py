@@ -53,6 +53,7 @@ VIDEO_GOPS = {"sample-video": 60, "sample-video-gop16": 16}
 MARKER = ".complete"
 SHARDS_SUFFIX = "-shards"  # sample-images-...-shards: the converted copy, beside the folder
 SHARD_SIZE = "32MB"  # a few shards for the 1000 sample images (about 100 MB), as a real dataset has many
+SHARD_TRANSCODE = {"video_codec": "copy", "audio_codec": "copy"}  # --as-shards: TranscodeOptions(**this), JPEGs copied
 
 
 def cache_dir() -> Path:
@@ -277,7 +278,7 @@ def sample_image_shards(folder: Path, progress: bool = True) -> Path:
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        result = convert(folder, tmp, shard_size=SHARD_SIZE, options=TranscodeOptions(video_codec="copy", audio_codec="copy"),
+        result = convert(folder, tmp, shard_size=SHARD_SIZE, options=TranscodeOptions(**SHARD_TRANSCODE),
                          workers=max(1, min(4, os.cpu_count() or 1)), progress=progress)
         if result.failures:
             raise RuntimeError(f"converting {folder} to shards: {len(result.failures)} images failed, first "

@@ -42,6 +42,7 @@ from mediapipe.bench.core import (
     summarise,
     tree_cpu_seconds,
 )
+from mediapipe.bench.ffcv_peer import bench_conversions
 from mediapipe.bench.progress import make_progress
 from mediapipe.bench.report import short_run_warnings
 from mediapipe.bench.scenarios import GPU_ONLY, SCENARIOS, Scenario, unit_of, why_not
@@ -83,6 +84,9 @@ NOTES = {
                  f"batches or {MIN_BATCHES_PER_WORKER} per worker, or under {MIN_TIMED_SECONDS:.0f} s timed over "
                  "the repetitions, in some row"),
     "pipelines": "scenario -> what its samples go through, in one line",
+    "conversions": ("with an ffcv row: images/s converting the row's folder, once each in the run, warm page cache, "
+                    "the row's workers: mediapipe convert as --as-shards runs it (JPEGs copied), the same with "
+                    "--reencode at its max side and quality (the work FFCV's writer does), and FFCV's DatasetWriter"),
     "cold_cache": ("with --cold-cache, the files of the row's dataset were evicted from the page cache "
                    "(posix_fadvise DONTNEED, these files only) before each timed repetition. Files read twice "
                    "within one repetition (a dataset smaller than what a repetition reads) are warm the second "
@@ -237,6 +241,9 @@ def run(settings: Settings) -> dict[str, Any]:
                         rows.append(row)
             groups.append((scenario, workers, rows))
             results.extend(rows)
+    # with a live ffcv row: its .beton written before any timed row, and conversion times beside ours
+    conversions = bench_conversions([(SCENARIOS[r.scenario], r) for r in results if r.error is None], data_sets,
+                                    settings.progress)
     evict: dict[tuple[str, str], list[Path]] = {}  # (scenario, data label) -> files, with --cold-cache
     if settings.cold_cache:
         for name, sets in data_sets.items():
@@ -267,6 +274,7 @@ def run(settings: Settings) -> dict[str, Any]:
         "pipelines": {name: SCENARIOS[name].description for name in settings.scenarios},  # each in one line
         "results": [r.as_dict() for r in results],
         "ratios": ratio_rows(results, OURS),
+        "conversions": conversions,
         "notes": NOTES,
         "elapsed_s": time.perf_counter() - started,
     }

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 import mediapipe as mp
-from mediapipe.bench import hf
+from mediapipe.bench import ffcv_peer, hf
 from mediapipe.bench.image_data import (
     EVAL,
     IMAGE_EXTENSIONS,
@@ -323,7 +323,8 @@ def _dali_recipe(fn: Any, types: Any, images: Any, mean: list[float], std: list[
 
 OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali, "torchvision": open_torchvision,
            "torchvision-gpu": open_torchvision_gpu, "dali": open_dali,
-           "mediapipe-hf": hf.open_mediapipe_hf, "hf-datasets": hf.open_hf_datasets}  # hf: the images as Parquet
+           "mediapipe-hf": hf.open_mediapipe_hf, "hf-datasets": hf.open_hf_datasets,  # hf: the images as Parquet
+           "ffcv": ffcv_peer.open_ffcv}
 
 
 def open_stream(scenario: str, backend: str, data: Path, *, device: str, workers: int, batch_size: int,

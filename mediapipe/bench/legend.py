@@ -44,6 +44,9 @@ BACKENDS: dict[str, str] = {
     "torchvision-gpu": "torchvision's GPU pipeline: DataLoader workers read bytes, decode_jpeg(device='cuda') per "
                        "batch (nvJPEG), transforms v2 on the GPU",
     "hf-datasets": "datasets' Dataset.from_parquet + with_transform (transforms v2) in a DataLoader",
+    "ffcv": "FFCV 1.0.2's Loader (os_cache, its threads; --workers 0 runs 1 thread, it has no in-process mode) on "
+            "a .beton written once from the row's data at --as-shards' max side and JPEG quality (FFCV re-encodes "
+            "every image; --as-shards copies the JPEGs); CPU only",
     "dali": "NVIDIA DALI's own pipeline for the scenario (CPU operators with device_id=None, or the GPU ones)",
     "pyav": "torch DataLoader decoding each sample with PyAV (torchaudio features for audio): the naive "
             "video and audio baseline",

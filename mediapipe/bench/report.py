@@ -475,6 +475,39 @@ def _scenario_block(report: dict[str, Any], scenario: str, warning: str | None) 
     return out
 
 
+CONVERSION_HEADERS = ["tool", "does", "workers", "images", "seconds", "images/s", "MB written"]
+
+
+def _conversion_cells(c: dict[str, Any]) -> list[str]:
+    return [c.get("tool", "-"), c.get("does") or c.get("error", "-"), str(c.get("workers", "-")),
+            str(c.get("images", "-")), _num(c.get("seconds"), "{:.2f}"), _num(c.get("images_per_s")),
+            _num(c.get("mb_written"), "{:.1f}")]
+
+
+def _conversion_title(report: dict[str, Any], data: str | None) -> str:
+    """What was converted and how: the max side and JPEG quality of the rows that encode."""
+    done = [c for c in report["conversions"] if c.get("data") == data and not c.get("error")]
+    how = f"max side {done[0]['max_side'] or 'as is'}, JPEG q{done[0]['jpeg_quality']}" if done else "not measured"
+    return f"conversion of {data} (same run, warm page cache; encode: {how})"
+
+
+def _conversion_lines(report: dict[str, Any]) -> list[str]:
+    """With an ffcv row: each tool converting the same folder in the run, its images/s."""
+    out: list[str] = []
+    for data in dict.fromkeys(c.get("data") for c in report.get("conversions") or []):
+        cells = [_conversion_cells(c) for c in report["conversions"] if c.get("data") == data]
+        out += ["", _conversion_title(report, data) + ":", *("  " + line for line in _grid(CONVERSION_HEADERS, cells))]
+    return out
+
+
+def _conversion_markdown(report: dict[str, Any], table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
+    out: list[str] = []
+    for data in dict.fromkeys(c.get("data") for c in report.get("conversions") or []):
+        cells = [_conversion_cells(c) for c in report["conversions"] if c.get("data") == data]
+        out += [f"## Conversion of {data}", "", _conversion_title(report, data), "", *table(CONVERSION_HEADERS, cells), ""]
+    return out
+
+
 def render_table(report: dict[str, Any]) -> str:
     """The terminal report, within `WIDTH` characters: per scenario its pipeline, throughput and
     resources (only the columns that hold a value), stage seconds, errors with their reasons and
@@ -496,6 +529,7 @@ def render_table(report: dict[str, Any]) -> str:
         for r in across:
             out += _wrap(f"{r['scenario']:<12} {r['device']:<4} w{r['workers']:<3} {r['backend']} on {r['data']} / "
                          f"{r['backend']} on {r['peer_data']}: {r['ratio']:.2f}x ({r['metric']})", "  ")
+    out += _conversion_lines(report)
     legend = _legend(report)
     if legend:
         out += ["", "legend:"]
@@ -561,6 +595,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                      [[r["scenario"], r["device"], str(r["workers"]), r["backend"], r["data"], r["peer_data"],
                        f"{r['ratio']:.2f}x"] for r in across])
         out.append("")
+    out += _conversion_markdown(report, table)
     legend = _legend(report)
     if legend:
         out += ["## Legend", "", *(f"- {line}" for line in legend), ""]

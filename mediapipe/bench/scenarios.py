@@ -38,10 +38,10 @@ SCENARIOS = {
     for s in (
         Scenario("image-train", "image", "sample-images", "images",
                  "RandomResizedCrop 224, horizontal flip, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets"),
-                 64, fixed_batches=True),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
+                  "ffcv"), 64, fixed_batches=True),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali"), 64, fixed_batches=True),
+                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "ffcv"), 64, fixed_batches=True),
         Scenario("image-train-recipe", "image", "sample-images", "images",
                  "torchvision's recipe: RandomResizedCrop 224, flip, TrivialAugmentWide, normalise, RandomErasing 0.1 "
                  "(DALI: its trivial_augment_wide on the CPU, its own draws and op definitions)",
@@ -58,7 +58,7 @@ SCENARIOS = {
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
 BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
-            "pyav", "torchcodec", "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http")
+            "pyav", "torchcodec", "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http", "ffcv")
 ON_REQUEST = {"image": ("mediapipe-ray", "mediapipe-http")}  # run only when asked for (mediapipe.bench.remote_backends)
 DEVICES = ("cpu", "cuda")
 
@@ -71,7 +71,7 @@ RUNNERS: dict[str, dict[str, Any]] = {
               "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
 }
 UNITS = {("video", "ceiling"): "frames", ("video", "dav1d"): "frames"}  # decode ceilings count frames
-CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "torchcodec")}
+CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "torchcodec"), ("image", "ffcv")}
 GPU_ONLY = {("image", "torchvision-gpu")}  # nvJPEG through torchvision.io.decode_jpeg(device="cuda")
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
@@ -83,8 +83,11 @@ NOT_APPLICABLE = {
     "ceiling": "the sequential decode ceiling is for video",
     "mediapipe-hf": "the Hugging Face (Parquet) rows are benchmarked on image-train",
     "hf-datasets": "the Hugging Face (Parquet) rows are benchmarked on image-train",
+    "ffcv": "FFCV's peer runs image-train and image-eval (mediapipe.bench.ffcv_peer)",
 }
 DALI_HINT = "pip install nvidia-dali-cuda130"
+FFCV_HINT = ("apt-get install -y --no-install-recommends pkg-config libopencv-dev libturbojpeg0-dev g++; "
+             "pip install ffcv==1.0.2")
 
 
 def unit_of(scenario: Scenario, backend: str) -> str:
@@ -142,6 +145,8 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
     if scenario.kind == "image":
         if backend in ("dali", "mediapipe-dali") and not _installed("nvidia.dali"):
             return f"not installed: NVIDIA DALI ({DALI_HINT})"
+        if backend == "ffcv" and not _installed("ffcv"):
+            return f"not installed: ffcv ({FFCV_HINT})"
         if backend in ("torchvision", "torchvision-gpu", "hf-datasets") and not _installed("torchvision"):
             return "not installed: torchvision (pip install torchvision)"
         if backend in ("mediapipe-hf", "hf-datasets") and not (_installed("datasets") and _installed("pyarrow")):
