@@ -227,7 +227,7 @@ def test_fused_psnr_sees_a_fused_path_that_is_off(tmp_path: Path, monkeypatch: p
     import torch
 
     from mediapipe import augment as A
-    from mediapipe.bench.images import fused_psnr
+    from mediapipe.bench.fused_quality import fused_psnr
     from mediapipe.synthetic import jpeg_bytes, photo_like
 
     for i in range(6):

@@ -474,7 +474,7 @@ def describe(path: Path, kind: str, sample_limit: int = 256) -> dict[str, Any]:
 def describe_detection(path: Path, info: dict[str, Any]) -> dict[str, Any]:
     """Samples (the images with objects, which the detection scenario reads), objects per such
     image, mean file size and megapixels of a detection dataset."""
-    from mediapipe.bench.detection import coco_paths
+    from mediapipe.bench.image_data import coco_paths
 
     annotations, images = coco_paths(path)
     document = json.loads(annotations.read_text())
@@ -491,9 +491,9 @@ def describe_detection(path: Path, info: dict[str, Any]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=16)
 def fused_quality(path: Path) -> dict[str, Any]:
     """``fused_psnr``: per image scenario, the fused decode's PSNR against the unfused path
-    (`mediapipe.bench.images.fused_psnr`), for the report's PSNR column; made once per dataset."""
+    (`mediapipe.bench.fused_quality.fused_psnr`), for the report's PSNR column; made once per dataset."""
+    from mediapipe.bench.fused_quality import fused_psnr
     from mediapipe.bench.image_data import EVAL, TRAIN
-    from mediapipe.bench.images import fused_psnr
 
     try:
         return {"fused_psnr": {scenario: fused_psnr(scenario, Path(path)) for scenario in (TRAIN, EVAL)}}

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.image_data import IMAGENET_MEAN, IMAGENET_STD
+from mediapipe.bench.image_data import IMAGENET_MEAN, IMAGENET_STD, coco_paths
 from mediapipe.bench.images import dataloader_stream
 from mediapipe.bench.long_epoch import RepeatedSource, passes
 from mediapipe.bench.streams import EpochStream, Stream, loader_stages, touch_image
@@ -35,18 +35,6 @@ IOU_THRESHOLDS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)  # SSD's, as torchvision's Rando
 CROP_SCALE = (0.3, 1.0)
 CROP_ASPECT = (0.5, 2.0)
 CROP_TRIALS = 40
-
-
-def coco_paths(data: Path) -> tuple[Path, Path]:
-    """(annotation file, images folder) of a detection dataset: a folder holding
-    ``annotations.json`` and ``images/`` (the built-in sample-detection), or a COCO ``.json``
-    file whose images lie beside it."""
-    data = Path(data)
-    if data.is_file():
-        return data, data.parent
-    if (data / "annotations.json").is_file():
-        return data / "annotations.json", data / "images" if (data / "images").is_dir() else data
-    raise FileNotFoundError(f"{data}: expected a COCO annotation file, or a folder with annotations.json and images/")
 
 
 # -- this library ------------------------------------------------------------------------

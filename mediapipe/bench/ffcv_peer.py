@@ -38,7 +38,6 @@ from mediapipe.bench.image_data import (
     manifest_rows,
 )
 from mediapipe.bench.long_epoch import passes
-from mediapipe.bench.scenarios import FFCV_HINT
 from mediapipe.bench.streams import EpochStream, Stream, touch_image
 from mediapipe.errors import SourceError
 
@@ -47,6 +46,9 @@ MIN_PAGE_BYTES = 8 << 20  # FFCV's default page (4 x 2 MiB); a sample must fit i
 PAGE_MARGIN_BYTES = 1 << 20
 PLACEHOLDER = np.zeros((8, 8, 3), np.uint8)  # written for an image that failed; the .beton is then discarded
 Row = tuple[str | ShardImage, int]  # (a file's path or an image in a shard, its class label)
+
+FFCV_HINT = ("apt-get install -y --no-install-recommends pkg-config libopencv-dev libturbojpeg0-dev g++; "
+             "pip install ffcv==1.0.2")  # how to make FFCV importable here
 
 
 @dataclass(frozen=True)

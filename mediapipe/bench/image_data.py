@@ -72,6 +72,18 @@ class ShardImage:
     label: int
 
 
+def coco_paths(data: Path) -> tuple[Path, Path]:
+    """(annotation file, images folder) of a detection dataset: a folder holding
+    ``annotations.json`` and ``images/`` (the built-in sample-detection), or a COCO ``.json``
+    file whose images lie beside it."""
+    data = Path(data)
+    if data.is_file():
+        return data, data.parent
+    if (data / "annotations.json").is_file():
+        return data / "annotations.json", data / "images" if (data / "images").is_dir() else data
+    raise FileNotFoundError(f"{data}: expected a COCO annotation file, or a folder with annotations.json and images/")
+
+
 def converted_images(data: Path) -> list[ShardImage]:
     """Every image of a converted dataset, located through the shards' DALI index files."""
     manifest = read_manifest(data)

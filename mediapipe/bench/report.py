@@ -125,11 +125,11 @@ VIDEO_COLUMNS: list[Column] = [
 ]
 
 
-PSNR_CAP = 100.0  # what the benchmark gives a bit-exact output (mediapipe.bench.images.PSNR_CAP)
+PSNR_CAP = 100.0  # what the benchmark gives a bit-exact output (mediapipe.bench.fused_quality.PSNR_CAP)
 
 
 def _fused_psnr(report: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
-    """The fused decode's quality on the row's dataset (`mediapipe.bench.images.fused_psnr`),
+    """The fused decode's quality on the row's dataset (`mediapipe.bench.fused_quality.fused_psnr`),
     for this library's CPU rows: what the speed was bought at."""
     if row.get("backend") != "mediapipe" or row.get("device") != "cpu":
         return None

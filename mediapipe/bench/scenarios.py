@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mediapipe.bench.ffcv_peer import FFCV_HINT
 from mediapipe.bench.streams import RunnerStream, Stream
 
 
@@ -86,8 +87,6 @@ NOT_APPLICABLE = {
     "ffcv": "FFCV's peer runs image-train and image-eval (mediapipe.bench.ffcv_peer)",
 }
 DALI_HINT = "pip install nvidia-dali-cuda130"
-FFCV_HINT = ("apt-get install -y --no-install-recommends pkg-config libopencv-dev libturbojpeg0-dev g++; "
-             "pip install ffcv==1.0.2")
 
 
 def unit_of(scenario: Scenario, backend: str) -> str:
