@@ -59,9 +59,9 @@ def parquet_copy(data: Path) -> Path:
     images = [{"bytes": Path(p).read_bytes(), "path": Path(p).name} for p in paths]  # embedded, as on the Hub
     ds = datasets.Dataset.from_dict({"image": images, "label": labels}, features=features)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")  # another process may write it too
     ds.to_parquet(str(partial))
-    os.replace(partial, target)
+    os.replace(partial, target)  # the same content whoever renames last
     return out
 
 
