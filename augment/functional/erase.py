@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from mediapipe.augment.functional.selected import on_host, take, where_selected
+
 
 def box_mask(top: torch.Tensor, left: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
              size: tuple[int, int], device: torch.device | None = None) -> torch.Tensor:
@@ -30,7 +32,18 @@ def erase(
 
     A zero-sized box leaves its sample unchanged; every frame of a clip gets its sample's box.
     The value is cast to the dtype of ``x`` (uint8 truncates), as torchvision's ``erase`` does.
+    On the CPU only the samples with a box are touched (RandomErasing erases a few of a batch).
     """
+    flags = (height.reshape(-1) > 0) & (width.reshape(-1) > 0)
+    if not on_host(x, flags):
+        return _erase_boxes(x, top, left, height, width, value)
+    return where_selected(x, flags, lambda s, index: _erase_boxes(s, take(top, index), take(left, index),
+                                                                   take(height, index), take(width, index), value))
+
+
+def _erase_boxes(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
+                 value: float | tuple[float, ...]) -> torch.Tensor:
+    """`erase` on every sample of ``x``, through one (B, H, W) mask."""
     b, c = x.shape[0], x.shape[-3]
     mask = box_mask(top, left, height, width, x.shape[-2:], x.device)
     mask = mask.reshape(b, *(1,) * (x.ndim - 3), *mask.shape[-2:])

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import torch
 
+from mediapipe.stages import memory
+
 # fn(samples, index): the kernel on the selected samples; ``index`` (int64, on the flags' device)
 # says which they are, to pick their parameters, or is None when the whole batch is given
 Kernel = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -36,6 +38,7 @@ def where_selected(x: torch.Tensor, flags: torch.Tensor, fn: Kernel) -> torch.Te
             return x
         if index.numel() == x.shape[0]:
             return fn(x, None)
-        return x.clone().index_copy_(0, index, fn(x.index_select(0, index), index).to(x.dtype))
+        out = memory.empty(x.shape, x.dtype, x.device).copy_(x)  # in a worker: shared, sent without a copy
+        return out.index_copy_(0, index, fn(x.index_select(0, index), index).to(x.dtype))
     out = fn(x, None)
     return torch.where(flags.to(x.device).reshape(-1, *(1,) * (x.ndim - 1)), out, x)
