@@ -71,10 +71,8 @@ def lower_color_jitter(op: Any, ctx: LoweringContext) -> None:
     truncates after each step, as torchvision does.
 
     ``hue`` is refused (`LOWERINGS`' check): DALI's ``hsv`` (and ``hue``, ``color_twist``) turn the
-    hue by a linear map of RGB in YIQ, torchvision through HSV. Measured on photographic images
-    with our keyed factors (tests/test_ops_recipe_color.py): a shift of 0.01 turns is already 11 to
-    16 grey levels off at some pixel (PSNR 35 to 41 dB), 0.05 turns 40 to 60 levels (27 dB), 0.5
-    turns up to 139 (17 dB): a different colour, not rounding."""
+    hue by a linear map of RGB in YIQ, torchvision through HSV: even a small shift gives a different
+    colour, not a rounding difference (tests/test_ops_recipe_color.py measures how far apart)."""
     from nvidia.dali import math as dmath
 
     for src in op.inputs:

@@ -2,7 +2,7 @@
 keyed draws, so DALI applies exactly the torch backend's choices:
 
 * RandomPosterize: ``x & mask`` (uint8), ``floor(x * 2^bits) / 2^bits`` (float): exact.
-* RandomSolarize, RandomInvert: arithmetic, ``x + (top - 2x) * on`` where inverted: exact.
+* RandomSolarize, RandomInvert: arithmetic, ``x + (top - 2 * x) * on`` where inverted: exact.
 * RandomAutocontrast: per-channel ``reductions.min/max`` over HW and torchvision's float32 steps
   (subtract, scale by ``(max - min) / 255``, divide, truncate): exact.
 * RandomEqualize: DALI's ``equalize`` (HWC uint8 only), OpenCV's lookup table where torchvision

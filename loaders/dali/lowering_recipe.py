@@ -2,13 +2,13 @@
 RandomPerspective through ``experimental.warp_perspective`` with the keyed homographies, JPEG
 through ``jpeg_compression_distortion`` with the keyed quality.
 
-Measured against the torch backend (tests/test_ops_recipe_geometry.py, test_ops_recipe_color.py,
-DALI's CPU operators): RandomPerspective within one grey level, at rounding ties only (under
-0.1% of the pixels), with torchvision's border: DALI fills each tap outside the image, where
+How close they come to the torch backend is checked by tests/test_ops_recipe_geometry.py and
+test_ops_recipe_color.py on DALI's CPU operators: RandomPerspective differs by rounding ties only,
+with torchvision's border: DALI fills each tap outside the image, where
 torchvision blends the fill by the interpolated inside-mask, so bilinear with a fill warps the
 image and a plane of ones together in float and blends them as torchvision does; masks and
 nearest take DALI's constant border as it is. JPEG on the CPU is bit for bit ours (both are
-libjpeg's encode and decode); DALI's GPU operator is its own approximation, not measured here.
+libjpeg's encode and decode); DALI's GPU operator is its own approximation, unchecked here.
 
 Not lowered, refused by `unsupported` naming the op: GaussianNoise (DALI's ``noise.gaussian``
 draws its own noise and cannot take ours), ElasticTransform (no DALI counterpart),

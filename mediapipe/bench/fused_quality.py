@@ -1,5 +1,5 @@
 """How close the fused decode (the scenario's first op done by the decoder) comes to the unfused
-path, measured once per dataset for the report's PSNR column."""
+path, once per dataset, for the report's PSNR column."""
 
 from __future__ import annotations
 

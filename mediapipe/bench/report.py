@@ -28,7 +28,7 @@ from mediapipe.bench.core import (
 from mediapipe.bench.legend import BACKENDS, legend_lines
 
 WIDTH = 100  # the terminal report's lines: wider tables are split into blocks that repeat the row's keys
-LEVEL_WITHIN = 0.02  # a ratio printed 0.98x-1.02x is "level with" the peer in the verdict
+LEVEL_WITHIN = 0.02  # a ratio this close to 1 (as printed) is "level with" the peer in the verdict
 EMPTY = ("-", "")  # what a cell without a value shows
 
 STAGE_COLUMNS = ("read", "decode", "sample_ops", "collate", "worker_batch_ops", "wait", "host_to_device",
@@ -248,8 +248,8 @@ def _and(parts: list[str]) -> str:
 
 
 def verdict(ratios: list[dict[str, Any]], unit: str | None = None) -> str:
-    """"mediapipe is 1.49x dali and 2.60x torchvision; slower than pyav (0.95x)": this library's
-    rate over each peer's, faster ones first; a ratio within `LEVEL_WITHIN` of 1 is level."""
+    """One line in words: this library's rate over each peer's ("mediapipe is <r>x dali ...; slower
+    than pyav (<r>x)"), faster peers first; a ratio within `LEVEL_WITHIN` of 1 is level."""
     def metric(r: dict[str, Any]) -> str:  # named where it is not the rows' own unit
         return f" in {r['metric']}" if unit and r["metric"] != f"{unit}/s" else ""
 
