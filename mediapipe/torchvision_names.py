@@ -8,9 +8,13 @@ naming the library they come from and the op of `mediapipe.augment` that replace
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
+
 from mediapipe import augment
+from mediapipe.augment.base import Op
 from mediapipe.errors import PipelineError
 
 FOREIGN = ("torchvision", "torchaudio")  # libraries whose transforms people pass by habit
@@ -68,11 +72,11 @@ def counterpart(name: str) -> str:
 
 
 def not_an_op_hint(obj: Any) -> str:
-    """The end of the 'not an op' error for a torchvision or torchaudio transform (empty for
-    anything else): whose it is and what to do instead."""
+    """The end of the 'not an op' error: for a torchvision or torchaudio transform whose it is and
+    what to do instead; for an op class, a function or a torch module what an op is here."""
     library = foreign_library(obj)
     if library is None:
-        return ""
+        return _plain_hint(obj)
     name = _name(obj)
     if name in NOT_NEEDED:
         todo = f"leave it out: {NOT_NEEDED[name]}"
@@ -83,6 +87,19 @@ def not_an_op_hint(obj: Any) -> str:
     else:
         return f": it is {library}'s {name}, which has no counterpart here: see docs/api.md for the ops there are"
     return f": it is {library}'s {name}; {todo} ({DOCS})"
+
+
+def _plain_hint(obj: Any) -> str:
+    """The hint for something that is not another library's transform ('' when none fits)."""
+    if isinstance(obj, type) and issubclass(obj, Op):
+        return f": it is the class {obj.__name__}, not an op: call it, {obj.__name__}()"
+    if isinstance(obj, torch.nn.Module):
+        return (f": it is a torch.nn.Module ({type(obj).__name__}); ops here are mediapipe.augment's, which run "
+                f"on whole batches ({DOCS})")
+    if callable(obj):
+        return (f": it is a function ({_name(obj)}); ops here are mediapipe.augment's, which run on whole "
+                f"batches ({DOCS})")
+    return ""
 
 
 def _members(augment: Any) -> list[Any]:
@@ -98,6 +115,7 @@ def refuse_foreign_augment(augment: Any) -> None:
     one transform), naming each of its transforms' counterparts here."""
     library = foreign_library(augment)
     if library is None:
+        refuse_not_a_list(augment)
         return
     name = _name(augment)
     members = _members(augment) if name in COMPOSITIONS else [augment]
@@ -107,3 +125,14 @@ def refuse_foreign_augment(augment: Any) -> None:
         f"mediapipe.augment ops (there is no Compose), e.g. augment=[mediapipe.augment.HorizontalFlip()]. "
         f"Its transforms here: {replacements or 'no transforms'} ({DOCS})"
     )
+
+
+def refuse_not_a_list(augment: Any) -> None:
+    """Refuse an ``augment`` that is not a sequence of ops: a function, a torch module that is not a
+    container, an op's class, a string or a mapping (each would fail as 'not iterable' or be taken apart)."""
+    if not (isinstance(augment, (str, bytes, Mapping, type)) or not isinstance(augment, Iterable)):
+        return
+    what = (f"the class {augment.__name__}" if isinstance(augment, type)
+            else f"a {type(augment).__name__}" + (f" ({augment.__qualname__})" if hasattr(augment, "__qualname__") else ""))
+    raise PipelineError(f"augment is {what}, not a list of ops: augment takes a plain list of mediapipe.augment "
+                        f"ops, e.g. augment=[mediapipe.augment.HorizontalFlip()] ({DOCS})")

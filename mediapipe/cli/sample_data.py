@@ -4,7 +4,8 @@ Everything is generated here (`mediapipe.synthetic`: photographic-looking JPEGs,
 audio through PyAV, COCO scenes, AV1 clips) and deterministic; nothing is downloaded. A dataset
 whose writer is an optional package that is not installed is skipped with a line naming it.
 Each dataset is written into a staging folder inside DIR and moved into place whole, so an
-interrupted run leaves no half dataset, and a dataset already in DIR is kept.
+interrupted run leaves no half dataset (a killed run's staging folder is removed by the next),
+a dataset already in DIR is kept, and a second run on DIR waits for the first.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import shutil
 import struct
 import sys
 import textwrap
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,6 +241,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"mediapipe sample-data: error: {err}", file=sys.stderr)
         return 2
+    try:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # DIR is a file, under a file, or not writable
+        print(f"mediapipe sample-data: error: cannot make the folder {args.dir}: {err.strerror or err}",
+              file=sys.stderr)
+        return 2
     return write_sample_data(args.dir, wanted)
 
 
@@ -243,6 +255,8 @@ def chosen(only: str | None) -> list[SampleSet]:
     if only is None:
         return list(SAMPLE_SETS)
     names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--only {only!r} names no dataset (the names are {', '.join(BY_NAME)})")
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise ValueError(f"--only {','.join(unknown)}: no such dataset (the names are {', '.join(BY_NAME)})")
@@ -259,7 +273,50 @@ def chosen(only: str | None) -> list[SampleSet]:
 def write_sample_data(root: Path, samples: list[SampleSet]) -> int:
     """Write each sample set into ``root`` (keeping those already there); 1 if one failed, else 0."""
     root.mkdir(parents=True, exist_ok=True)
-    stage = root / f".sample-data-{os.getpid()}"
+    lock = os.open(root, os.O_RDONLY)  # the folder itself is the lock: nothing is left in it
+    try:
+        take_turn(lock, root)
+        remove_stale_stages(root)
+        return write_locked(root, samples)
+    finally:
+        os.close(lock)
+
+
+STAGE_PREFIX = ".sample-data-"
+
+
+def take_turn(lock: int, root: Path) -> None:
+    """Wait for another `sample-data` run on ``root`` to end: two runs would replace each other's folders."""
+    if fcntl is None:  # no flock (Windows): one run at a time is the user's to keep
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"waiting for another `mediapipe sample-data` run writing into {root}", file=sys.stderr, flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+
+
+def remove_stale_stages(root: Path) -> None:
+    """Remove the staging folders of runs that were killed (their process is gone)."""
+    for stage in root.glob(f"{STAGE_PREFIX}*"):
+        pid = stage.name[len(STAGE_PREFIX):]
+        if stage.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's, or cannot tell: keep its folder
+    return True
+
+
+def write_locked(root: Path, samples: list[SampleSet]) -> int:
+    """`write_sample_data` once this run holds ``root``'s lock."""
+    stage = root / f"{STAGE_PREFIX}{os.getpid()}"
     failed: list[str] = []
     try:
         for sample in samples:

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         verdict = "OK" if not problems else f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         print(f"{args.dataset}: {verdict}")
         if checked is not None:
-            print(describe(checked))
+            print(describe(checked, manifest_samples(args.dataset)))
     return 1 if problems else 0
 
 
@@ -52,12 +52,27 @@ def what_was_checked(dataset: str, samples: int, decoded: bool) -> dict[str, Any
             "shards_with_digests": sum(1 for entry in shards if entry.get("digests")), "decoded": decoded}
 
 
-def describe(checked: dict[str, Any]) -> str:
-    """One sentence, for people, of what `verify` looked at."""
+def manifest_samples(dataset: str) -> int | None:
+    """The samples the manifest lists (None where it cannot be read)."""
+    from mediapipe.dataset.manifest import read_manifest
+    from mediapipe.errors import SourceError
+
+    try:
+        return int(read_manifest(Path(dataset))["num_samples"])
+    except (SourceError, KeyError, TypeError, ValueError):
+        return None
+
+
+def describe(checked: dict[str, Any], listed: int | None = None) -> str:
+    """One sentence, for people, of what `verify` looked at; where fewer samples could be read than
+    the manifest's ``listed``, it says so and claims the decode only of those read."""
     shards = checked["shards"]
     digests = (f"the member digests of {checked['shards_with_digests']} of {shards} shards" if shards
                else "no member digests")
-    decode = "decoded every member" if checked["decoded"] else "decoded nothing (--no-decode)"
+    short = listed is not None and checked["samples"] < listed
+    decode = ("decoded nothing (--no-decode)" if not checked["decoded"]
+              else "decoded every member it could read" if short else "decoded every member")
+    samples = f"{checked['samples']} of the manifest's {listed} samples" if short else f"{checked['samples']} samples"
     return (f"checked {shards} shard{'s' if shards != 1 else ''} ({checked['bytes']:,} bytes: each one's size and "
-            f"sha256), {checked['samples']} samples (every tar header against the index, the sample records), "
+            f"sha256), {samples} (every tar header against the index, the sample records), "
             f"{digests}; {decode}")
