@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mediapipe.bench import core, datasets, harness, report, scenarios
+from mediapipe.bench import core, datasets, harness, plot, report, scenarios
 from mediapipe.bench.core import Rep, Result, ratio_rows, stage_table, stages_add_up, summarise
 from mediapipe.cli import main
 
@@ -113,7 +113,7 @@ def test_the_tables_explain_their_columns_and_backends(bench_run: dict) -> None:
 def test_every_backend_has_its_own_plot_colour() -> None:
     from mediapipe.bench.legend import BACKENDS as described
 
-    colours = [report.backend_colour(b) for b in scenarios.BACKENDS]
+    colours = [plot.backend_colour(b) for b in scenarios.BACKENDS]
     assert len(set(colours)) == len(colours)
     assert set(scenarios.BACKENDS) <= set(described)  # and every backend is in the legend
 
@@ -306,7 +306,7 @@ def test_worker_sweep_gives_one_row_per_count_and_a_scaling_plot(image_folder: P
     rows = rep["results"]
     assert [(r["workers"], r["error"]) for r in rows] == [(0, None), (2, None)]
     assert all(r["samples_per_s"] > 0 for r in rows)
-    report.write_plot(rep, tmp_path / "sweep.png")
+    plot.write_plot(rep, tmp_path / "sweep.png")
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
 
 

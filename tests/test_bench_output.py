@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from mediapipe.bench import report
+from mediapipe.bench import plot, report
+from mediapipe.bench import verdict as verdicts_of
 from mediapipe.bench.core import Rep, Result, ratio_rows, summarise
 from mediapipe.cli import main
 
@@ -44,7 +45,7 @@ def test_the_verdict_says_where_this_library_wins_and_loses_by_how_much() -> Non
                row("image-eval", "mediapipe", 950), row("image-eval", "dali", 1000),
                row("image-eval", "torchvision", 365), row("image-eval", "hf-datasets", 940)]
     rep = as_report(results)
-    assert report.verdicts(rep) == [
+    assert verdicts_of.verdicts(rep) == [
         "image-train (cpu, 8 workers): mediapipe is 2.60x torchvision and 1.49x dali",
         "image-eval (cpu, 8 workers): mediapipe is 2.60x torchvision; level with hf-datasets (1.01x); "
         "slower than dali (0.95x)",
@@ -61,7 +62,7 @@ def test_no_verdict_says_why() -> None:
     failed.samples_per_s, failed.error = None, "failed in warm-up: boom"
     results = [failed, row("image-train", "dali", 1000), row("image-eval", "mediapipe", 900),
                row("video-clips", "dali", 50, workers=2)]  # no mediapipe row: nothing to say
-    assert report.verdicts(as_report(results)) == [
+    assert verdicts_of.verdicts(as_report(results)) == [
         "image-train (cpu, 8 workers): no verdict: mediapipe did not run (failed in warm-up: boom)",
         "image-eval (cpu, 8 workers): no verdict: no peer ran beside mediapipe",
     ]
@@ -74,14 +75,14 @@ def test_a_verdict_per_device_worker_count_and_dataset_names_another_metric() ->
                row("image-eval", "dali", 1000, workers=2, data="shards"),
                row("image-eval", "mediapipe", 3000, workers=1, device="cuda", data="folder"),
                row("image-eval", "dali", 3000, workers=1, device="cuda", data="folder")]
-    assert report.verdicts(as_report(results)) == [
+    assert verdicts_of.verdicts(as_report(results)) == [
         "image-eval on folder (cpu, 2 workers): mediapipe is 2.00x dali",
         "image-eval on shards (cpu, 2 workers): mediapipe is slower than dali (0.90x)",
         "image-eval on folder (cuda, 1 worker): mediapipe is level with dali (1.00x)",
     ]
     ratios = [{"peer": "ceiling", "ratio": 0.64, "metric": "decoded frames/s"},
               {"peer": "pyav", "ratio": 3.0, "metric": "clips/s"}]
-    assert report.verdict(ratios, "clips") == "mediapipe is 3.00x pyav; slower than ceiling (0.64x in decoded frames/s)"
+    assert verdicts_of.verdict(ratios, "clips") == "mediapipe is 3.00x pyav; slower than ceiling (0.64x in decoded frames/s)"
 
 
 # -- columns, width, pipeline --------------------------------------------------------------------
@@ -127,16 +128,16 @@ def test_a_run_too_short_to_trust_is_warned_per_scenario_with_its_rule() -> None
     results = [row("image-train", "mediapipe", 3000, seconds=0.2), row("image-train", "dali", 2000, seconds=0.3),
                row("image-eval", "mediapipe", 3000, workers=4, seconds=5.0),
                row("image-eval", "dali", 2000, workers=4, seconds=7.0)]
-    warnings = report.short_run_warnings(as_report(results, short))
+    warnings = verdicts_of.short_run_warnings(as_report(results, short))
     assert set(warnings) == {"image-train", "image-eval"}  # 3 batches a repetition: both
     assert "3 batches a repetition (fewer than 10)" in warnings["image-train"]
     assert "0.20-0.30 s timed in all" in warnings["image-train"]
     assert "--batches 20 or more" in warnings["image-train"]  # 1 s needs about 15 batches a repetition
     assert "5.00-7.00 s timed in all" in warnings["image-eval"] and "--batches 10 or more" in warnings["image-eval"]
 
-    long_enough = report.short_run_warnings(as_report(results[2:], SETTINGS))
+    long_enough = verdicts_of.short_run_warnings(as_report(results[2:], SETTINGS))
     assert long_enough == {}
-    per_worker = report.short_run_warnings(as_report([row("image-eval", "mediapipe", 3000, workers=32)],
+    per_worker = verdicts_of.short_run_warnings(as_report([row("image-eval", "mediapipe", 3000, workers=32)],
                                                      {"repeats": 3, "batches": 40}))
     assert "40 batches a repetition for 32 workers (fewer than 2 per worker)" in per_worker["image-eval"]
     assert "--batches 70 or more" in per_worker["image-eval"]
@@ -199,7 +200,7 @@ def test_the_plot_labels_do_not_run_together_and_the_legend_hides_no_line() -> N
     backends = ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets")
     results = [row("image-train", b, 1000 + 100 * i + 50 * w, workers=w)
                for i, b in enumerate(backends) for w in (1, 2, 4, 8)]
-    fig = report.plot_figure(as_report(results))
+    fig = plot.plot_figure(as_report(results))
     try:
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()

@@ -44,8 +44,8 @@ from mediapipe.bench.core import (
 )
 from mediapipe.bench.ffcv_peer import bench_conversions
 from mediapipe.bench.progress import make_progress
-from mediapipe.bench.report import short_run_warnings
 from mediapipe.bench.scenarios import GPU_ONLY, SCENARIOS, Scenario, unit_of, why_not
+from mediapipe.bench.verdict import short_run_warnings
 from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 
 OURS = "mediapipe"

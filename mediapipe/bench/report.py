@@ -1,10 +1,10 @@
-"""The report in four forms: a terminal table, JSON, Markdown and a PNG plot.
+"""The report as a terminal table, JSON and Markdown (the PNG plot: `mediapipe.bench.plot`).
 
 All four are made from the plain-data report that `mediapipe.bench.harness.run` returns, so
 a saved ``--json`` file can be rendered again later (`render_table(json.load(f))`). The terminal
 table keeps within `WIDTH` characters and shows only the columns that hold a value; a verdict
 line per scenario says in words where this library was faster or slower than each peer
-(`verdicts`), and a warning where a run was too short to trust (`short_run_warnings`).
+(`mediapipe.bench.verdict`), and a warning where a run was too short to trust.
 """
 
 from __future__ import annotations
@@ -18,17 +18,13 @@ from typing import Any
 
 from mediapipe.bench.core import (
     DECODE_PARTS,
-    MIN_BATCHES_PER_WORKER,
-    MIN_REP_BATCHES,
-    MIN_TIMED_SECONDS,
     WORKER_STAGES,
-    batches_to_trust,
-    too_short,
 )
-from mediapipe.bench.legend import BACKENDS, legend_lines
+from mediapipe.bench.legend import legend_lines
+from mediapipe.bench.report_rows import data_labels, scenarios_of
+from mediapipe.bench.verdict import LEVEL_WITHIN, short_run_warnings, verdicts
 
 WIDTH = 100  # the terminal report's lines: wider tables are split into blocks that repeat the row's keys
-LEVEL_WITHIN = 0.02  # a ratio this close to 1 (as printed) is "level with" the peer in the verdict
 EMPTY = ("-", "")  # what a cell without a value shows
 
 STAGE_COLUMNS = ("read", "decode", "sample_ops", "collate", "worker_batch_ops", "wait", "host_to_device",
@@ -65,15 +61,6 @@ def _ratio_of(report: dict[str, Any], row: dict[str, Any], compare: str = "backe
                                                                      row["backend"]):
             return f"{r['ratio']:.2f}x"
     return ""
-
-
-def _labels(report: dict[str, Any], scenario: str) -> list[str]:
-    """The data labels of a scenario's rows, in the order given (the first is the baseline)."""
-    seen: list[str] = []
-    for r in report["results"]:
-        if r["scenario"] == scenario and r.get("data") is not None and r["data"] not in seen:
-            seen.append(r["data"])
-    return seen
 
 
 def _input_bound(row: dict[str, Any]) -> str:
@@ -165,7 +152,7 @@ def _column_groups(report: dict[str, Any], scenario: str) -> tuple[list[Column],
         speed = [*speed[:at], *VIDEO_COLUMNS, *speed[at + 1 :]]
     elif any(_fused_psnr(report, r) for r in rows):
         speed = [*speed[: at + 1], PSNR_COLUMN, *speed[at + 1 :]]
-    labels = _labels(report, scenario)
+    labels = data_labels(report, scenario)
     if len(labels) >= 2:
         keys.insert(1, ("data", lambda rep, r: r.get("data") or "-"))
         speed.append((f"vs {labels[0]}", lambda rep, r: _ratio_of(rep, r, "data")))
@@ -232,97 +219,6 @@ def _scenario_header(report: dict[str, Any], scenario: str) -> list[str]:
     return lines
 
 
-# -- the verdict: where this library won and lost, in words --------------------------------------
-def _group_key(r: dict[str, Any]) -> tuple:
-    return r["scenario"], r["device"], r["workers"], r.get("data")
-
-
-def _group_label(report: dict[str, Any], key: tuple) -> str:
-    scenario, device, workers, data = key
-    on = f" on {data}" if data is not None and len(_labels(report, scenario)) > 1 else ""
-    return f"{scenario}{on} ({device}, {workers} worker{'' if workers == 1 else 's'})"
-
-
-def _and(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def verdict(ratios: list[dict[str, Any]], unit: str | None = None) -> str:
-    """One line in words: this library's rate over each peer's ("mediapipe is <r>x dali ...; slower
-    than pyav (<r>x)"), faster peers first; a ratio within `LEVEL_WITHIN` of 1 is level."""
-    def metric(r: dict[str, Any]) -> str:  # named where it is not the rows' own unit
-        return f" in {r['metric']}" if unit and r["metric"] != f"{unit}/s" else ""
-
-    rounded = [(round(r["ratio"], 2), r) for r in ratios]
-    faster = sorted((x for x in rounded if x[0] > 1 + LEVEL_WITHIN), key=lambda x: -x[0])
-    level = [x for x in rounded if abs(x[0] - 1) <= LEVEL_WITHIN]
-    slower = sorted((x for x in rounded if x[0] < 1 - LEVEL_WITHIN), key=lambda x: x[0])
-    parts = []
-    if faster:
-        parts.append(_and([f"{v:.2f}x {r['peer']}{metric(r)}" for v, r in faster]))
-    if level:
-        parts.append("level with " + _and([f"{r['peer']} ({v:.2f}x{metric(r)})" for v, r in level]))
-    if slower:
-        parts.append("slower than " + _and([f"{r['peer']} ({v:.2f}x{metric(r)})" for v, r in slower]))
-    return "mediapipe is " + "; ".join(parts)
-
-
-def verdicts(report: dict[str, Any]) -> list[str]:
-    """One line per scenario (and device, workers, dataset) where this library ran: how it compares
-    with each peer of the same run, or why there is nothing to compare."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in report["results"]:
-        groups.setdefault(_group_key(r), []).append(r)
-    by_group: dict[tuple, list[dict[str, Any]]] = {}
-    for r in report.get("ratios", []):
-        if r.get("compare", "backend") == "backend":
-            by_group.setdefault((r["scenario"], r["device"], r["workers"], r.get("data")), []).append(r)
-    short = short_run_warnings(report)
-    lines = []
-    for key, rows in groups.items():
-        ours = next((r for r in rows if r["backend"] == "mediapipe"), None)
-        if ours is None:
-            continue
-        if ours.get("error") is not None:
-            text = f"no verdict: mediapipe did not run ({ours['error']})"
-        elif key in by_group:
-            text = verdict(by_group[key], ours.get("unit"))
-        else:
-            text = "no verdict: no peer ran beside mediapipe"
-        if key[0] in short and key in by_group:
-            text += f" (too short to trust: see {key[0]}'s warning)"
-        lines.append(f"{_group_label(report, key)}: {text}")
-    return lines
-
-
-def short_run_warnings(report: dict[str, Any]) -> dict[str, str]:
-    """scenario -> a warning where some row's timed work is too short to trust (`too_short`):
-    which rows, why, and the ``--batches`` that would do."""
-    settings = report.get("settings", {})
-    batches, repeats = settings.get("batches"), settings.get("repeats")
-    if not batches or not repeats:
-        return {}
-    out = {}
-    for scenario in _scenarios(report):
-        ran = [r for r in report["results"] if r["scenario"] == scenario and r.get("error") is None
-               and (r.get("stages") or {}).get("total") is not None]
-        short = [(r, why) for r in ran if (why := too_short(batches, r["workers"], r["stages"]["total"]))]
-        if not short:
-            continue
-        who = ("every row" if len(short) == len(ran) else f"{len(short)} of {len(ran)} rows" if len(short) > 3
-               else ", ".join(f"{r['backend']} {r['device']} w{r['workers']}" for r, _ in short))
-        counts = list(dict.fromkeys(reason for _, why in short for reason in why if " timed " not in reason))
-        seconds = sorted(r["stages"]["total"] for r, _ in short)
-        spread = f"{seconds[0]:.2f}" + (f"-{seconds[-1]:.2f}" if seconds[-1] - seconds[0] >= 0.005 else "")
-        needed = max(batches_to_trust(batches, repeats, r["workers"], r["stages"]["total"]) for r, _ in short)
-        out[scenario] = (
-            f"too short to trust ({who}): {'; '.join([*counts, f'{spread} s timed in all'])}. A rate needs "
-            f"at least {MIN_REP_BATCHES} batches in each repetition and {MIN_BATCHES_PER_WORKER} per worker, and "
-            f"{MIN_TIMED_SECONDS:.0f} s of timed work over the repetitions, or the loaders' start and the batches "
-            f"in flight weigh on it: rerun with --batches {needed} or more")
-    return out
-
-
 def _grid(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
@@ -378,14 +274,6 @@ def _table(report: dict[str, Any], scenario: str, rows: list[dict[str, Any]], wi
     return _blocks([h for h, _ in columns], cells, len(keys), [len(speed), len(cost)], width)
 
 
-def _scenarios(report: dict[str, Any]) -> list[str]:
-    seen: list[str] = []
-    for r in report["results"]:
-        if r["scenario"] not in seen:
-            seen.append(r["scenario"])
-    return seen
-
-
 def _stage_columns(report: dict[str, Any], scenario: str) -> list[str]:
     """STAGE_COLUMNS, with the parts of decode some row of ``scenario`` has (video) after decode."""
     rows = [r.get("stages") or {} for r in report["results"] if r["scenario"] == scenario]
@@ -395,13 +283,13 @@ def _stage_columns(report: dict[str, Any], scenario: str) -> list[str]:
 
 
 def _stage_headers(report: dict[str, Any], scenario: str) -> list[str]:
-    several = len(_labels(report, scenario)) > 1
+    several = len(data_labels(report, scenario)) > 1
     return ["backend", *(["data"] if several else []), "device", "workers", *_stage_columns(report, scenario), "total"]
 
 
 def _stage_rows(report: dict[str, Any], scenario: str) -> list[list[str]]:
     rows = []
-    several = len(_labels(report, scenario)) > 1
+    several = len(data_labels(report, scenario)) > 1
     columns = _stage_columns(report, scenario)
     for r in report["results"]:
         if r["scenario"] == scenario and r.get("error") is None and r.get("stages"):
@@ -437,7 +325,7 @@ def _shown_columns(report: dict[str, Any], scenario: str) -> list[str]:
 def _legend(report: dict[str, Any]) -> list[str]:
     """What the shown columns and backends mean (`mediapipe.bench.legend`)."""
     headers: list[str] = []
-    for scenario in _scenarios(report):
+    for scenario in scenarios_of(report):
         headers += [h for h in _shown_columns(report, scenario) if h not in headers]
     backends = list(dict.fromkeys(r["backend"] for r in report["results"] if r.get("error") is None))
     return legend_lines(headers, backends)
@@ -468,7 +356,7 @@ def _scenario_block(report: dict[str, Any], scenario: str, warning: str | None) 
         out += _wrap("stage seconds (worker stages summed over workers, decode_* the parts of decode; consumer "
                      "stages add up to total; stages that took no time left out):")
         out += ["  " + line if line else "" for line in stages]
-    several = len(_labels(report, scenario)) > 1
+    several = len(data_labels(report, scenario)) > 1
     for r in rows:
         if r.get("error") is not None:
             out += _wrap(f"{_who(r, several)}: {r['error']}", "  ")
@@ -514,7 +402,7 @@ def render_table(report: dict[str, Any]) -> str:
     a warning where the run was too short to trust; then the verdict, a line per scenario."""
     out = _wrap(_machine_line(report))
     warnings = short_run_warnings(report)
-    for scenario in _scenarios(report):
+    for scenario in scenarios_of(report):
         out.append("")
         out += _scenario_block(report, scenario, warnings.get(scenario))
     lines = verdicts(report)
@@ -554,7 +442,7 @@ def render_markdown(report: dict[str, Any]) -> str:
            f"Python {machine.get('python', '?')}; "
            + ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items()), ""]
     warnings = short_run_warnings(report)
-    for scenario in _scenarios(report):
+    for scenario in scenarios_of(report):
         rows = [r for r in report["results"] if r["scenario"] == scenario]
         title, *data_lines = _scenario_header(report, scenario)
         out += [f"## {scenario}", "", title, "", *(f"- {line}" for line in data_lines), ""]
@@ -562,7 +450,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             out += [f"**Warning:** {warnings[scenario]}", ""]
         ok = [r for r in rows if r.get("error") is None]
         columns = _filled(_columns(report, scenario), report, ok)
-        several = len(_labels(report, scenario)) > 1
+        several = len(data_labels(report, scenario)) > 1
         if ok:
             out += table([h for h, _ in columns], [[cell(report, r) for _, cell in columns] for r in ok])
         stage_rows = _stage_rows(report, scenario)
@@ -611,97 +499,3 @@ def write_markdown(report: dict[str, Any], path: Path) -> None:
 
 
 # one colour per backend in every panel and every plot (this library first); as many as backends
-_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
-            "tab:olive", "tab:cyan", "black", "gold", "teal", "navy", "lime", "maroon")
-
-
-def backend_colour(backend: str) -> str:
-    """The plot colour of a backend: fixed by its place in the legend's list of backends."""
-    names = list(BACKENDS)
-    at = names.index(backend) if backend in names else len(names) + sum(map(ord, backend))
-    return _COLOURS[at % len(_COLOURS)]
-
-
-def _dataset_name(report: dict[str, Any], scenario: str) -> str:
-    """The dataset a scenario ran on, as the report names it (its folder's name)."""
-    path = (report.get("datasets", {}).get(scenario) or {}).get("path")
-    return Path(path).name if path else "?"
-
-
-def _bars(ax: Any, report: dict[str, Any], scenario: str, ok: list[dict[str, Any]]) -> None:
-    """Throughput per backend at the largest worker count: a horizontal bar each, its label at its side."""
-    top = max(r["workers"] for r in ok)
-    best = [r for r in ok if r["workers"] == top]
-    several = len(_labels(report, scenario)) > 1
-    labels = [f"{r['backend']} {r['device']}" + (f" {r.get('data')}" if several else "") for r in best]
-    values = [r["samples_per_s"] for r in best]
-    errors = [[v - r["samples_per_s_min"] for v, r in zip(values, best)],
-              [r["samples_per_s_max"] - v for v, r in zip(values, best)]]
-    baseline = (_labels(report, scenario) or [None])[0]
-    hatches = ["//" if several and r.get("data") != baseline else "" for r in best]  # not the first dataset
-    ax.barh(range(len(best)), values, xerr=errors, color=[backend_colour(r["backend"]) for r in best], capsize=3,
-            hatch=hatches, edgecolor="white")
-    ax.set_yticks(range(len(best)), labels, fontsize=8)
-    ax.invert_yaxis()  # the first backend on top
-    cold = ", cold cache" if report.get("settings", {}).get("cold_cache") else ""
-    dataset = "several datasets" if several else _dataset_name(report, scenario)
-    ax.set_title(f"{scenario} on {dataset}, {top} worker{'' if top == 1 else 's'}{cold}", fontsize=10)
-    ax.set_xlabel(f"{best[0]['unit']}/s (median, min-max)")
-
-
-def _scaling(ax: Any, report: dict[str, Any], scenario: str, ok: list[dict[str, Any]]) -> None:
-    """Samples/s against workers, a line per backend and device, the legend below the axes."""
-    several = len(_labels(report, scenario)) > 1
-    lines: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
-    for r in ok:
-        on = (r.get("data") or "") if several else ""
-        lines.setdefault((r["backend"], r["device"], on), []).append((r["workers"], r["samples_per_s"]))
-    for (backend, device, on), points in sorted(lines.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=backend_colour(backend),
-                linestyle="-" if device == "cpu" else "--", label=f"{backend} {device}" + (f" on {on}" if on else ""))
-    ax.set_xticks(sorted({r["workers"] for r in ok}))
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("workers")
-    ax.set_ylabel(f"{ok[0]['unit']}/s")
-    ax.set_title(f"{scenario}: scaling", fontsize=10)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
-    if len({r["workers"] for r in ok}) == 1:
-        ax.text(0.5, 0.1, "one worker count: --workers 1,2,4 draws the curve", ha="center", transform=ax.transAxes,
-                fontsize=8)
-
-
-def plot_figure(report: dict[str, Any]) -> Any:
-    """The matplotlib figure `write_plot` saves: per scenario a column, throughput per backend
-    (bars, at the largest worker count) above samples/s against workers (the scaling curve)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scenarios = _scenarios(report)
-    columns = max(1, len(scenarios))
-    fig, axes = plt.subplots(2, columns, figsize=(5.5 * columns, 9), squeeze=False, layout="constrained")
-    for col, scenario in enumerate(scenarios):
-        ok = [r for r in report["results"] if r["scenario"] == scenario and r.get("samples_per_s")]
-        if ok:
-            _bars(axes[0][col], report, scenario, ok)
-            _scaling(axes[1][col], report, scenario, ok)
-        else:
-            axes[0][col].text(0.5, 0.5, "no backend ran", ha="center", va="center")
-            axes[1][col].axis("off")
-    machine = report.get("machine", {})
-    gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
-    fig.suptitle(f"mediapipe bench: {machine.get('cores', '?')} cores ({machine.get('cpu', '?')}){gpu}", fontsize=11)
-    return fig
-
-
-def write_plot(report: dict[str, Any], path: Path) -> None:
-    """Save `plot_figure` as a PNG at ``path``."""
-    import matplotlib.pyplot as plt
-
-    fig = plot_figure(report)
-    try:
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-    finally:
-        plt.close(fig)

@@ -57,10 +57,11 @@ def default_json_path(cache_dir: Path | None) -> Path:
 def _write_outputs(report: dict, args: argparse.Namespace) -> list[str]:
     """Write the JSON (always), Markdown and plot asked for; a line per file saying where it went,
     or why it could not be written (the table is printed either way)."""
+    from mediapipe.bench import plot
     from mediapipe.bench import report as rpt
 
     wanted = [("results (JSON)", args.json, rpt.write_json), ("tables (Markdown)", args.markdown, rpt.write_markdown),
-              ("plot", args.plot, rpt.write_plot)]
+              ("plot", args.plot, plot.write_plot)]
     lines = []
     for what, path, write in wanted:
         if what.startswith("results") and path is None:
