@@ -281,6 +281,7 @@ def _exits(image_folder) -> dict:
                            [A.Resize((16, 16)), _Slow()], batch_size=4, device="cpu")
         it = iter(pipe.loader(num_workers=2))
         pids = it.worker_pids
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python sets it (an earlier test may not)
         stop = threading.Event()
 
         def press_ctrl_c() -> None:  # again until it lands: one that lands in a finaliser is ignored by Python
@@ -294,10 +295,10 @@ def _exits(image_folder) -> dict:
                 for _ in it:
                     pass
         finally:
-            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a press after the first is not a failure
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a press after the first is not a failure
             stop.set()
             presser.join()
-            signal.signal(signal.SIGINT, handler)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         return pids
 
     def abandoned() -> list[int]:
