@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.color import to_dtype
-from mediapipe.stages import memory
+from mediapipe.stages import memory, scratch
 
 
 def max_value(x: torch.Tensor) -> float:
@@ -50,7 +50,7 @@ def apply_rows(x: torch.Tensor, rows: torch.Tensor, kernel: Callable[[torch.Tens
     """x with the samples at ``rows`` (host indices, int64) replaced by ``kernel(picks, group)``, where
     ``group`` is those samples (or a piece of them) and ``picks`` their positions in ``rows`` (to pick
     their per-sample values). Returns (the result, whether it is a tensor of ours to write in place:
-    ``owned`` says whether x already is). On the CPU a large group runs in pieces that stay in cache."""
+    ``owned`` says whether x already is; so is a batch the batch stage owns, `scratch`). On the CPU a large group runs in pieces that stay in cache."""
     n = rows.numel()
     if n == 0:
         return x, owned
@@ -58,6 +58,7 @@ def apply_rows(x: torch.Tensor, rows: torch.Tensor, kernel: Callable[[torch.Tens
     if n == x.shape[0] and step >= n:
         done = kernel(torch.arange(n), x)
         return done, owned or done is not x
+    owned = owned or scratch.writable(x)
     out = x if owned else memory.empty(x.shape, x.dtype, x.device).copy_(x)  # shared memory in a worker
     if x.device.type != "cpu":
         index = rows.to(x.device)

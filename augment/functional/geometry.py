@@ -321,10 +321,10 @@ def warp_affine(
     # torchvision's _affine_grid: pixel-centred base grid, theta rescaled by the *input* size
     xs = torch.linspace((1.0 - ow) * 0.5, (ow - 1.0) * 0.5, steps=ow, device=x.device, dtype=dtype)
     ys = torch.linspace((1.0 - oh) * 0.5, (oh - 1.0) * 0.5, steps=oh, device=x.device, dtype=dtype)
-    base = torch.stack((xs.expand(oh, ow), ys[:, None].expand(oh, ow), torch.ones(oh, ow, device=x.device, dtype=dtype)),
-                       dim=-1)
     rescaled = theta.transpose(1, 2) / torch.tensor([0.5 * w, 0.5 * h], device=x.device, dtype=dtype)
-    grid = base.reshape(1, oh * ow, 3).expand(b, -1, -1).bmm(rescaled).reshape(b, oh, ow, 2)
+    # base (x, y, 1) @ rescaled, as x * row0 + y * row1 + row2 (what the bmm of 3 terms computes)
+    grid = (xs.reshape(1, 1, ow, 1) * rescaled[:, None, None, 0] + ys.reshape(1, oh, 1, 1) * rescaled[:, None, None, 1]
+            ).add_(rescaled[:, None, None, 2])
 
     lead = x.shape[1:-3]
     planes = x.reshape(b, -1, h, w).to(dtype)  # (B, T*C, H, W): one grid for all frames

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from mediapipe.stages import memory
+from mediapipe.stages import memory, scratch
 
 # fn(samples, index): the kernel on the selected samples; ``index`` (int64, on the flags' device)
 # says which they are, to pick their parameters, or is None when the whole batch is given
@@ -27,7 +27,8 @@ def on_host(x: torch.Tensor, flags: torch.Tensor) -> bool:
 def where_selected(x: torch.Tensor, flags: torch.Tensor, fn: Kernel) -> torch.Tensor:
     """``fn`` on the samples of ``x`` (B, ...) whose ``flags`` (B,) are true; the rest pass unchanged.
 
-    On the CPU only the selected samples are computed (the flags are on the host there); on a
+    On the CPU only the selected samples are computed (the flags are on the host there) and
+    written into ``x`` itself where the batch stage owns it (`scratch`), else into a copy; on a
     device ``fn`` runs on the whole batch and ``torch.where`` keeps each sample's own result, so
     no count of the selected samples is read back (a read would make the host wait).
     """
@@ -38,7 +39,8 @@ def where_selected(x: torch.Tensor, flags: torch.Tensor, fn: Kernel) -> torch.Te
             return x
         if index.numel() == x.shape[0]:
             return fn(x, None)
-        out = memory.empty(x.shape, x.dtype, x.device).copy_(x)  # in a worker: shared, sent without a copy
-        return out.index_copy_(0, index, fn(x.index_select(0, index), index).to(x.dtype))
+        done = fn(x.index_select(0, index), index).to(x.dtype)
+        out = x if scratch.writable(x) else memory.empty(x.shape, x.dtype, x.device).copy_(x)  # shared in a worker
+        return out.index_copy_(0, index, done)
     out = fn(x, None)
     return torch.where(flags.to(x.device).reshape(-1, *(1,) * (x.ndim - 1)), out, x)

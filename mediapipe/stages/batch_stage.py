@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from mediapipe.augment.base import Params
-from mediapipe.plan import Plan
+from mediapipe.plan import PlacedOp, Plan
+from mediapipe.stages import scratch
 from mediapipe.stages.collate import stack_params
 from mediapipe.stages.draws import draw, draw_per_batch
 
@@ -45,22 +46,33 @@ def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, 
 def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:
     """The batch-stage ops on a collated batch, in order; an op another absorbs runs inside it on
     the absorber's fields, and on its own other fields (a mask, boxes) just before it. Fields
-    batched as lists (boxes) are moved to the batch's device here, with the rest of the batch."""
+    batched as lists (boxes) are moved to the batch's device here, with the rest of the batch.
+    An op may write in place what earlier ops made for this batch (`scratch`), never the
+    collated batch."""
     _lists_to(data, plan.device)
+    fresh: set[int] = set()  # memories the ops made for this batch (`scratch`): later ops may write them
     for p in plan.batch_ops:
         if p.index in plan.done_by_next:
             continue
-        before = plan.absorbed.get(p.index)
-        if before is None:
-            p.op.apply_fields(data, params[p.index])
-            continue
-        rest = [f for f in before.op.inputs if f not in p.op.inputs]
-        if rest:
-            before.op.apply_fields(data, params[before.index], only=rest,
-                                   canvas_size=before.op.canvas_of(data, p.op.inputs))
-        for field in p.op.inputs:
-            data[field] = p.op.apply_absorbing(data[field], params[p.index], before.op, params[before.index])
+        held = set(scratch.storages(data))
+        with scratch.owned_by_stage(fresh, data):
+            _run_op(plan, p, data, params)
+        fresh |= set(scratch.storages(data)) - held
     return data
+
+
+def _run_op(plan: Plan, p: PlacedOp, data: dict[str, Any], params: dict[int, Params]) -> None:
+    """One batch op on ``data``, with the op it absorbs (if any)."""
+    before = plan.absorbed.get(p.index)
+    if before is None:
+        p.op.apply_fields(data, params[p.index])
+        return
+    rest = [f for f in before.op.inputs if f not in p.op.inputs]
+    if rest:
+        before.op.apply_fields(data, params[before.index], only=rest,
+                               canvas_size=before.op.canvas_of(data, p.op.inputs))
+    for field in p.op.inputs:
+        data[field] = p.op.apply_absorbing(data[field], params[p.index], before.op, params[before.index])
 
 
 def _lists_to(data: dict[str, Any], device: torch.device) -> None:

@@ -1,0 +1,46 @@
+"""Batch tensors an op may overwrite in place: those an earlier batch op made for this batch and
+that no other field shares. A kernel that changes a few samples of a batch (RandomErasing, an
+auto-augment op drawn by some samples) then writes them into the batch instead of copying it
+whole first; anything else (the collated batch, a field two outputs share, a tensor a caller
+passed to ``op.apply``) is copied as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+_writable: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("writable", default=frozenset())
+
+
+def storage_key(x: torch.Tensor) -> int:
+    """What identifies the memory under ``x`` (views of one tensor share it)."""
+    return x.untyped_storage().data_ptr()
+
+
+def writable(x: Any) -> bool:
+    """Whether ``x`` may be written in place: a CPU or device tensor on memory the batch stage
+    owns for this batch (`owned_by_stage`)."""
+    return isinstance(x, torch.Tensor) and x.numel() > 0 and storage_key(x) in _writable.get()
+
+
+def storages(data: dict[str, Any]) -> Counter:
+    """How many fields of ``data`` each tensor memory backs."""
+    return Counter(storage_key(v) for v in data.values() if isinstance(v, torch.Tensor) and v.numel() > 0)
+
+
+@contextlib.contextmanager
+def owned_by_stage(fresh: set[int], data: dict[str, Any]) -> Iterator[None]:
+    """While an op runs: the memories in ``fresh`` (made by earlier ops for this batch) that back
+    exactly one field of ``data`` may be written in place."""
+    counts = storages(data)
+    token = _writable.set(frozenset(k for k in fresh if counts.get(k) == 1))
+    try:
+        yield
+    finally:
+        _writable.reset(token)
