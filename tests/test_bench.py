@@ -88,6 +88,20 @@ def test_stage_times_add_up_to_the_total(bench_run: dict) -> None:
             assert st["step"] >= 2 * 2 * 0.001  # 2 repetitions x 2 batches x 1 ms
 
 
+def test_each_batch_stage_op_has_its_cost_per_image(bench_run: dict) -> None:
+    """image-train's batch ops run in the workers: their seconds add up to within the batch
+    stage's, and the report gives each op's microseconds per image."""
+    row = next(r for r in bench_run["report"]["results"] if (r["scenario"], r["backend"]) == ("image-train", "mediapipe"))
+    ops = {k: v for k, v in row["stages"].items() if k.startswith("op:")}
+    assert set(ops) == {"op:Normalize"}  # the flip is done by Normalize, inside its time
+    assert 0 < sum(ops.values()) <= row["stages"]["worker_batch_ops"]
+    lines = report.op_cost_lines(bench_run["report"], "image-train")
+    assert lines[0].startswith("mediapipe (cpu, 1 workers): batch-stage ops, worker µs per image: Normalize ")
+    assert all(" Normalize " in line for line in lines)  # every row of this library's loader (on HF files too)
+    assert "batch-stage ops" in report.render_table(bench_run["report"])
+    assert "batch-stage ops" in (bench_run["dir"] / "r.md").read_text()
+
+
 def test_outputs_written(bench_run: dict) -> None:
     out = bench_run["dir"]
     md = (out / "r.md").read_text()

@@ -22,6 +22,7 @@ RESULT_VERSION = 1
 INPUT_BOUND_FRACTION = 0.05  # input-bound: the consumer waited more than 5% of the simulated step time
 STAGE_SLACK = 0.15  # consumer stages + harness overhead add up to the timed total within 15% (+ 50 ms)
 STAGE_SLACK_SECONDS = 0.05
+OP_PREFIX = "op:"  # a batch-stage op's seconds in the loader's stats
 WORKER_STAGES = ("read", "decode", "sample_ops", "collate", "worker_batch_ops")  # seconds summed over workers
 CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # wall seconds, add up to total
 LOADER_STAGE_NAMES = {"transfer": "host_to_device"}  # Loader.stats -> report
@@ -321,13 +322,15 @@ def growth_pct(values: list[float]) -> float | None:
 def stage_table(reps: list[Rep]) -> dict[str, float]:
     """Stage seconds over all timed windows. Worker stages (read, decode, sample_ops, collate,
     and worker_batch_ops where the batch stage runs in the workers) are summed over workers; the consumer stages (wait, host_to_device, device_ops, step and
-    ``other``, the harness's own time) add up to ``total``, the timed wall seconds."""
+    ``other``, the harness's own time) add up to ``total``, the timed wall seconds. "op:<name>":
+    each batch-stage op's part of worker_batch_ops."""
     total = sum(r.seconds for r in reps)
     out: dict[str, float] = {}
     for r in reps:
         for name, value in r.stages.items():
             name = LOADER_STAGE_NAMES.get(name, name)
-            if name in WORKER_STAGES or name in PART_STAGES or name in ("host_to_device", "device_ops"):
+            if name in WORKER_STAGES or name in PART_STAGES or name in ("host_to_device", "device_ops") \
+                    or name.startswith(OP_PREFIX):
                 out[name] = out.get(name, 0.0) + value
     out["wait"] = sum(r.stages.get("wait", r.wait) for r in reps)  # the loader's own, where it has one
     out["step"] = sum(r.step for r in reps)

@@ -18,6 +18,7 @@ from typing import Any
 
 from mediapipe.bench.core import (
     DECODE_PARTS,
+    OP_PREFIX,
     WORKER_STAGES,
 )
 from mediapipe.bench.legend import legend_lines
@@ -356,10 +357,27 @@ def _scenario_block(report: dict[str, Any], scenario: str, warning: str | None) 
         out += _wrap("stage seconds (worker stages summed over workers, decode_* the parts of decode; consumer "
                      "stages add up to total; stages that took no time left out):")
         out += ["  " + line if line else "" for line in stages]
+    for line in op_cost_lines(report, scenario):
+        out += _wrap(line, "  ")
     several = len(data_labels(report, scenario)) > 1
     for r in rows:
         if r.get("error") is not None:
             out += _wrap(f"{_who(r, several)}: {r['error']}", "  ")
+    return out
+
+
+def op_cost_lines(report: dict[str, Any], scenario: str) -> list[str]:
+    """Per row that timed its batch-stage ops (this library's, in the workers): each op's worker
+    microseconds per image, in pipeline order."""
+    out = []
+    several = len(data_labels(report, scenario)) > 1
+    for r in report["results"]:
+        st = r.get("stages") or {}
+        ops = {k[len(OP_PREFIX):]: v for k, v in st.items() if k.startswith(OP_PREFIX)}
+        samples = (r.get("samples_per_s") or 0.0) * (st.get("total") or 0.0)
+        if r["scenario"] == scenario and r.get("error") is None and ops and samples > 0:
+            costs = ", ".join(f"{name} {1e6 * v / samples:.0f}" for name, v in ops.items())
+            out.append(f"{_who(r, several)}: batch-stage ops, worker µs per image: {costs}")
     return out
 
 
@@ -460,6 +478,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                     or any(r[i] not in EMPTY for r in stage_rows)]
             out += ["", "Stage seconds (worker stages summed over workers):", ""]
             out += table([headers[i] for i in keep], [[r[i] for i in keep] for r in stage_rows])
+        costs = op_cost_lines(report, scenario)
+        if costs:
+            out += ["", *(f"- {line}" for line in costs)]
         errors = [r for r in rows if r.get("error") is not None]
         if errors:
             out += ["", "Not run:", ""]

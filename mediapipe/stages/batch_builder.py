@@ -49,7 +49,7 @@ class BatchBuilder:
         host = self.collated(task)
         if self.batch_ops == "worker":
             t0 = time.perf_counter()
-            host.data = run_batch_ops(self.plan, host.data, host.params)
+            host.data = run_batch_ops(self.plan, host.data, host.params, host.stats.seconds)
             host.stats.seconds["batch_ops"] += time.perf_counter() - t0
             host.params, host.batch_ops_where = {}, "worker"
         return lend(host)

@@ -4,6 +4,8 @@ device: same parameters, same kernels, same values)."""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -43,20 +45,25 @@ def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, 
     return out
 
 
-def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params]) -> dict[str, Any]:
+def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params], seconds: Counter | None = None
+                  ) -> dict[str, Any]:
     """The batch-stage ops on a collated batch, in order; an op another absorbs runs inside it on
     the absorber's fields, and on its own other fields (a mask, boxes) just before it. Fields
     batched as lists (boxes) are moved to the batch's device here, with the rest of the batch.
     An op may write in place what earlier ops made for this batch (`scratch`), never the
-    collated batch."""
+    collated batch. ``seconds`` (on the CPU, where a kernel's time is its call's) gets each op's
+    time under ``"op:<its class>"``."""
     _lists_to(data, plan.device)
     fresh: set[int] = set()  # memories the ops made for this batch (`scratch`): later ops may write them
     for p in plan.batch_ops:
         if p.index in plan.done_by_next:
             continue
         held = set(scratch.storages(data))
+        t0 = time.perf_counter()
         with scratch.owned_by_stage(fresh, data):
             _run_op(plan, p, data, params)
+        if seconds is not None:
+            seconds[f"op:{type(p.op).__name__}"] += time.perf_counter() - t0
         fresh |= set(scratch.storages(data)) - held
     return data
 
