@@ -219,7 +219,22 @@ class JpegFrame:
 
 def jpeg_frame(data: bytes) -> JpegFrame | None:
     """The start-of-frame segment, found by walking the segments before it (bounded by the
-    data); None for data that is not a readable JPEG header."""
+    data); None for data that is not a readable JPEG header. The last file's answer is kept:
+    a sample's probe, checks and decode all ask about the same (immutable) bytes."""
+    global _last_frame
+    last = _last_frame
+    if last is not None and last[0] is data:
+        return last[1]
+    frame = _walk_to_frame(data)
+    if type(data) is bytes:
+        _last_frame = (data, frame)
+    return frame
+
+
+_last_frame: tuple[bytes, JpegFrame | None] | None = None  # (data, its frame): one file's, see jpeg_frame
+
+
+def _walk_to_frame(data: bytes) -> JpegFrame | None:
     for marker, i, _ in segments(data):
         if marker in (NOT_A_MARKER, START_OF_SCAN, END_OF_IMAGE):  # a scan before any frame: malformed
             return None
