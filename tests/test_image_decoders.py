@@ -177,19 +177,19 @@ def test_a_files_header_is_walked_once_whatever_asks(photo, monkeypatch):
     file, or bytes that could change under it (a bytearray), are walked again."""
     import importlib
 
-    I = importlib.import_module("mediapipe.decoders.image")
+    image_module = importlib.import_module("mediapipe.decoders.image")
 
     walks = []
-    walk = I._walk_to_frame
-    monkeypatch.setattr(I, "_walk_to_frame", lambda data: walks.append(len(data)) or walk(data))
+    walk = image_module._walk_to_frame
+    monkeypatch.setattr(image_module, "_walk_to_frame", lambda data: walks.append(len(data)) or walk(data))
     data, other = encode(photo, "JPEG", quality=90), encode(photo[:64], "JPEG", quality=90)
     decoder = create("image", "auto", limits=Limits())
     decoder.probe(Blob("a.jpg", data=data))
     decoder.decode(Blob("a.jpg", data=data), DecodeHint(), RNG, {})
     assert walks == [len(data)]
-    assert I.jpeg_frame(other).height == 64 and I.jpeg_frame(data).height == 120
+    assert image_module.jpeg_frame(other).height == 64 and image_module.jpeg_frame(data).height == 120
     assert walks == [len(data), len(other), len(data)]
     mutable = bytearray(data)
-    I.jpeg_frame(mutable)
-    mutable[I.jpeg_frame(data).offset + 6] = 7  # the declared height's low byte
-    assert I.jpeg_frame(mutable).height == 7
+    image_module.jpeg_frame(mutable)
+    mutable[image_module.jpeg_frame(data).offset + 6] = 7  # the declared height's low byte
+    assert image_module.jpeg_frame(mutable).height == 7
