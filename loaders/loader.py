@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from mediapipe.pipeline import Pipeline
+    from mediapipe.stages.epoch_cache import EpochCache
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,9 @@ class HostBatchLoader(LoaderBase):
     batches come from (`_host_batches`) and what a pass gives back when it ends (`_give_back`)."""
 
     def __init__(self, pipeline: Pipeline, *, num_workers: int, prefetch: int, pin_memory: bool | None,
-                 timeout: float, batch_ops_in_workers: bool | None, **sampling: Unpack[SamplingOptions]) -> None:
-        super().__init__(pipeline, num_workers=num_workers, prefetch=prefetch, **sampling)
+                 timeout: float, batch_ops_in_workers: bool | None, cache: Any = None,
+                 **sampling: Unpack[SamplingOptions]) -> None:
+        super().__init__(pipeline, num_workers=num_workers, prefetch=prefetch, cache=cache, **sampling)
         check_seconds("timeout", timeout)
         self.timeout = timeout
         self.pin_memory = self.device.type == "cuda" if pin_memory is None else pin_memory
@@ -115,20 +117,31 @@ class Loader(HostBatchLoader):
     a `WorkerError`, with process or thread workers (a stuck thread cannot be stopped: it is
     left to finish on its own).
 
+    ``cache``: an epoch cache (`mediapipe.EpochCache`; "shm" or a folder path for one with the
+    default budget), filled in the first epoch and read from the next: the decoded images,
+    after the deterministic sample ops, shared by the workers and the ranks of one machine.
+    Its fields are decoded whole (no op fused into their decoder), so the batches equal an
+    uncached loader's of the unfused plan; see `mediapipe.stages.epoch_cache`.
+
     ``stats`` counts the batches delivered: worker seconds summed over workers (read, decode,
     sample_ops, collate, and batch_ops when the batch stage runs in the workers, as it does
-    for a CPU device), the consumer's wall seconds (startup of workers, wait for a batch,
-    transfer to the device, device_ops, of which device_decode), and failed samples by reason.
+    for a CPU device; cache_read and cache_write with a cache), the consumer's wall seconds
+    (startup of workers, wait for a batch, transfer to the device, device_ops, of which
+    device_decode), failed samples by reason, and ``stats.cache``: the cache's hits, misses,
+    stored, skipped and rejected entries.
     """
+
+    takes_cache = True
 
     def __init__(self, pipeline: Pipeline, *, num_workers: int = 0, prefetch: int = 2,
                  worker_type: WorkerType = "process", multiprocessing_context: str | None = None,
                  persistent_workers: bool = False, pin_memory: bool | None = None, timeout: float = 0.0,
-                 batch_ops_in_workers: bool | None = None, **sampling: Unpack[SamplingOptions]) -> None:
+                 batch_ops_in_workers: bool | None = None, cache: EpochCache | str | os.PathLike | None = None,
+                 **sampling: Unpack[SamplingOptions]) -> None:
         if worker_type not in WORKER_TYPES:
             raise ValueError(f"worker_type={worker_type!r}: expected one of {WORKER_TYPES}")
         super().__init__(pipeline, num_workers=num_workers, prefetch=prefetch, pin_memory=pin_memory,
-                         timeout=timeout, batch_ops_in_workers=batch_ops_in_workers, **sampling)
+                         timeout=timeout, batch_ops_in_workers=batch_ops_in_workers, cache=cache, **sampling)
         self.worker_type = worker_type
         if multiprocessing_context is None and num_workers and worker_type == "process" and self.plan.workers_use_cuda:
             multiprocessing_context = cuda_access.worker_start_method()  # CUDA does not survive fork

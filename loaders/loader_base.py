@@ -14,8 +14,9 @@ import importlib
 import os
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from mediapipe.errors import PipelineError
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
 
     from mediapipe.pipeline import Pipeline
     from mediapipe.plan import Plan
+    from mediapipe.stages.epoch_cache import EpochCache
 
-__all__ = ["BACKENDS", "LoaderBase", "PassCursor", "SamplingOptions", "check_count",
+__all__ = ["BACKENDS", "LoaderBase", "LoaderStats", "PassCursor", "SamplingOptions", "check_count",
            "check_seconds", "loader_class",
            "place_batch_ops"]
 
@@ -142,6 +144,21 @@ def state_parts(state: Any) -> dict[str, Any]:
 
 
 @dataclass
+class LoaderStats(StageStats):
+    """A loader's `StageStats`, with ``cache``: the epoch cache's counts (hits, misses, stored,
+    skipped, rejected; see `mediapipe.stages.epoch_cache`), merged from each delivered batch's."""
+
+    cache: Counter = field(default_factory=Counter)
+
+    def merge(self, other: StageStats) -> None:
+        super().merge(other)
+        self.cache.update(getattr(other, "cache", None) or {})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "cache": dict(self.cache)}
+
+
+@dataclass
 class PassCursor:
     """One pass over an epoch: where it began (``start`` of ``length`` batches) and how many it delivered."""
 
@@ -167,10 +184,15 @@ class LoaderBase:
 
     min_workers = 0  # the fewest ``num_workers`` the backend runs with
     default_workers = 0  # what ``Pipeline.loader(num_workers=0)`` asks this backend for
+    takes_cache = False  # whether the backend keeps an epoch cache (``cache=``)
 
     def __init__(self, pipeline: Pipeline, *, num_workers: int, prefetch: int, shuffle: bool = True,
                  drop_last: bool | None = None, last_batch: LastBatch = "partial", sampler: BatchSampler | None = None,
-                 rank: int | None = None, world_size: int | None = None, repeated_augmentations: int = 1) -> None:
+                 rank: int | None = None, world_size: int | None = None, repeated_augmentations: int = 1,
+                 cache: Any = None) -> None:
+        if cache is not None and not self.takes_cache:
+            raise PipelineError(f"cache={cache!r}: the {type(self).__name__} backend keeps no epoch cache; use the "
+                                "torch backend (pipe.loader(cache=...))")
         check_count("num_workers", num_workers, self.min_workers)
         check_count("prefetch", prefetch, 1)
         resolve_last_batch(last_batch, drop_last)  # refused with a sampler of one's own too
@@ -184,8 +206,14 @@ class LoaderBase:
             rank=self.ranks.rank, world_size=self.ranks.world_size, sampler=sampler,
             repeated_augmentations=repeated_augmentations)
         self.plan = plan_for(self.plan, self.sampler)  # a sampler of draw indices reads them through the source
+        self.cache: EpochCache | None = None
+        if cache is not None:
+            from mediapipe.stages.epoch_cache import resolve_cache
+
+            self.cache = resolve_cache(cache)
+            self.plan = self.plan.with_cache(self.cache)
         warn_if_no_batch(self.sampler)
-        self.stats = StageStats()
+        self.stats = LoaderStats()
         self._current: PassCursor | None = None  # the pass that moves the sampler's position
         self._loaded = False  # load_state_dict ran since the last pass began: the next one starts at its position
         self._resumed = False  # and set_epoch named the loaded epoch since: a loaded end of epoch stays that epoch's

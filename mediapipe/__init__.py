@@ -29,10 +29,12 @@ from mediapipe.errors import (
 if TYPE_CHECKING:
     from mediapipe import augment, decoders, loaders
     from mediapipe.pipeline import Pipeline, PipelineDataset
+    from mediapipe.stages.epoch_cache import EpochCache
 
 __version__ = "0.1.0"
 
 _LAZY = {"Pipeline": "mediapipe.pipeline", "PipelineDataset": "mediapipe.pipeline",
+         "EpochCache": "mediapipe.stages.epoch_cache",
          "augment": None, "decoders": None, "loaders": None}
 
 
@@ -51,6 +53,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "DecodeError", "LimitError", "MediapipeError", "Pipeline", "PipelineDataset", "PipelineError",
+    "DecodeError", "EpochCache", "LimitError", "MediapipeError", "Pipeline", "PipelineDataset", "PipelineError",
     "SampleUnavailableError", "SourceError", "WorkerError", "augment", "decoders", "loaders",
 ]

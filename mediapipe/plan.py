@@ -18,9 +18,10 @@ frame indices). A `Plan` is fixed once built; the stages that run it live in
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from mediapipe.options import ON_ERROR, OnError, Where
 from mediapipe.sample import Blob, SampleRef
 from mediapipe.stages.error_policy import ErrorPolicy
 from mediapipe.torchvision_names import not_an_op_hint
+
+if TYPE_CHECKING:
+    from mediapipe.stages.epoch_cache import CacheBinding, EpochCache
 
 
 @dataclass(frozen=True)
@@ -152,8 +156,17 @@ class Plan:
         self.absorbed = self._absorptions()
         self.done_by_next = {before.index for before in self.absorbed.values()}
         self.decode_order = decode_order(self.decode, self.device_fields)
+        self.cache: CacheBinding | None = None  # a loader's epoch cache (`with_cache`)
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
+
+    def with_cache(self, cache: EpochCache) -> Plan:
+        """A copy of this plan whose sample stage keeps its decoded images in ``cache``
+        (`mediapipe.stages.epoch_cache`); refused (`PipelineError`) for a plan it cannot keep."""
+        cached = copy.copy(self)
+        cached.cache = cache.bind(self)
+        cached._decoders = cached._device_decoders = None
+        return cached
 
     # -- the fields of a batch -----------------------------------------------------------
     def batch_fields(self) -> list[BatchField]:

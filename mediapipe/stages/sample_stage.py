@@ -23,6 +23,7 @@ from mediapipe.plan import PlacedOp, Plan
 from mediapipe.rng import decoder_rng
 from mediapipe.sample import SampleRef
 from mediapipe.stages.draws import draw_within_limits
+from mediapipe.stages.epoch_cache import entry_index
 from mediapipe.stages.progress import PendingDecode, SampleProgress
 from mediapipe.stages.sample_ops import run_sample_ops
 from mediapipe.stages.stats import StageStats
@@ -39,6 +40,13 @@ class SampleStage:
         self.targets = {n: t for n, t in types.items() if n not in plan.decode and t.rows_are_objects
                         and t.kind in (BOXES, KEYPOINTS, MASK)}
         self.targets_canvas = next((n for n in plan.decode if types[n].spec.has_canvas), None)
+        # with an epoch cache: its fields decoded whole (no fusion into them), the ops stored with them
+        # run before storing, the others after reading
+        self.cache = plan.cache
+        self.fused = plan.fused if self.cache is None else self.cache.fused(plan)
+        stored = set(self.cache.prefix) if self.cache is not None else set()
+        self.stored_ops = [p for p in plan.worker_sample_ops if p.index in stored]
+        self.later_ops = [p for p in plan.worker_sample_ops if p.index not in stored]
 
     def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
@@ -46,13 +54,42 @@ class SampleStage:
         ref = self.plan.source.ref(index)
         data = self.source_fields(ref)
         progress = SampleProgress(meta=ref.meta)
+        cached, stamp = self.cached(ref, index, stats)
         decoders, spans = self.plan.decoders(), {}
         for field_index, name in self.plan.decode_order:
-            self.decode_field(ref, name, field_index, decoders[name], epoch, data, progress, stats, spans)
-        t0 = time.perf_counter()
-        run_sample_ops(self.plan, self.plan.worker_sample_ops, data, progress, epoch, index, ref.key)
-        stats.seconds["sample_ops"] += time.perf_counter() - t0
+            if cached is None or name not in self.cache.fields:
+                self.decode_field(ref, name, field_index, decoders[name], epoch, data, progress, stats, spans)
+        t0, writing = time.perf_counter(), 0.0
+        if cached is not None:
+            data.update(cached)
+        else:
+            run_sample_ops(self.plan, self.stored_ops, data, progress, epoch, index, ref.key)
+            if self.cache is not None:
+                writing = self.store(index, stamp, data, stats)
+        run_sample_ops(self.plan, self.later_ops, data, progress, epoch, index, ref.key)
+        stats.seconds["sample_ops"] += time.perf_counter() - t0 - writing
         return data
+
+    def cached(self, ref: SampleRef, index: int, stats: StageStats) -> tuple[dict[str, Any] | None, Any]:
+        """Sample ``index``'s fields from the epoch cache (None: not there, or no cache) and the
+        stamp of its media that an entry stored now records."""
+        if self.cache is None:
+            return None, None
+        t0 = time.perf_counter()
+        stamp = self.cache.stamp(self.plan, ref)
+        values = self.cache.read(entry_index(self.plan, index), stamp, stats)
+        stats.seconds["cache_read"] += time.perf_counter() - t0
+        return values, stamp
+
+    def store(self, index: int, stamp: Any, data: dict[str, Any], stats: StageStats) -> float:
+        """The cached fields of a decoded sample, shrunk to ``max_side`` first where the cache asks
+        (in ``data`` too, so this epoch sees what the next ones read), into the epoch cache; its seconds."""
+        t0 = time.perf_counter()
+        self.cache.shrink(data, self.plan)
+        self.cache.write(entry_index(self.plan, index), stamp, data, stats)
+        seconds = time.perf_counter() - t0
+        stats.seconds["cache_write"] += seconds
+        return seconds
 
     def source_fields(self, ref: SampleRef) -> dict[str, Any]:
         """What a sample takes from its source rather than its decoders: ``index``, ``label``
@@ -124,7 +161,7 @@ class SampleStage:
         stats.bytes += blob.nbytes()
         t1 = time.perf_counter()
         stats.seconds["read"] += t1 - t0
-        hint, fused = NO_HINT, plan.fused.get(name)
+        hint, fused = NO_HINT, self.fused.get(name)
         meta = dict(ref.meta)
         frame = self.targets_frame(ref, name, decoder, blob, data)
         if fused is None and name in plan.device_fields:

@@ -1,0 +1,519 @@
+"""The epoch cache: decoded samples kept from the first epoch and read in the next ones.
+
+``pipe.loader(cache=mp.EpochCache("shm", max_bytes=...))`` (or ``cache="shm"``, or a folder
+path) keeps each sample's image fields as they are after decoding and after the
+deterministic sample-stage ops that follow it (`DETERMINISTIC_OPS`: a fixed Resize,
+CenterCrop, Pad), before the first random op. The store is a folder of files, one per sample,
+so every worker process and every rank on one machine shares it; `/dev/shm` keeps it in RAM.
+
+* **Keyed.** The folder is named by a digest of the source (its fingerprint, its config, its
+  length), the cached fields' decoder specs and the stored ops' configs: a changed pipeline
+  never reads another's entries. Each entry also records its media file's identity (path,
+  offset, size, mtime, ctime, inode; or a digest of in-memory bytes), checked at every read:
+  a file changed in place is a miss, decoded again and stored anew.
+* **Atomic, untrusted.** An entry is written under a temporary name, then renamed: a writer
+  killed at any point leaves no torn entry (its temporary file is ignored, and removed when
+  a loader next opens the cache and its process is gone). Reading checks the magic, the
+  header, every dtype and shape, the size against the budget before anything is allocated,
+  the file's length and a CRC-32: any mismatch is a miss (decoded again), never an error.
+* **Bounded.** ``max_bytes`` bounds the entries of one cache key (one dataset and pipeline),
+  shared by every process through a ledger file updated under ``flock``. A sample that does
+  not fit is not cached and is decoded each epoch as without a cache. The ledger never
+  undercounts: a writer killed between reserving and renaming leaves its reservation
+  counted, so the cache may hold a little less than its budget, never more.
+  `EpochCache.clear` removes the entries.
+* **Lossless by default.** A cached field is decoded whole, at full scale: the op the plan
+  would fuse into the decoder (a RandomResizedCrop decoded as a DCT-scaled region) runs after
+  the cache as an ordinary sample op. Batches are then bit-identical with the cache on, in
+  the epoch that fills it and in those that read it, to an uncached loader of the same
+  unfused plan; they differ from the fused fast path within its quality bound (the fused
+  path's bound is measured against this same full decode). ``max_side`` stores copies whose
+  longer side is at most that many pixels (antialiased resize, FFCV's ``max_resolution``),
+  used in every epoch, so it changes the batches: not lossless.
+
+``loader.stats.cache`` counts hits, misses, stored, skipped (over the budget, or a sample
+whose media cannot be identified) and rejected (an entry that failed a check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import stat
+import struct
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mediapipe.errors import PipelineError
+
+if TYPE_CHECKING:
+    from mediapipe.plan import PlacedOp, Plan
+    from mediapipe.sample import Blob, SampleRef
+    from mediapipe.stages.stats import StageStats
+
+__all__ = ["DEFAULT_SHARE", "DETERMINISTIC_OPS", "EpochCache", "CacheBinding", "cache_counts", "resolve_cache"]
+
+FORMAT = 1
+MAGIC = b"MPEC\x01\x00\x00\x00"
+_PREFIX = struct.Struct("<8sII")  # magic, header length, CRC-32 of header and payload
+ALIGN = 64  # each field's bytes start at a multiple of this
+MAX_HEADER = 1 << 16
+MAX_DIMS = 8
+MAX_ENTRY = 1 << 32  # no entry is read past this, whatever the budget
+DEFAULT_SHARE = 0.5  # cache="shm" or a path: half the free space of its filesystem when the loader is made
+SHM = "/dev/shm"
+DETERMINISTIC_OPS = frozenset({"Resize", "CenterCrop", "Pad"})  # ops whose draw reads only the canvas size
+DTYPES: dict[str, torch.dtype] = {str(d).removeprefix("torch."): d for d in (
+    torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+    torch.float32, torch.float64, torch.bool)}
+_ENTRY = re.compile(r"^(\d+)\.mpc$")
+_TEMP = re.compile(r"^\.(\d+)\.(\d+)\.[0-9a-f]+\.tmp$")  # .<index>.<pid>.<random>.tmp
+_KEY = re.compile(r"^[0-9a-f]{32}$")
+
+
+def cache_counts(stats: StageStats) -> Counter:
+    """The cache's counter on ``stats`` (hits, misses, stored, skipped, rejected), made on first use."""
+    counts = getattr(stats, "cache", None)
+    if counts is None:
+        counts = stats.cache = Counter()  # type: ignore[attr-defined]
+    return counts
+
+
+class EpochCache:
+    """A store of decoded samples shared by a loader's workers and the ranks of one machine.
+
+    ``where``: "shm" (a folder of this user's under /dev/shm: RAM) or a folder path (local NVMe).
+    ``max_bytes``: the budget of one dataset-and-pipeline's entries; default: `DEFAULT_SHARE` of the
+    folder's free space now. Past it, samples are decoded as without a cache. ``max_side``: store
+    copies no longer than this on their longer side (not lossless). See the module docstring."""
+
+    def __init__(self, where: str | os.PathLike = "shm", max_bytes: int | None = None,
+                 max_side: int | None = None) -> None:
+        if not isinstance(where, (str, os.PathLike)) or str(where) == "":
+            raise ValueError(f"EpochCache(where={where!r}): expected 'shm' or a folder path")
+        for name, value in (("max_bytes", max_bytes), ("max_side", max_side)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"EpochCache({name}={value!r}): expected an int >= 1 or None")
+        self.where = str(where)
+        self.root = Path(f"{SHM}/mediapipe-epoch-cache-{os.getuid()}" if self.where == "shm" else where)
+        _own_folder(self.root, strict=self.where == "shm")
+        if max_bytes is None:
+            free = shutil.disk_usage(self.root).free
+            max_bytes = max(1, int(free * DEFAULT_SHARE))
+        self.max_bytes, self.max_side = max_bytes, max_side
+
+    def __repr__(self) -> str:
+        return f"EpochCache({self.where!r}, max_bytes={self.max_bytes}, max_side={self.max_side})"
+
+    def bind(self, plan: Plan) -> CacheBinding:
+        """What this cache keeps of ``plan``'s samples, and where (`CacheBinding`); refuses a plan it cannot
+        keep samples of (`PipelineError`, saying why)."""
+        fields, prefix = cached_fields(plan), stored_prefix(plan)
+        binding = CacheBinding(self, cache_key(plan, fields, prefix, self.max_side), tuple(fields),
+                               tuple(p.index for p in prefix), stored_names(plan, fields, prefix))
+        _own_folder(binding.folder)
+        binding.remove_stale_temps()
+        return binding
+
+    def clear(self) -> None:
+        """Remove every entry this cache's folder holds (every key's)."""
+        for child in self.root.iterdir():
+            if _KEY.match(child.name) and child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def resolve_cache(cache: Any) -> EpochCache | None:
+    """A loader's ``cache=`` as an `EpochCache`: None (no cache), "shm", a folder path, or one given."""
+    if cache is None or isinstance(cache, EpochCache):
+        return cache
+    if isinstance(cache, (str, os.PathLike)) and not isinstance(cache, bool):
+        return EpochCache(cache)
+    raise ValueError(f"cache={cache!r}: expected None, 'shm', a folder path, or mp.EpochCache(where, max_bytes, "
+                     "max_side)")
+
+
+# -- what a plan's cache keeps ------------------------------------------------------------
+def cached_fields(plan: Plan) -> list[str]:
+    """The fields kept: those an image decoder decodes in the workers (a video's clip or an audio
+    window is drawn per epoch: decoded as without a cache)."""
+    if plan.device_fields:
+        raise PipelineError(f"cache=: fields {sorted(plan.device_fields)} decode on the device, which keeps no "
+                            "cache; decode them in the workers (device_decode=False) to cache them")
+    targets = [n for n, t in plan.base_types.items() if n not in plan.decode and t.rows_are_objects]
+    if targets:
+        raise PipelineError(f"cache=: the source gives per-object fields {sorted(targets)}, which the cache does "
+                            "not keep with their image; use the loader without cache=")
+    fields = [n for n, spec in plan.decode.items() if spec.kind == "image" and spec.from_field is None]
+    if not fields:
+        raise PipelineError(f"cache=: no field is decoded by an image decoder (fields: {sorted(plan.decode)}); the "
+                            "cache keeps decoded images only")
+    return fields
+
+
+def stored_prefix(plan: Plan) -> list[PlacedOp]:
+    """The worker sample ops run before storing: the leading ones that are deterministic (by class,
+    `DETERMINISTIC_OPS`) and read and write only cached fields; the first other op ends it."""
+    kept = set(cached_fields(plan))
+    prefix = []
+    for p in plan.worker_sample_ops:
+        if type(p.op).__name__ not in DETERMINISTIC_OPS or p.op.draws_on() or not set(p.op.reads()) <= kept:
+            break
+        prefix.append(p)
+        kept |= set(p.op.writes())
+    return prefix
+
+
+def stored_names(plan: Plan, fields: list[str], prefix: list[PlacedOp]) -> tuple[str, ...]:
+    """The names an entry holds: the cached fields, their side fields, what the stored ops write."""
+    names = list(fields)
+    for name in fields:
+        names += [f"{name}_{side}" for side in plan.decode[name].side_fields]
+    for p in prefix:
+        names += [n for n in p.op.writes() if n not in names]
+    return tuple(names)
+
+
+def base_source(plan: Plan) -> Any:
+    """The source whose samples are cached: a repeated-augmentation view's inner one (its repeats
+    are one sample)."""
+    source = plan.source
+    return source.inner if getattr(source, "copies", None) else source
+
+
+def entry_index(plan: Plan, index: int) -> int:
+    """The cached sample of draw index ``index`` (a repeat ``c * N + i`` is sample i)."""
+    source = base_source(plan)
+    return index % len(source) if source is not plan.source else index
+
+
+def cache_key(plan: Plan, fields: list[str], prefix: list[PlacedOp], max_side: int | None) -> str:
+    """The digest naming a plan's folder: the source, the cached decoders, the stored ops, ``max_side``."""
+    source = base_source(plan)
+    try:
+        config: Any = source.to_config()
+    except NotImplementedError:
+        config = None
+    if config is None and source.fingerprint is None:
+        raise PipelineError(f"cache=: source {type(source).__name__} has neither a fingerprint nor a config "
+                            "(to_config) to key its cache by: a changed dataset could be read from old entries")
+    described = {"format": FORMAT, "source": {"type": type(source).__name__, "fingerprint": source.fingerprint,
+                                             "config": config, "len": len(source)},
+                 "decode": {n: plan.decode[n].to_config() for n in fields},
+                 "ops": [p.op.to_config() for p in prefix], "max_side": max_side}
+    text = json.dumps(described, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def blob_stamp(blob: Blob) -> list[Any] | None:
+    """What identifies a blob's bytes without reading them: its file's path, range, size, times and
+    inode, or a digest of in-memory bytes; None when its file cannot be looked at (then not cached)."""
+    if blob.data is not None:
+        return ["bytes", len(blob.data), hashlib.blake2b(blob.data, digest_size=16).hexdigest()]
+    if blob.path is None:
+        return None
+    try:
+        st = os.stat(blob.path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return ["file", os.path.abspath(blob.path), blob.offset, blob.size, st.st_size, st.st_mtime_ns,
+            st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+# -- one plan's entries ---------------------------------------------------------------------
+@dataclass
+class CacheBinding:
+    """An `EpochCache` bound to one plan: its key's folder, the fields it keeps (``fields``), the
+    sample ops run before storing (``prefix``, op indices) and the names an entry holds (``names``).
+    Pickles to the workers; each process opens the ledger for itself."""
+
+    cache: EpochCache
+    key: str
+    fields: tuple[str, ...]
+    prefix: tuple[int, ...]
+    names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        self._ledger: tuple[int, int] | None = None  # (pid, fd)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ledger"] = None
+        return state
+
+    @property
+    def folder(self) -> Path:
+        return self.cache.root / self.key
+
+    def fused(self, plan: Plan) -> dict[str, PlacedOp]:
+        """The plan's fusions less those into a cached field: those fields are decoded whole."""
+        kept = set(self.fields)
+        return {n: p for n, p in plan.fused.items() if not set(p.op.inputs) & kept}
+
+    def stamp(self, plan: Plan, ref: SampleRef) -> list[Any] | None:
+        """The identity of a sample's cached fields' media (`blob_stamp`), or None: not cacheable."""
+        stamps = []
+        for name in self.fields:
+            try:
+                one = blob_stamp(plan.blob(ref, name))
+            except Exception:  # the sample has no such media: decoding says so
+                return None
+            if one is None:
+                return None
+            stamps.append(one)
+        return stamps
+
+    def path(self, index: int) -> Path:
+        return self.folder / f"{index}.mpc"
+
+    # -- reading --------------------------------------------------------------------------
+    def read(self, index: int, stamp: list[Any] | None, stats: StageStats) -> dict[str, torch.Tensor] | None:
+        """Sample ``index``'s entry, when it is there, whole, and of this ``stamp``; else None (a miss)."""
+        counts = cache_counts(stats)
+        if stamp is None:
+            return None
+        try:
+            fd = os.open(self.path(index), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            counts["misses"] += 1
+            return None
+        try:
+            values = self._parse(fd, stamp)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, UnicodeDecodeError):
+            values = None
+            counts["rejected"] += 1
+        finally:
+            os.close(fd)
+        counts["hits" if values is not None else "misses"] += 1
+        return values
+
+    def _parse(self, fd: int, stamp: list[Any]) -> dict[str, torch.Tensor] | None:
+        """An open entry's fields, every size bounded before it is allocated; None for another stamp.
+        Raises ValueError for an entry that fails a check."""
+        st = os.fstat(fd)
+        limit = min(self.cache.max_bytes, MAX_ENTRY)
+        if not stat.S_ISREG(st.st_mode) or not _PREFIX.size <= st.st_size <= limit:
+            raise ValueError("not a regular file of a size the budget admits")
+        head = os.pread(fd, _PREFIX.size, 0)
+        magic, header_len, crc = _PREFIX.unpack(head) if len(head) == _PREFIX.size else (b"", 0, 0)
+        if magic != MAGIC or header_len > MAX_HEADER:
+            raise ValueError("bad magic or header length")
+        raw = os.pread(fd, header_len, _PREFIX.size)
+        header = json.loads(raw)
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ValueError("not this format")
+        if header.get("stamp") != stamp:
+            return None  # the media file changed since it was stored
+        layout = self._layout(header.get("fields"))
+        start = _aligned(_PREFIX.size + header_len)
+        total = start + (layout[-1][3] + _aligned(layout[-1][4]) if layout else 0)
+        if total != st.st_size:
+            raise ValueError(f"length {st.st_size}, header says {total}")
+        payload = bytearray(total - start)
+        if os.preadv(fd, [payload], start) != len(payload):
+            raise ValueError("short read")
+        if len(raw) != header_len or zlib.crc32(payload, zlib.crc32(raw)) != crc:
+            raise ValueError("CRC mismatch")
+        return {name: _tensor(payload, dtype, shape, offset, count) for name, dtype, shape, offset, _, count in layout}
+
+    def _layout(self, fields: Any) -> list[tuple[str, torch.dtype, tuple[int, ...], int, int, int]]:
+        """(name, dtype, shape, offset in the payload, bytes, elements) per field, checked: the names
+        this binding stores, known dtypes, shapes of at most `MAX_DIMS` non-negative ints."""
+        if not isinstance(fields, list) or [f[0] if isinstance(f, list) and f else None for f in fields] != \
+                list(self.names):
+            raise ValueError("fields are not the ones this cache stores")
+        layout, offset = [], 0
+        for name, dtype_name, shape in fields:
+            dtype = DTYPES[dtype_name]
+            if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
+                    type(n) is int and 0 <= n <= MAX_ENTRY for n in shape):
+                raise ValueError(f"field {name!r}: bad shape")
+            count = math.prod(shape)
+            nbytes = count * dtype.itemsize
+            if nbytes > MAX_ENTRY:
+                raise ValueError(f"field {name!r}: too large")
+            layout.append((name, dtype, tuple(shape), offset, nbytes, count))
+            offset += _aligned(nbytes)
+        return layout
+
+    # -- writing --------------------------------------------------------------------------
+    def shrink(self, data: dict[str, Any], plan: Plan) -> None:
+        """With ``max_side``: the stored images whose longer side is above it, resized (antialiased)."""
+        side = self.cache.max_side
+        if side is None:
+            return
+        from mediapipe.augment.functional.geometry import resize_image
+
+        for name in self.names:
+            value, ftype = data.get(name), plan.types.get(name)
+            if not isinstance(value, torch.Tensor) or ftype is None or not ftype.spec.has_canvas or value.ndim < 2:
+                continue
+            h, w = value.shape[-2:]
+            if max(h, w) <= side:
+                continue
+            scale = side / max(h, w)
+            size = (max(1, round(h * scale)), max(1, round(w * scale)))
+            nearest = ftype.kind == "mask"
+            data[name] = resize_image(value, size, "nearest" if nearest else "bilinear", antialias=not nearest)
+
+    def write(self, index: int, stamp: list[Any] | None, data: dict[str, Any], stats: StageStats) -> None:
+        """Store sample ``index``'s fields from ``data`` when they fit the budget (else skipped, counted)."""
+        counts = cache_counts(stats)
+        values = [data.get(n) for n in self.names]
+        if stamp is None or not all(isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in DTYPES
+                                    for v in values):
+            counts["skipped"] += 1
+            return
+        flat = [v.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for v in values]
+        fields = [[n, str(v.dtype).removeprefix("torch."), list(v.shape)] for n, v in zip(self.names, values)]
+        header = json.dumps({"format": FORMAT, "stamp": stamp, "fields": fields}, sort_keys=True).encode()
+        start = _aligned(_PREFIX.size + len(header))
+        payload = [part for f in flat for part in (f.numpy(), bytes(_aligned(f.numel()) - f.numel()))]
+        crc = zlib.crc32(header)
+        for part in payload:
+            crc = zlib.crc32(part, crc)
+        parts = [_PREFIX.pack(MAGIC, len(header), crc), header, bytes(start - _PREFIX.size - len(header)), *payload]
+        total = start + sum(_aligned(f.numel()) for f in flat)
+        final = self.path(index)
+        if total > min(self.cache.max_bytes, MAX_ENTRY) or not self._reserve(final, total):
+            counts["skipped"] += 1
+            return
+        temp = self.folder / f".{index}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                _write_all(fd, parts)
+            finally:
+                os.close(fd)
+            os.replace(temp, final)
+        except OSError:  # a full /dev/shm, a removed folder: this sample is not cached
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            self._release(total)
+            counts["skipped"] += 1
+            return
+        counts["stored"] += 1
+
+    # -- the shared budget ----------------------------------------------------------------
+    def _ledger_fd(self) -> int:
+        """This process's descriptor on the key's ledger (a forked child opens its own: flock locks
+        belong to an open file, which a fork shares)."""
+        pid = os.getpid()
+        if self._ledger is None or self._ledger[0] != pid:
+            fd = os.open(self.folder / "ledger", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            self._ledger = (pid, fd)
+        return self._ledger[1]
+
+    def _used(self, fd: int) -> int:
+        """The bytes the ledger counts; a missing or damaged ledger is counted again from the entries."""
+        raw = os.pread(fd, 9, 0)
+        if len(raw) == 8:
+            used = struct.unpack("<q", raw)[0]
+            if 0 <= used <= 1 << 62:
+                return used
+        return self.entries_bytes()
+
+    def entries_bytes(self) -> int:
+        """The bytes of the entries in the key's folder (temporary files not counted)."""
+        total = 0
+        with os.scandir(self.folder) as it:
+            for entry in it:
+                if _ENTRY.match(entry.name):
+                    with contextlib.suppress(OSError):
+                        total += entry.stat(follow_symlinks=False).st_size
+        return total
+
+    def _reserve(self, final: Path, nbytes: int) -> bool:
+        """Count ``nbytes`` for the entry ``final`` (less what an entry there now takes, which it
+        replaces) when the budget has room; False when it has not."""
+        fd = self._ledger_fd()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            try:
+                old = os.lstat(final).st_size
+            except OSError:
+                old = 0
+            used = max(0, self._used(fd) - old)
+            if used + nbytes > self.cache.max_bytes:
+                return False
+            os.pwrite(fd, struct.pack("<q", used + nbytes), 0)
+            return True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _release(self, nbytes: int) -> None:
+        fd = self._ledger_fd()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            os.pwrite(fd, struct.pack("<q", max(0, self._used(fd) - nbytes)), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def remove_stale_temps(self) -> None:
+        """Remove the temporary files of writers that are gone (killed mid-write)."""
+        with os.scandir(self.folder) as it:
+            for entry in it:
+                m = _TEMP.match(entry.name)
+                if m and not _alive(int(m.group(2))):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+
+def _tensor(payload: bytearray, dtype: torch.dtype, shape: tuple[int, ...], offset: int, count: int) -> torch.Tensor:
+    """A field's tensor over the entry's bytes (no copy)."""
+    if count == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(payload, dtype=dtype, count=count, offset=offset).view(shape)
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _write_all(fd: int, parts: list[Any]) -> None:
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _own_folder(path: Path, strict: bool = True) -> None:
+    """Make ``path`` (mode 0700) or check it is a folder, not a link, and (``strict``) this user's and
+    written by no other: another user's folder under /dev/shm could hand this process entries of its choosing."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as err:
+        raise PipelineError(f"cache folder {path}: {err.strerror or err}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise PipelineError(f"cache folder {path}: not a folder (a link or a file)")
+    if not strict:
+        return
+    if st.st_uid != os.getuid():
+        raise PipelineError(f"cache folder {path}: owned by uid {st.st_uid}, not this user ({os.getuid()})")
+    if st.st_mode & 0o022:
+        raise PipelineError(f"cache folder {path}: writable by others (mode {oct(st.st_mode & 0o777)})")
+
