@@ -21,6 +21,7 @@ from mediapipe.stages.stats import StageStats
 from mediapipe.torchvision_names import refuse_foreign_augment
 
 if TYPE_CHECKING:
+    from mediapipe.loaders.auto_workers import AutoLoader
     from mediapipe.loaders.dali.loader import DaliLoader
     from mediapipe.loaders.loader import Loader
     from mediapipe.loaders.ray_loader import RayLoader
@@ -109,6 +110,10 @@ class Pipeline:
                last_batch: LastBatch = ..., backend: Literal["torch"] = ..., **kwargs: Any) -> Loader: ...
 
     @overload
+    def loader(self, num_workers: Literal["auto"], shuffle: bool = ..., drop_last: bool | None = ...,
+               last_batch: LastBatch = ..., backend: Literal["torch"] = ..., **kwargs: Any) -> AutoLoader: ...
+
+    @overload
     def loader(self, num_workers: int = ..., shuffle: bool = ..., drop_last: bool | None = ...,
                last_batch: LastBatch = ..., *, backend: Literal["dali"], **kwargs: Any) -> DaliLoader: ...
 
@@ -116,12 +121,20 @@ class Pipeline:
     def loader(self, num_workers: int = ..., shuffle: bool = ..., drop_last: bool | None = ...,
                last_batch: LastBatch = ..., *, backend: Literal["ray"], **kwargs: Any) -> RayLoader: ...
 
-    def loader(self, num_workers: int = 0, shuffle: bool = True, drop_last: bool | None = None,
+    def loader(self, num_workers: int | Literal["auto"] = 0, shuffle: bool = True, drop_last: bool | None = None,
                last_batch: LastBatch = "partial", backend: LoaderBackend = "torch",
-               **kwargs: Any) -> Loader | DaliLoader | RayLoader:
+               **kwargs: Any) -> Loader | AutoLoader | DaliLoader | RayLoader:
         """An iterable of device batches (see `Loader`); ``backend="dali"`` lowers the spec to DALI;
         ``backend="ray"`` runs the sample stage on a Ray cluster (see `RayLoader`). The backends are
-        `mediapipe.loaders.loader_base.BACKENDS`; ``num_workers=0`` asks each for its default."""
+        `mediapipe.loaders.loader_base.BACKENDS`; ``num_workers=0`` asks each for its default;
+        ``num_workers="auto"`` (torch) measures a few settings on the first batches and keeps the
+        fastest (`AutoLoader`)."""
+        if num_workers == "auto":
+            if backend != "torch":
+                raise ValueError(f"num_workers='auto' is the torch backend's; give the {backend} backend a number")
+            from mediapipe.loaders.auto_workers import AutoLoader
+
+            return AutoLoader(self, shuffle=shuffle, drop_last=drop_last, last_batch=last_batch, **kwargs)
         cls = loader_class(backend)
         return cls(self, num_workers=num_workers or cls.default_workers, shuffle=shuffle, drop_last=drop_last,
                    last_batch=last_batch, **kwargs)

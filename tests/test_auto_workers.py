@@ -1,0 +1,106 @@
+"""``num_workers="auto"``: settings measured on the first batches, the fastest kept, and the
+batches, epochs and resume points those of any fixed setting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.loaders.auto_workers import AutoLoader, WorkerSetting, worker_grid
+
+GRID = [WorkerSetting(1, "process"), WorkerSetting(2, "thread"), WorkerSetting(1, "thread")]
+
+
+def _pipeline(image_folder, batch_size: int = 2) -> mp.Pipeline:
+    return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image("pillow")},
+                       [A.RandomResizedCrop(24), A.HorizontalFlip(), A.Normalize()], batch_size=batch_size, seed=3,
+                       device="cpu")
+
+
+def _images(batches) -> list[torch.Tensor]:
+    return [b["image"].clone() for b in batches]
+
+
+def _auto(pipe: mp.Pipeline, trial_batches: int = 1, **kwargs) -> AutoLoader:
+    loader = AutoLoader(pipe, grid=list(GRID), **kwargs)
+    loader.trial_batches = trial_batches
+    return loader
+
+
+def test_the_grid_tries_every_core_first_then_fewer_and_more_then_threads():
+    assert worker_grid(2) == [WorkerSetting(2), WorkerSetting(1), WorkerSetting(3), WorkerSetting(2, "thread")]
+    assert worker_grid(16)[:3] == [WorkerSetting(16), WorkerSetting(8), WorkerSetting(24)]
+    assert worker_grid(1) == [WorkerSetting(1), WorkerSetting(2), WorkerSetting(1, "thread")]
+
+
+def test_the_batches_are_a_fixed_settings_while_measuring_and_after(image_folder):
+    pipe = _pipeline(image_folder)  # 24 images: 12 batches an epoch
+    fixed = pipe.loader(num_workers=2)
+    expected = [_images(fixed) for _ in range(3)]
+    auto = _auto(pipe)
+    got = [_images(auto) for _ in range(3)]
+    assert [len(e) for e in got] == [12, 12, 12] and len(auto) == 12
+    assert all(torch.equal(a, b) for e, f in zip(got, expected) for a, b in zip(e, f))
+    assert auto.chosen in {t.setting for t in auto.trials}
+    measured = [t for t in auto.trials if t.batches_per_s]
+    assert len(measured) >= len(GRID) and auto.chosen == max(measured, key=lambda t: t.batches_per_s).setting
+    assert WorkerSetting(auto.chosen.num_workers, auto.chosen.worker_type, 4) in {t.setting for t in auto.trials} \
+        or auto.chosen.prefetch == 4
+    assert auto.stats.batches == 36  # one count over every setting tried
+
+
+def test_a_resume_mid_measurement_gives_the_remaining_batches(image_folder):
+    pipe = _pipeline(image_folder)
+    expected = _images(pipe.loader(num_workers=1))
+    auto = _auto(pipe)
+    it = iter(auto)
+    head = [next(it)["image"].clone() for _ in range(5)]  # across a switch of setting (1 + 3 + 1 per trial)
+    state = auto.state_dict()
+    it.close()
+    again = _auto(pipe)
+    again.load_state_dict(state)
+    tail = _images(again)
+    assert len(head) + len(tail) == 12
+    assert all(torch.equal(a, b) for a, b in zip(head + tail, expected))
+
+
+def test_a_peek_costs_the_next_pass_nothing(image_folder):
+    pipe = _pipeline(image_folder)
+    expected = _images(pipe.loader(num_workers=1))
+    auto = _auto(pipe)
+    next(iter(auto))
+    got = _images(auto)
+    assert len(got) == 12 and all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_an_epoch_too_short_for_a_trial_keeps_a_setting_that_fits(image_folder):
+    pipe = _pipeline(image_folder, batch_size=8)  # 3 batches an epoch: no trial of 1 + 1 + 2 fits
+    auto = _auto(pipe)
+    fixed = pipe.loader(num_workers=1)
+    expected = [_images(fixed) for _ in range(2)]
+    got = [_images(auto) for _ in range(2)]
+    assert all(torch.equal(a, b) for e, f in zip(got, expected) for a, b in zip(e, f))
+    assert auto.chosen == GRID[0] and not any(t.batches_per_s for t in auto.trials)
+
+
+def test_auto_is_refused_with_the_settings_it_chooses_and_on_other_backends(image_folder):
+    pipe = _pipeline(image_folder)
+    with pytest.raises(ValueError, match="chooses prefetch too"):
+        pipe.loader(num_workers="auto", prefetch=4)
+    with pytest.raises(ValueError, match="torch backend's"):
+        pipe.loader(num_workers="auto", backend="dali")
+    loader = pipe.loader(num_workers="auto")
+    assert isinstance(loader, AutoLoader) and loader.chosen is None
+
+
+def test_the_chosen_setting_runs_every_pass_once_measured(image_folder):
+    pipe = _pipeline(image_folder)
+    auto = _auto(pipe)
+    while auto.chosen is None:
+        _images(auto)
+    _images(auto)
+    assert auto.stats.batches % 12 == 0
+    assert (auto.loader.num_workers, auto.loader.worker_type, auto.loader.prefetch) == \
+        (auto.chosen.num_workers, auto.chosen.worker_type, auto.chosen.prefetch)
