@@ -390,12 +390,14 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def check_arguments(op: Op) -> None:
     """Check every argument against its annotation (int is not float, a string is not a tuple),
-    turning lists into tuples; a TypeError names the op, the argument, the value and the type."""
+    turning lists into tuples and an enum into its value; a TypeError names the op, the argument, the value and the type."""
     hints = _hints(type(op))
     for f in fields(op):
         value = getattr(op, f.name)
         tp = hints.get(f.name, Any)
         ok, fixed = conform(value, tp)
+        if not ok and isinstance(value, enum.Enum):  # torchvision's InterpolationMode, AutoAugmentPolicy
+            ok, fixed = conform(value.value, tp)
         if not ok:
             raise ArgumentError(f"{type(op).__name__}({f.name}={value!r}): expected {type_name(tp)}")
         if fixed is not value:

@@ -190,6 +190,8 @@ class _Compose(Op):
                 mine = params_of(params, j) if drawn is None else self._draw_now(op, j, data, drawn)
                 op.apply_fields(data, mine, only=_present(op, data, only), canvas_size=canvas_size)
             return
+        if any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in data.values()):
+            return  # shapes only: the inner ops keep each field's shape and dtype in the batch stage
         steps = self.steps(params, _batch_size(params))
         owned: set[str] = set()  # fields this call already copied: written in place from then on
         for step in range(steps.shape[1]):

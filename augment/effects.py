@@ -94,6 +94,8 @@ class _Effect(Op):
         raise NotImplementedError(type(self).__name__)
 
     def transform(self, x: torch.Tensor, params: Params, field: FieldType, canvas_size: Canvas) -> torch.Tensor:
+        if x.device.type == "meta":  # shapes only: no flags to branch on
+            return torch.empty_like(x)
         on = params["on"].to(x.device).reshape(-1)
         if bool(on.all()):
             return self.effect(x, params, field)

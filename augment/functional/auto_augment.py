@@ -31,7 +31,7 @@ from mediapipe.augment.functional import color as C
 from mediapipe.augment.functional import geometry as G
 from mediapipe.augment.functional import spatial as S
 from mediapipe.fields import IMAGE, MASK, RASTER, VIDEO
-from mediapipe.stages import memory
+from mediapipe.stages import memory, scratch
 
 Magnitudes = Callable[[int, int, int], torch.Tensor]  # (num_bins, height, width) -> torchvision's table
 
@@ -303,8 +303,9 @@ def augmix(x: torch.Tensor, ops: torch.Tensor, bins: torch.Tensor, signs: torch.
     out = m[:, 0].reshape(shape) * x
     for chain in range(combined.shape[1]):
         aug = x
-        for slot in range(chain * depth, (chain + 1) * depth):
-            aug = apply_slot(aug, ops[:, slot], bins[:, slot], signs[:, slot], space, AUGMIX_BINS, settings)
+        with scratch.read_only():  # every chain starts from x: none may write into it (`scratch`)
+            for slot in range(chain * depth, (chain + 1) * depth):
+                aug = apply_slot(aug, ops[:, slot], bins[:, slot], signs[:, slot], space, AUGMIX_BINS, settings)
         out.add_(combined[:, chain].reshape(shape) * aug)
     return memory.empty(x.shape, x.dtype, x.device).copy_(out)  # uint8 truncates, as .to(); shared in a worker
 

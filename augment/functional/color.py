@@ -94,6 +94,10 @@ def _back(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def grayscale(x: torch.Tensor, *, floor: bool = False) -> torch.Tensor:
     """Luma (..., 1, H, W) in float: 0.2989 R + 0.587 G + 0.114 B (ITU-R 601-2, as torchvision)."""
+    if x.ndim < 3 or x.shape[-3] != 3:
+        channels = x.shape[-3] if x.ndim >= 3 else None
+        raise ValueError(f"images of {channels} channels (shape {tuple(x.shape)}): the colour ops take 1 (grey) "
+                         "or 3 (RGB) channels, as torchvision's do")
     r, g, b = _float(x).unbind(dim=-3)
     gray = r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(-3)
     return gray.floor_() if floor and not x.is_floating_point() else gray
@@ -188,6 +192,8 @@ def rgb_to_grayscale(x: torch.Tensor) -> torch.Tensor:
 
 def random_grayscale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Grayscale the samples whose ``mask`` is true; only those samples are computed."""
+    if x.device.type == "meta":  # shapes only: nothing to select
+        return torch.empty_like(x)
     idx = mask.to(x.device).reshape(-1).nonzero().reshape(-1)
     if idx.numel() == 0 or x.shape[-3] == 1:
         return x

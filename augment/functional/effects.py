@@ -103,6 +103,9 @@ def grey(x: torch.Tensor) -> torch.Tensor:
     xf = as_float32(x)
     if x.shape[-3] == 1:
         return xf
+    if x.shape[-3] != 3:
+        raise ValueError(f"images of {x.shape[-3]} channels (shape {tuple(x.shape)}): the colour effects take 1 "
+                         "(grey) or 3 (RGB) channels")
     r, g, b = xf.unbind(dim=-3)
     return (r * 0.299 + g * 0.587 + b * 0.114).unsqueeze(-3)
 

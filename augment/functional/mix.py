@@ -22,7 +22,7 @@ def soft_labels(label: torch.Tensor, num_classes: int, dtype: torch.dtype = torc
         return label
     if label.ndim != 1:
         raise ValueError(f"labels of shape {tuple(label.shape)}: expected class indices (B,)")
-    if label.numel() and (int(label.min()) < -1 or int(label.max()) >= num_classes):
+    if label.numel() and label.device.type != "meta" and (int(label.min()) < -1 or int(label.max()) >= num_classes):
         raise ValueError(f"labels in [{int(label.min())}, {int(label.max())}] for num_classes={num_classes}")
     valid = (label >= 0).to(dtype).unsqueeze(1)
     return torch.nn.functional.one_hot(label.clamp(min=0), num_classes).to(dtype).mul_(valid)

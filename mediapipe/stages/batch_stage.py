@@ -60,12 +60,20 @@ def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params], s
             continue
         held = set(scratch.storages(data))
         t0 = time.perf_counter()
-        with scratch.owned_by_stage(fresh, data):
+        with scratch.owned_by_stage(fresh, data, _replaced(plan, p)):
             _run_op(plan, p, data, params)
         if seconds is not None:
             seconds[f"op:{type(p.op).__name__}"] += time.perf_counter() - t0
-        fresh |= set(scratch.storages(data)) - held
+        now = set(scratch.storages(data))
+        fresh = (fresh | (now - held)) & now  # what left the batch is freed: its address may come back
     return data
+
+
+def _replaced(plan: Plan, p: PlacedOp) -> set[str]:
+    """The fields op ``p`` (and the op it absorbs) overwrites with its result: an input it writes
+    back under its own name (not one it reads to write another, ``out=``)."""
+    ops = [p.op] + ([plan.absorbed[p.index].op] if p.index in plan.absorbed else [])
+    return {src for op in ops for src, dst in zip(op.inputs, op.outputs) if src == dst}
 
 
 def _run_op(plan: Plan, p: PlacedOp, data: dict[str, Any], params: dict[int, Params]) -> None:

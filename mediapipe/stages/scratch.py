@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
 
-_writable: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("writable", default=frozenset())
+# key -> the memory itself, held while the op runs: a memory freed then could come back at its
+# address as another tensor (a composite's copy of a group), which is no memory of the batch's
+_writable: contextvars.ContextVar[Mapping[int, torch.UntypedStorage]] = contextvars.ContextVar(
+    "writable", default=MappingProxyType({}))
 
 
 def storage_key(x: torch.Tensor) -> int:
@@ -35,11 +39,25 @@ def storages(data: dict[str, Any]) -> Counter:
 
 
 @contextlib.contextmanager
-def owned_by_stage(fresh: set[int], data: dict[str, Any]) -> Iterator[None]:
+def owned_by_stage(fresh: set[int], data: dict[str, Any], replaced: Collection[str] | None = None) -> Iterator[None]:
     """While an op runs: the memories in ``fresh`` (made by earlier ops for this batch) that back
-    exactly one field of ``data`` may be written in place."""
+    exactly one field of ``data``, and that field one the op replaces (``replaced``; None: any), may
+    be written in place. An op writing a new field (``out=``) keeps its source: not replaced."""
     counts = storages(data)
-    token = _writable.set(frozenset(k for k in fresh if counts.get(k) == 1))
+    mine = {storage_key(v): v.untyped_storage() for f, v in data.items()
+            if isinstance(v, torch.Tensor) and v.numel() > 0 and (replaced is None or f in replaced)}
+    token = _writable.set({k: s for k, s in mine.items() if k in fresh and counts.get(k) == 1})
+    try:
+        yield
+    finally:
+        _writable.reset(token)
+
+
+@contextlib.contextmanager
+def read_only() -> Iterator[None]:
+    """Nothing is written in place in this block: for a kernel that reads its input again after a
+    call that could write into it (AugMix starts each chain from the same image)."""
+    token = _writable.set({})
     try:
         yield
     finally:
