@@ -321,7 +321,7 @@ def test_redirects_are_followed_on_the_same_host_only(served):
 @pytest.mark.timeout(120)
 def test_a_stalled_or_dripping_server_is_abandoned_and_tried_again(served):
     server, top = served
-    slow = Retry(attempts=2, backoff=0.01, timeout=1.0, min_rate=4000)
+    slow = Retry(attempts=2, backoff=0.01, timeout=0.5, min_rate=4000)  # the drip (a byte each 0.05 s) never goes silent
     source = remote(server, retry=slow)
     name = source._remote[source.shard_of(1)].name
     want = mp.loaders.shards(top / "ds").ref(1).blobs["jpg"].read()

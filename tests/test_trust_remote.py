@@ -292,7 +292,7 @@ def moto_process():
         proc.wait(timeout=30)
 
 
-STALL = Retry(attempts=2, backoff=0.01, timeout=1.0, min_rate=4000)
+STALL = Retry(attempts=2, backoff=0.01, timeout=0.5, min_rate=4000)  # a stalled read ends after attempts x timeout
 STALL_BOUND = 15  # seconds: attempts x timeout, backoff, and the slack of two shared cores
 
 
