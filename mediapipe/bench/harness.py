@@ -168,7 +168,7 @@ def data_labels(paths: list[Path]) -> list[str]:
         labels.append(name)
     return labels
 
-def _data_for(scenario: Scenario, settings: Settings, prepared: dict[str, Path]) -> list[DataSet]:
+def data_for(scenario: Scenario, settings: Settings, prepared: dict[str, Path]) -> list[DataSet]:
     """The datasets ``scenario`` runs on: every ``--data``, or its built-in dataset (made once),
     with ``--as-shards`` also that dataset's converted copy."""
     if settings.data:
@@ -209,7 +209,7 @@ def run(settings: Settings) -> dict[str, Any]:
     for name in settings.scenarios:
         scenario = SCENARIOS[name]
         try:
-            sets = _data_for(scenario, settings, prepared)
+            sets = data_for(scenario, settings, prepared)
         except Exception as err:  # noqa: BLE001 - a dataset that cannot be made fails its rows, not the run
             sets = [DataSet(settings.dataset or scenario.dataset, Path("?"))]
             data_info[name] = {sets[0].label: {"error": f"{type(err).__name__}: {err}"}}

@@ -107,15 +107,12 @@ def video_files(data: Path) -> list[Path]:
 
 
 # -- runners ------------------------------------------------------------------------------------
-def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                  size: int = 112, batch_size: int = 8,
-                  stages: Callable[[Callable[[], dict[str, float]]], Any] | None = None) -> Iterator[tuple[int, int]]:
-    """This library: random clips, RandomResizedCrop fused into the decoder (YUV planes cropped
-    and resized, then RGB), flip and normalise on the device; workers are processes. Yields
-    (clips, frames decoded for them) per batch, the frames from ``loader.stats.frames``;
-    ``stages`` gets a function returning the loader's stage seconds (decode and its parts...)."""
+def video_pipeline(data: Path, folder: Path, *, device: str, batches: int, clip_len: int = 16, stride: int = 2,
+                   size: int = 112, batch_size: int = 8) -> Any:
+    """This library's pipeline of the video scenario: random clips, RandomResizedCrop fused into
+    the decoder (YUV planes cropped and resized, then RGB), flip and normalise; its manifest (the
+    files cycled so that ``batches`` batches exist in an epoch) is written into ``folder``."""
     import json
-    import tempfile
 
     import mediapipe as mp
     from mediapipe import augment as A
@@ -123,20 +120,32 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
     if batches < 1 or batch_size < 1:
         raise ValueError(f"run_mediapipe: batches={batches} and batch_size={batch_size} must be >= 1")
     files = video_files(data)
-    # cycle the files so that the requested batches exist even for a small sample set
     rows = [{"path": str(files[i % len(files)]), "label": i % 2} for i in range(max(len(files), batches * batch_size))]
     if len(rows) < batch_size:  # drop_last would give no batch at all, and an epoch loop would spin
         raise ValueError(f"run_mediapipe: {len(rows)} clips in {data}, fewer than one batch of {batch_size}")
+    manifest = Path(folder) / "videos.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return mp.Pipeline(
+        source=mp.loaders.manifest(manifest),
+        decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, output="rgb")},
+        augment=[A.RandomResizedCrop(size, scale=(0.25, 1.0), key="video"), A.HorizontalFlip(key="video"),
+                 A.Normalize(key="video")],
+        batch_size=batch_size, seed=0, device=device,
+    )
+
+
+def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
+                  size: int = 112, batch_size: int = 8,
+                  stages: Callable[[Callable[[], dict[str, float]]], Any] | None = None) -> Iterator[tuple[int, int]]:
+    """This library's loader of `video_pipeline`, workers processes. Yields (clips, frames
+    decoded for them) per batch, the frames from ``loader.stats.frames``; ``stages`` gets a
+    function returning the loader's stage seconds (decode and its parts...)."""
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
-        manifest = Path(tmp) / "videos.jsonl"
-        manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        pipe = mp.Pipeline(
-            source=mp.loaders.manifest(manifest),
-            decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, output="rgb")},
-            augment=[A.RandomResizedCrop(size, scale=(0.25, 1.0), key="video"), A.HorizontalFlip(key="video"),
-                     A.Normalize(key="video")],
-            batch_size=batch_size, seed=0, device=device,
-        )
+        pipe = video_pipeline(data, Path(tmp), device=device, batches=batches, clip_len=clip_len, stride=stride,
+                              size=size, batch_size=batch_size)
+        rows = len(pipe.source)
         produced = 0
         loader = pipe.loader(num_workers=workers, shuffle=True, drop_last=True)
         if stages is not None:
@@ -153,7 +162,7 @@ def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_l
                 if produced >= batches:
                     return
             if produced == before:
-                raise RuntimeError(f"run_mediapipe: an epoch of {len(rows)} clips gave no batch of {batch_size}")
+                raise RuntimeError(f"run_mediapipe: an epoch of {rows} clips gave no batch of {batch_size}")
 
 
 run_mediapipe.reports_stages = True  # the bench's RunnerStream passes stages=

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 EXAMPLES = """examples:
   mediapipe bench                                   image-train and image-eval on the sample images
@@ -146,6 +147,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a backend may take for one step (warm-up or repetition) before it is "
                              "stopped and reported as timed out (default: 300)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--suggest", action="store_true",
+                        help="measure this library's loader at each worker setting num_workers='auto' tries (worker "
+                             "count, process or thread workers, prefetch) and with 'auto', rounds alternated; print "
+                             "the fastest setting (image, video and audio scenarios)")
 
 
 def settings_from_args(args: argparse.Namespace) -> object:
@@ -184,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
         if not path.exists():
             print(f"mediapipe bench: --data {path}: no such file or folder", file=sys.stderr)
             return 2
+    if args.suggest:
+        return _suggest(settings, args)
     report = run_bench(settings)
     written = _write_outputs(report, args)  # the files first: a closed terminal pipe must not lose them
     print(rpt.render_table(report))
@@ -191,3 +198,30 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(written))
     ran = [r for r in report["results"] if r["error"] is None]
     return 0 if ran else 1
+
+
+def _suggest(settings: Any, args: argparse.Namespace) -> int:
+    """``--suggest``: each scenario's worker settings measured in turn (`mediapipe.bench.suggest`)."""
+    import json
+
+    from mediapipe.bench.harness import data_for
+    from mediapipe.bench.scenarios import SCENARIOS
+    from mediapipe.bench.suggest import SUGGEST_KINDS, render_suggestion, run_suggest
+
+    prepared: dict[str, Path] = {}
+    results = []
+    for name in settings.scenarios:
+        if SCENARIOS[name].kind not in SUGGEST_KINDS:
+            print(f"mediapipe bench --suggest: {name} is skipped (it measures {', '.join(SUGGEST_KINDS)} "
+                  "scenarios)", file=sys.stderr)
+            continue
+        for ds in data_for(SCENARIOS[name], settings, prepared):
+            result = run_suggest(name, ds.path, device=settings.devices[0], batches=settings.batches,
+                                 repeats=settings.repeats, batch_size=settings.batch_size)
+            results.append(result)
+            print(render_suggestion(result), flush=True)
+            print()
+    if args.json:
+        args.json.write_text(json.dumps({"suggestions": results}, indent=2))
+        print(f"results (JSON): {args.json}")
+    return 0 if results else 1
