@@ -79,7 +79,9 @@ def apply_where(x: torch.Tensor, selected: torch.Tensor, kernel: Callable[[torch
     if x.device.type != "cpu" or selected.device.type != "cpu":
         everything = torch.arange(x.shape[0], device=x.device)
         flags = selected.to(x.device).bool().reshape(-1, *(1,) * (x.ndim - 1))
-        return torch.where(flags, kernel(everything, x), x)
+        with scratch.read_only():  # x is read again by the where: the kernel must leave it as it is
+            done = kernel(everything, x)
+        return torch.where(flags, done, x)
     return apply_rows(x, selected.bool().nonzero().reshape(-1), kernel)[0]
 
 

@@ -42,5 +42,6 @@ def where_selected(x: torch.Tensor, flags: torch.Tensor, fn: Kernel) -> torch.Te
         done = fn(x.index_select(0, index), index).to(x.dtype)
         out = x if scratch.writable(x) else memory.empty(x.shape, x.dtype, x.device).copy_(x)  # shared in a worker
         return out.index_copy_(0, index, done)
-    out = fn(x, None)
+    with scratch.read_only():  # x is read again below: fn must leave it as it is
+        out = fn(x, None)
     return torch.where(flags.to(x.device).reshape(-1, *(1,) * (x.ndim - 1)), out, x)
