@@ -77,7 +77,8 @@ def worker_grid(cpus: int | None = None) -> list[WorkerSetting]:
 class AutoLoader:
     """The torch `Loader` with ``num_workers="auto"``: the same batches, epochs, ``len()``,
     ``state_dict()`` and ``stats``; ``chosen`` is the setting kept (None while measuring) and
-    ``trials`` what each setting measured. Other arguments are the `Loader`'s."""
+    ``trials`` what each setting measured. ``grid``: the settings tried (default `worker_grid`);
+    other arguments are the `Loader`'s."""
 
     trial_batches = TRIAL_BATCHES
 

@@ -54,16 +54,21 @@ def pipeline_section() -> Section:
 
 
 def loader_section() -> Section:
+    from mediapipe.loaders.auto_workers import AutoLoader
     from mediapipe.loaders.dali.loader import DaliLoader
     from mediapipe.loaders.loader import Loader
     from mediapipe.loaders.loader_base import LoaderBase
     from mediapipe.loaders.ray_loader import RayLoader
+    from mediapipe.stages.epoch_cache import EpochCache
 
     shared = tuple(Entry(f"loader.{m}", getattr(LoaderBase, m)) for m in LOADER_METHODS)
     return Section("Loaders", "`pipe.loader()` makes a `Loader` (the torch backend), `pipe.loader(backend=\"dali\")` "
-                   "a `DaliLoader`, `backend=\"ray\"` a `RayLoader`, passing the pipeline and its other arguments; "
-                   "each has the methods of `LoaderBase` below, `len(loader)` and `loader.stats`.",
+                   "a `DaliLoader`, `backend=\"ray\"` a `RayLoader`, passing the pipeline and its other arguments "
+                   "(`num_workers=\"auto\"`: an `AutoLoader` around the torch backend); each has the methods of "
+                   "`LoaderBase` below, `len(loader)` and `loader.stats`.",
                    (Entry("mediapipe.loaders.loader.Loader", Loader),
+                    Entry("mediapipe.loaders.auto_workers.AutoLoader", AutoLoader),
+                    Entry("mp.EpochCache", EpochCache),
                     Entry("mediapipe.loaders.dali.loader.DaliLoader", DaliLoader),
                     Entry("mediapipe.loaders.ray_loader.RayLoader", RayLoader), *shared))
 
