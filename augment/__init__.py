@@ -65,6 +65,7 @@ from mediapipe.augment.recipe_color import (
     RandomPhotometricDistort,
 )
 from mediapipe.augment.recipe_geometry import ElasticTransform, RandomPerspective
+from mediapipe.augment.schedule import Schedule
 from mediapipe.augment.video import *  # noqa: F403  (video ops: YUVToRGB, ClipLayout, temporal ops)
 from mediapipe.augment.warp import RandomAffine, RandomRotation
 
@@ -72,7 +73,7 @@ __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "ClampBoundingBoxes", "ColorJitter", "CutMix", "GaussianBlur",
     "HorizontalFlip", "Letterbox", "MixUp", "Normalize", "Op", "Pad", "RandomAffine", "RandomCrop", "RandomErasing",
     "RandomGrayscale", "RandomIoUCrop", "RandomResizedCrop", "RandomRotation", "RandomShortestSize", "RandomZoomOut",
-    "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
+    "Resize", "SanitizeBoundingBoxes", "ScaleJitter", "Schedule", "Stage", "ToDtype", "VerticalFlip", "op_from_config",
     "registered_ops",
     "AugMix", "AutoAugment", "RandAugment", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
     "RandomInvert", "RandomPosterize", "RandomSolarize", "TrivialAugmentWide",

@@ -39,7 +39,7 @@ import enum
 import functools
 import typing
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import torch
@@ -48,6 +48,7 @@ from mediapipe.arguments import conform, type_name
 from mediapipe.augment.binding import Binding, bound_copy, resolve_binding
 from mediapipe.augment.functional.dispatch import Functional
 from mediapipe.augment.params import Params, expand_rows, is_single, promote, sample_slice
+from mediapipe.augment.schedule import Schedule, is_schedule_config
 from mediapipe.decoders.base import DecodeHint
 from mediapipe.fields import AUDIO, FEATURES, IMAGE, KINDS, MASK, VIDEO, FieldType
 from mediapipe.rng import SampleRNG
@@ -95,13 +96,18 @@ class Op:
     per_batch: ClassVar[bool] = False  # params drawn once per batch (MixUp), not per sample
     batch_only: ClassVar[bool] = False  # cannot run on a single sample (MixUp, CutMix)
     reads_canvas: ClassVar[bool] = False  # takes the canvas from an image it does not transform (ClampBoundingBoxes)
+    schedulable: ClassVar[frozenset[str]] = frozenset()  # arguments that may follow the epoch (a `Schedule`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not cls.__name__.startswith("_"):
             _OPS[cls.__name__] = cls
+        if "__post_init__" in cls.__dict__:
+            cls.__post_init__ = _unless_scheduled(cls.__dict__["__post_init__"])
 
     def __post_init__(self) -> None:
+        if check_schedules(self):
+            return
         check_arguments(self)
         name = type(self).__name__
         if self.key is not None and self.keys is not None:
@@ -335,6 +341,23 @@ class Op:
         """``self.apply(before.apply(x, before_params), params)`` in one pass (see `absorbs`)."""
         return self.apply(before.apply(x, before_params), params)
 
+    # -- the epoch ----------------------------------------------------------------------
+    @property
+    def scheduled(self) -> bool:
+        """Whether an argument follows the epoch (a `Schedule`), here or in an op this one holds."""
+        return any(_is_scheduled(getattr(self, f.name)) for f in fields(self))
+
+    def at_epoch(self, epoch: int) -> Op:
+        """This op with each `Schedule` argument replaced by its value at ``epoch`` (the ops it
+        holds too), bound to the same fields; the op itself when nothing follows the epoch."""
+        changes = {f.name: _value_at(getattr(self, f.name), epoch) for f in fields(self)
+                   if f.init and _is_scheduled(getattr(self, f.name))}
+        if not changes:
+            return self
+        resolved = replace(self, **changes)
+        bound = self.__dict__.get("_binding")
+        return bound_copy(resolved, bound) if bound is not None else resolved
+
     # -- config -----------------------------------------------------------------------
     def to_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"op": type(self).__name__}
@@ -346,7 +369,78 @@ class Op:
 
 
 def _to_list(value: Any) -> Any:
+    if isinstance(value, Schedule):
+        return value.to_config()
     return [_to_list(v) for v in value] if isinstance(value, tuple) else value
+
+
+# -- schedules ------------------------------------------------------------------------------------
+def _is_scheduled(value: Any) -> bool:
+    """A `Schedule`, or an op (or a tuple of them: a composite's) with one."""
+    if isinstance(value, Schedule):
+        return True
+    if isinstance(value, Op):
+        return value.scheduled
+    return isinstance(value, (tuple, list)) and any(_is_scheduled(v) for v in value)
+
+
+def _value_at(value: Any, epoch: int) -> Any:
+    if isinstance(value, Schedule):
+        return value.at(epoch)
+    if isinstance(value, Op):
+        return value.at_epoch(epoch)
+    return type(value)(_value_at(v, epoch) for v in value)
+
+
+def _unless_scheduled(post_init: Any) -> Any:
+    """A subclass's ``__post_init__``, run on concrete arguments only: an op with a `Schedule`
+    argument is checked by `check_schedules`, which makes one op per step of the schedule."""
+    @functools.wraps(post_init)
+    def checked(self: Op) -> None:
+        if not check_schedules(self):
+            post_init(self)
+
+    return checked
+
+
+def check_schedules(op: Op) -> bool:
+    """For an op with `Schedule` arguments: refuse one its class does not let follow the epoch, and
+    check the op at every step of each schedule as it checks fixed arguments, naming the op, the
+    argument and the epoch; the other arguments are then normalised as that check normalises them.
+    Returns whether the op has a schedule (then nothing else is left to check)."""
+    scheduled = {f.name: getattr(op, f.name) for f in fields(op) if isinstance(getattr(op, f.name), Schedule)}
+    if not scheduled:
+        return False
+    name = type(op).__name__
+    for arg, schedule in scheduled.items():
+        if arg not in op.schedulable:
+            can = f"arguments that can: {sorted(op.schedulable)}" if op.schedulable else "none of its arguments can"
+            raise ArgumentError(f"{name}({arg}={schedule!r}): {arg} cannot follow the epoch ({can})")
+    first = None
+    for epoch in sorted({e for s in scheduled.values() for e in s.epochs}):
+        values = {arg: s.at(epoch) for arg, s in scheduled.items()}
+        try:
+            concrete = replace(op, **values)
+        except (TypeError, ValueError) as err:
+            args = ", ".join(f"{a}={s!r}" for a, s in scheduled.items())
+            raise ArgumentError(f"{name}({args}): at epoch {epoch}, {err}") from None
+        first = concrete if first is None else first
+    for f in fields(op):
+        if f.name not in scheduled:
+            object.__setattr__(op, f.name, getattr(first, f.name))
+    return True
+
+
+def scheduled_arguments(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Op ``name``'s config values with each `Schedule.to_config` dict turned back into a `Schedule`."""
+    out = dict(config)
+    for arg, value in config.items():
+        if is_schedule_config(value):
+            try:
+                out[arg] = Schedule.from_config(value)
+            except ValueError as err:
+                raise ArgumentError(f"{name}({arg}={value!r}): {err}") from None
+    return out
 
 
 def _one_canvas(canvas: Canvas, i: int) -> tuple[int, int] | None:
@@ -411,7 +505,7 @@ def op_from_config(config: dict[str, Any]) -> Op:
     name = config.pop("op")
     if name not in _OPS:
         raise ValueError(f"unknown op {name!r}; known: {sorted(_OPS)}")
-    return _OPS[name](**config)
+    return _OPS[name](**scheduled_arguments(name, config))
 
 
 def registered_ops() -> dict[str, type[Op]]:

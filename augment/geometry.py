@@ -66,6 +66,7 @@ class RandomResizedCrop(Op):
     antialias: bool = True
     functional = S.resized_crop
     batched = False
+    schedulable = frozenset({"size"})  # progressive resolution: `mediapipe.augment.schedule`
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -161,6 +162,7 @@ class Resize(_Resizing):
     max_size: int | None = None
     interpolation: str = "bilinear"
     antialias: bool = True
+    schedulable = frozenset({"size", "max_size"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -203,6 +205,7 @@ class CenterCrop(Op):
     size: Size = 224
     functional = S.crop
     batched = False
+    schedulable = frozenset({"size"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -366,6 +369,7 @@ class RandomCrop(Op):
     padding_mode: str = "constant"
     functional = S.crop
     batched = False
+    schedulable = frozenset({"size"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

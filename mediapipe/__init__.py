@@ -28,13 +28,14 @@ from mediapipe.errors import (
 
 if TYPE_CHECKING:
     from mediapipe import augment, decoders, loaders
+    from mediapipe.augment.schedule import Schedule
     from mediapipe.pipeline import Pipeline, PipelineDataset
     from mediapipe.stages.epoch_cache import EpochCache
 
 __version__ = "0.1.0"
 
 _LAZY = {"Pipeline": "mediapipe.pipeline", "PipelineDataset": "mediapipe.pipeline",
-         "EpochCache": "mediapipe.stages.epoch_cache",
+         "EpochCache": "mediapipe.stages.epoch_cache", "Schedule": "mediapipe.augment.schedule",
          "augment": None, "decoders": None, "loaders": None}
 
 
@@ -54,5 +55,5 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DecodeError", "EpochCache", "LimitError", "MediapipeError", "Pipeline", "PipelineDataset", "PipelineError",
-    "SampleUnavailableError", "SourceError", "WorkerError", "augment", "decoders", "loaders",
+    "SampleUnavailableError", "Schedule", "SourceError", "WorkerError", "augment", "decoders", "loaders",
 ]

@@ -159,6 +159,10 @@ class Plan:
         self.cache: CacheBinding | None = None  # a loader's epoch cache (`with_cache`)
         self._decoders: dict[str, Decoder] | None = None
         self._device_decoders: dict[str, Decoder] | None = None
+        self.scheduled = any(op.scheduled for op in self.ops)  # an argument follows the epoch (`at_epoch`)
+        self.epoch: int | None = None  # the epoch a plan `at_epoch` made is resolved for
+        self._base: Plan | None = None  # the plan it was resolved from: its live decoders serve it too
+        self._epochs: dict[int, Plan] = {}
 
     def with_cache(self, cache: EpochCache) -> Plan:
         """A copy of this plan whose sample stage keeps its decoded images in ``cache``
@@ -166,7 +170,40 @@ class Plan:
         cached = copy.copy(self)
         cached.cache = cache.bind(self)
         cached._decoders = cached._device_decoders = None
+        cached._epochs = {}
         return cached
+
+    # -- the epoch ----------------------------------------------------------------------
+    def at_epoch(self, epoch: int) -> Plan:
+        """This plan with every `Schedule` argument of its ops at its value for ``epoch`` (made once
+        per epoch and kept); the plan itself when no argument follows the epoch. Every stage that
+        knows a batch's epoch runs the plan this returns."""
+        if self._base is not None:
+            return self if epoch == self.epoch else self._base.at_epoch(epoch)
+        if not self.scheduled:
+            return self
+        plan = self._epochs.get(epoch)
+        if plan is None:
+            plan = self._resolved(epoch)
+            kept = dict(list(self._epochs.items())[-3:])  # a few: a pass's epoch, the next one's (prefetch)
+            kept[epoch] = plan
+            self._epochs = kept  # one assignment: thread workers may resolve an epoch at once
+        return plan
+
+    def _resolved(self, epoch: int) -> Plan:
+        """A copy whose ops (and their placed, fused and absorbed entries) hold ``epoch``'s values;
+        types, placement and fusion do not change with an argument's value, so they are kept."""
+        plan = copy.copy(self)
+        plan.ops = [op.at_epoch(epoch) for op in self.ops]
+        plan.placed = [replace(p, op=plan.ops[p.index]) for p in self.placed]
+        by_index = {p.index: p for p in plan.placed}
+        plan.fused = {name: by_index[p.index] for name, p in self.fused.items()}
+        plan.absorbed = {after: by_index[p.index] for after, p in self.absorbed.items()}
+        plan.scheduled, plan.epoch, plan._base, plan._epochs = False, epoch, self, {}
+        plan._decoders = plan._device_decoders = None
+        if self.cache is not None and any(self.ops[i].scheduled for i in self.cache.prefix):
+            plan.cache = self.cache.cache.bind(plan)  # entries keyed by the stored ops at this epoch's values
+        return plan
 
     # -- the fields of a batch -----------------------------------------------------------
     def batch_fields(self) -> list[BatchField]:
@@ -391,12 +428,16 @@ class Plan:
     def decoders(self) -> dict[str, Decoder]:
         """Live decoders, created once per process. Workers never touch the GPU: a device
         backend is created here for its header probe only, on the CPU."""
+        if self._base is not None:
+            return self._base.decoders()
         if self._decoders is None:
             self._decoders = {name: spec.create(None, self.limits) for name, spec in self.decode.items()}
         return self._decoders
 
     def device_decoders(self) -> dict[str, Decoder]:
         """The decoders of the device-decoded fields, on the pipeline's device (training process only)."""
+        if self._base is not None:
+            return self._base.device_decoders()
         if self._device_decoders is None:
             self._device_decoders = {name: self.decode[name].create(self.device, self.limits)
                                      for name in self.decode if name in self.device_fields}
@@ -405,5 +446,6 @@ class Plan:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_decoders"] = state["_device_decoders"] = None  # rebuilt in each process
+        state["_epochs"] = {}  # each process resolves its epochs itself
         return state
 

@@ -44,6 +44,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from mediapipe.augment.base import Op
+from mediapipe.augment.schedule import Schedule
 from mediapipe.fields import AUDIO, FEATURES, IMAGE, MASK
 from mediapipe.loaders.dali.audio import (
     _mel_check,
@@ -252,6 +253,11 @@ def unsupported(ops: list[Op]) -> list[str]:
     for i, op in enumerate(ops):
         name = type(op).__name__
         entry = LOWERINGS.get(name)
+        if op.scheduled:  # DALI's graph is built once, for every epoch
+            args = ", ".join(f"{f.name}={getattr(op, f.name)!r}" for f in fields(op) if _follows_epoch(getattr(op, f.name)))
+            out.append(f"augment[{i}] {name}({args}: an argument that follows the epoch, which a DALI graph, "
+                       "built once, cannot change)")
+            continue
         if entry is None or not entry.consumes <= {f.name for f in fields(op)}:
             out.append(f"augment[{i}] {name}")
         elif left := unconsumed(op):
@@ -265,6 +271,12 @@ def unsupported(ops: list[Op]) -> list[str]:
                 out.append(f"augment[{i}] {name}(field {field_name!r} of kind {t}: DALI lowers "
                            f"{sorted(LOWERED_KINDS)} fields)")
     return out
+
+
+def _follows_epoch(value: Any) -> bool:
+    """A `Schedule`, or an op (a composite's) holding one."""
+    return isinstance(value, Schedule) or (isinstance(value, Op) and value.scheduled) or (
+        isinstance(value, (tuple, list)) and any(_follows_epoch(v) for v in value))
 
 
 def lowering_table() -> dict[str, str]:

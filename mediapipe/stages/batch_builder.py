@@ -49,15 +49,15 @@ class BatchBuilder:
         host = self.collated(task)
         if self.batch_ops == "worker":
             t0 = time.perf_counter()
-            host.data = run_batch_ops(self.plan, host.data, host.params, host.stats.seconds)
+            host.data = run_batch_ops(self.plan.at_epoch(host.epoch), host.data, host.params, host.stats.seconds)
             host.stats.seconds["batch_ops"] += time.perf_counter() - t0
             host.params, host.batch_ops_where = {}, "worker"
         return lend(host)
 
     def collated(self, task: BatchTask) -> HostBatch:
         """The sample stage for each sample of the task, under ``on_error``, then collate and
-        the batch ops' parameters."""
-        plan, stats = self.plan, StageStats()
+        the batch ops' parameters, with the ops' arguments at the task's epoch (`Plan.at_epoch`)."""
+        plan, stats = self.plan.at_epoch(task.epoch), StageStats()
         order = task.indices.tolist()
         plan.source.prefetch(order)
         samples: list[dict[str, Any] | None] = []

@@ -23,7 +23,9 @@ def batch_params(plan: Plan, draw_number: int, epoch: int, indices: np.ndarray, 
     """Stacked parameters of the batch-stage ops. A per-sample op's draws are keyed by the
     sample's index, its shape taken from the sample (or its slot in ``data``); a per-batch op's
     (MixUp) by ``draw_number`` (`BatchTask.draw_number`: ranks differ). Ops reading a
-    device-decoded field are drawn on the device once its shapes are known (``on_device=True``)."""
+    device-decoded field are drawn on the device once its shapes are known (``on_device=True``).
+    The ops are ``epoch``'s (`Plan.at_epoch`)."""
+    plan = plan.at_epoch(epoch)
     out: dict[int, Params] = {}
     for p in plan.batch_ops:
         if bool(set(p.op.inputs) & plan.device_fields) != on_device:
@@ -52,7 +54,7 @@ def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params], s
     batched as lists (boxes) are moved to the batch's device here, with the rest of the batch.
     An op may write in place what earlier ops made for this batch (`scratch`), never the
     collated batch. ``seconds`` (on the CPU, where a kernel's time is its call's) gets each op's
-    time under ``"op:<its class>"``."""
+    time under ``"op:<its class>"``. ``plan``: the batch's epoch's (`Plan.at_epoch`)."""
     _lists_to(data, plan.device)
     fresh: set[int] = set()  # memories the ops made for this batch (`scratch`): later ops may write them
     for p in plan.batch_ops:

@@ -65,7 +65,9 @@ def finish_batch(plan: Plan, host: HostBatch, on_host: dict[str, Any] | None = N
                  stats: StageStats | None = None) -> dict[str, Any]:
     """What is left of a worker's batch in the training process, once it is on the device: the
     device decode (steps 1-4) when the plan has one, then the batch-stage ops unless the worker
-    ran them. Returns the finished batch; ``stats`` gets the device decode's seconds."""
+    ran them. Returns the finished batch; ``stats`` gets the device decode's seconds. The ops are
+    those of the batch's epoch (`Plan.at_epoch`)."""
+    plan = plan.at_epoch(host.epoch)
     if plan.device_fields:
         t0 = time.perf_counter()
         finish_on_device(plan, host, on_host)
@@ -110,6 +112,7 @@ def finish_samples(plan: Plan, pending: dict[str, list[PendingDecode | None]], i
                    stats: StageStats, worker_fields: dict[str, Any], on_host: dict[str, Any]) -> DeviceSamples:
     """Steps 1 and 2 for the samples ``indices``: ``pending`` holds each device field's `PendingDecode`
     per sample (None: the sample failed in the worker), ``worker_fields`` what the workers made."""
+    plan = plan.at_epoch(epoch)
     batch = DeviceSamples(len(indices))
     for name, decoder in plan.device_decoders().items():
         decode_on_device(plan, name, decoder, batch, pending[name], stats)
@@ -194,6 +197,7 @@ def _worker_row(plan: Plan, name: str, position: int, batch: dict[str, Any], on_
 def load_stand_in(plan: Plan, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
     """Sample ``index`` made entirely in this process, for ``on_error``: the worker's half, then
     steps 1 and 2 of the device's."""
+    plan = plan.at_epoch(epoch)
     sample = SampleStage(plan).load(index, epoch, stats)
     pending = {name: [sample.pop(name)] for name in plan.device_decoders()}
     worker_fields = {k: [v] for k, v in sample.items()}

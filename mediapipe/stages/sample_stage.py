@@ -47,10 +47,29 @@ class SampleStage:
         stored = set(self.cache.prefix) if self.cache is not None else set()
         self.stored_ops = [p for p in plan.worker_sample_ops if p.index in stored]
         self.later_ops = [p for p in plan.worker_sample_ops if p.index not in stored]
+        self._epochs: dict[int, SampleStage] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_epochs": {}}  # each process resolves its epochs itself
+
+    def at_epoch(self, epoch: int) -> SampleStage:
+        """This stage running ``epoch``'s plan (`Plan.at_epoch`): itself, unless an op's argument
+        follows the epoch (a `Schedule`)."""
+        plan = self.plan.at_epoch(epoch)
+        if plan is self.plan:
+            return self
+        stage = self._epochs.get(epoch)
+        if stage is None or stage.plan is not plan:
+            stage = SampleStage(plan)
+            self._epochs = {**dict(list(self._epochs.items())[-3:]), epoch: stage}
+        return stage
 
     def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
         label, index and the source's extra fields. Raises on a bad sample."""
+        stage = self.at_epoch(epoch)
+        if stage is not self:
+            return stage.load(index, epoch, stats)
         ref = self.plan.source.ref(index)
         data = self.source_fields(ref)
         progress = SampleProgress(meta=ref.meta)
