@@ -4,11 +4,11 @@ prefetch depth chosen by measuring the first batches of training itself.
 Each setting of a small grid (`worker_grid`) builds a few batches in turn, continuing where
 the last left off (every batch is delivered to the training loop: batches do not depend on
 the workers, so the epoch is the one any fixed setting gives); the fastest setting is then
-kept for the rest of the run. A setting's rate is measured after its start-up and after the
+kept for the rest of the run. A setting's rate is timed after its start-up and after the
 batches its workers had ready when the consumer first asked (they would flatter a deep
 queue), over `AutoLoader.trial_batches` batches of wall time, the training step included:
 what the loop actually gets. A setting that does not fit in an epoch is not a candidate; with
-none measured, the first setting is kept.
+none timed, the first setting is kept.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class WorkerSetting:
 
 @dataclass
 class Trial:
-    """A setting and its measured rate (batches per second), None while unmeasured."""
+    """A setting and its timed rate (batches per second), None until timed."""
 
     setting: WorkerSetting
     batches_per_s: float | None = None
@@ -77,7 +77,7 @@ def worker_grid(cpus: int | None = None) -> list[WorkerSetting]:
 class AutoLoader:
     """The torch `Loader` with ``num_workers="auto"``: the same batches, epochs, ``len()``,
     ``state_dict()`` and ``stats``; ``chosen`` is the setting kept (None while measuring) and
-    ``trials`` what each setting measured. ``grid``: the settings tried (default `worker_grid`);
+    ``trials`` each setting's timed rate. ``grid``: the settings tried (default `worker_grid`);
     other arguments are the `Loader`'s."""
 
     trial_batches = TRIAL_BATCHES
@@ -108,7 +108,7 @@ class AutoLoader:
 
     @property
     def loader(self) -> Loader:
-        """The loader of the setting running now (the chosen one once measured)."""
+        """The loader of the setting running now (the chosen one once all are timed)."""
         return self._loader
 
     def state_dict(self) -> dict[str, Any]:
@@ -137,7 +137,7 @@ class AutoLoader:
     # -- measuring ------------------------------------------------------------------------
     def _next_trial(self) -> Trial | None:
         """The next setting to measure: the grid in order, then the fastest with twice its
-        prefetch; None once all are measured."""
+        prefetch; None once all are timed."""
         for trial in self.trials:
             if trial.batches_per_s is None:
                 return trial
@@ -167,16 +167,16 @@ class AutoLoader:
         return self._loader.epoch != epoch or self._loader.sampler.position >= len(self._loader)
 
     def _choose(self, why: str) -> None:
-        measured = [t for t in self.trials if t.batches_per_s]
-        best = max(measured, key=lambda t: t.batches_per_s or 0.0).setting if measured else self.trials[0].setting
+        timed = [t for t in self.trials if t.batches_per_s]
+        best = max(timed, key=lambda t: t.batches_per_s or 0.0).setting if timed else self.trials[0].setting
         self.chosen = best
         log.info("num_workers='auto': %s (%s)", best, why)
 
     def _measuring_pass(self) -> Iterator[dict[str, Any]]:
-        """One pass: settings in turn until each is measured or the epoch ends, then the chosen
+        """One pass: settings in turn until each is timed or the epoch ends, then the chosen
         one to the epoch's end. The pass starts where any pass of the loader would (the next
         epoch, a loaded position, or this epoch's first batch: `LoaderBase.begin_pass`). A setting
-        cut off by the epoch's end is measured again next pass; one an epoch is too short for is
+        cut off by the epoch's end is timed again next pass; one an epoch is too short for is
         never chosen."""
         self._loader.begin_pass()
         epoch = self._loader.epoch
@@ -198,7 +198,7 @@ class AutoLoader:
                     times.append(time.perf_counter())
                 if len(times) > self.trial_batches:
                     break
-            else:  # the epoch ended before the trial did: measured again next pass
+            else:  # the epoch ended before the trial did: timed again next pass
                 return
             batches.close()
             trial.batches, trial.batches_per_s = times, (len(times) - 1) / max(times[-1] - times[0], 1e-9)

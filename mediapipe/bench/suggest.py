@@ -21,7 +21,7 @@ SUGGEST_KINDS = ("image", "video", "audio")
 
 
 def suggest_grid() -> list[WorkerSetting]:
-    """The fixed settings measured: the auto grid, and each process setting with prefetch 4."""
+    """The fixed settings timed: the auto grid, and each process setting with prefetch 4."""
     grid = worker_grid()
     deeper = [WorkerSetting(s.num_workers, s.worker_type, 4) for s in grid if s.worker_type == "process"]
     return [*grid, *deeper]
@@ -77,7 +77,7 @@ def queue_depth(setting: WorkerSetting) -> int:
 
 def measure(loader: Any, batches: int) -> tuple[float, str | None]:
     """Samples per second of ``loader`` in its steady state: after its start-up, twice its queue
-    depth, and for an auto loader the batches it measured settings on; over at least ``batches``
+    depth, and for an auto loader the batches it tried settings on; over at least ``batches``
     batches and four queue depths (a window shorter than the queue times the queue). Returns
     the rate and the auto loader's choice."""
     stream = _epochs(loader)

@@ -111,7 +111,8 @@ def op_sections() -> list[Section]:
         out.append(Section(f"Ops: {module.rsplit('.', 1)[-1]}", f"`{module}`: {summary}", tuple(entries)))
     shared = (Entry("mp.augment.Op", augment.Op), Entry("mp.augment.Stage", augment.Stage),
               Entry("mp.augment.op_from_config", augment.op_from_config),
-              Entry("mp.augment.registered_ops", augment.registered_ops))
+              Entry("mp.augment.registered_ops", augment.registered_ops),
+              Entry("mp.Schedule", augment.Schedule), Entry("op.at_epoch", augment.Op.at_epoch))
     constants = ", ".join(f"`{n} = {getattr(augment, n)!r}`" for n in ("IMAGENET_MEAN", "IMAGENET_STD"))
     out.append(Section("Ops: the base and the registry", f"What every op shares. Constants: {constants}.", shared))
     return out

@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _suggest(settings: Any, args: argparse.Namespace) -> int:
-    """``--suggest``: each scenario's worker settings measured in turn (`mediapipe.bench.suggest`)."""
+    """``--suggest``: each scenario's worker settings timed in turn (`mediapipe.bench.suggest`)."""
     import json
 
     from mediapipe.bench.harness import data_for

@@ -27,7 +27,7 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   the cache as an ordinary sample op. Batches are then bit-identical with the cache on, in
   the epoch that fills it and in those that read it, to an uncached loader of the same
   unfused plan; they differ from the fused fast path within its quality bound (the fused
-  path's bound is measured against this same full decode). ``max_side`` stores copies whose
+  path's bound is checked against this same full decode). ``max_side`` stores copies whose
   longer side is at most that many pixels (antialiased resize, FFCV's ``max_resolution``),
   used in every epoch, so it changes the batches: not lossless.
 
