@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRIAL_BATCHES = 4  # timed batches per setting, after its start-up and ready queue
+TRIAL_BATCHES = 8  # timed batches per setting, after its start-up and ready queue
 
 
 @dataclass(frozen=True)
