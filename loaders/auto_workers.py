@@ -3,8 +3,8 @@ prefetch depth chosen by measuring the first batches of training itself.
 
 Each setting of a small grid (`worker_grid`) builds a few batches in turn, continuing where
 the last left off (every batch is delivered to the training loop: batches do not depend on
-the workers, so the epoch is the one any fixed setting gives); the fastest setting is then
-kept for the rest of the run. A setting's rate is timed after its start-up and after the
+the workers, so the epoch is the one any fixed setting gives); the two fastest are timed once
+more, and the faster on the mean is kept for the rest of the run. A setting's rate is timed after its start-up and after the
 batches its workers had ready when the consumer first asked (they would flatter a deep
 queue), over `AutoLoader.trial_batches` batches of wall time, the training step included:
 what the loop actually gets. A setting that does not fit in an epoch is not a candidate; with
@@ -48,11 +48,15 @@ class WorkerSetting:
 
 @dataclass
 class Trial:
-    """A setting and its timed rate (batches per second), None until timed."""
+    """A setting and its timed rates (batches per second, one per time it was tried)."""
 
     setting: WorkerSetting
-    batches_per_s: float | None = None
-    batches: list[float] = field(default_factory=list)  # delivery times of its timed batches
+    rates: list[float] = field(default_factory=list)
+
+    @property
+    def batches_per_s(self) -> float | None:
+        """The mean of its rates; None until timed (0 where an epoch is too short to time it)."""
+        return sum(self.rates) / len(self.rates) if self.rates else None
 
 
 def usable_cpus() -> int:
@@ -136,8 +140,9 @@ class AutoLoader:
 
     # -- measuring ------------------------------------------------------------------------
     def _next_trial(self) -> Trial | None:
-        """The next setting to measure: the grid in order, then the fastest with twice its
-        prefetch; None once all are timed."""
+        """The next setting to time: the grid in order, then the fastest with twice its
+        prefetch, then the two fastest once more (one short trial is noisy: the playoff's mean
+        decides); None once all are timed."""
         for trial in self.trials:
             if trial.batches_per_s is None:
                 return trial
@@ -148,7 +153,8 @@ class AutoLoader:
         if best.setting.prefetch == 2 and all(t.setting != deeper for t in self.trials):
             self.trials.append(Trial(deeper))
             return self.trials[-1]
-        return None
+        finalists = sorted((t for t in self.trials if t.batches_per_s), key=lambda t: -(t.batches_per_s or 0.0))[:2]
+        return next((t for t in finalists if len(t.rates) < 2), None)
 
     def _switch(self, setting: WorkerSetting) -> None:
         """Go on with ``setting`` from where the current loader's pass stands (its next batch)."""
@@ -186,7 +192,7 @@ class AutoLoader:
                 return
             ready = trial.setting.num_workers * trial.setting.prefetch + 1
             if len(self._loader) < ready + self.trial_batches + 1:  # never fits in an epoch: not a candidate
-                trial.batches_per_s = 0.0
+                trial.rates.append(0.0)
                 trial = self._next_trial()
                 continue
             self._switch(trial.setting)
@@ -201,7 +207,7 @@ class AutoLoader:
             else:  # the epoch ended before the trial did: timed again next pass
                 return
             batches.close()
-            trial.batches, trial.batches_per_s = times, (len(times) - 1) / max(times[-1] - times[0], 1e-9)
+            trial.rates.append((len(times) - 1) / max(times[-1] - times[0], 1e-9))
             trial = self._next_trial()
         if self._pass_done(epoch):  # chosen at the next pass's start
             return
