@@ -21,7 +21,8 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   not fit is not cached and is decoded each epoch as without a cache. The ledger never
   undercounts: a writer killed between reserving and renaming leaves its reservation
   counted, so the cache may hold a little less than its budget, never more.
-  `EpochCache.clear` removes the entries.
+  `EpochCache.clear` removes the entries. A folder that takes no writes (read-only, full) is
+  read, and each sample it cannot store is decoded as without a cache.
 * **Lossless by default.** A cached field is decoded whole, at full scale: the op the plan
   would fuse into the decoder (a RandomResizedCrop decoded as a DCT-scaled region) runs after
   the cache as an ordinary sample op. Batches are then bit-identical with the cache on, in
@@ -38,6 +39,7 @@ whose media cannot be identified) and rejected (an entry that failed a check).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -199,7 +201,8 @@ def entry_index(plan: Plan, index: int) -> int:
 
 
 def cache_key(plan: Plan, fields: list[str], prefix: list[PlacedOp], max_side: int | None) -> str:
-    """The digest naming a plan's folder: the source, the cached decoders, the stored ops, ``max_side``."""
+    """The digest naming a plan's folder: the source, the cached decoders and the decoders' limits, the
+    stored ops, ``max_side``."""
     source = base_source(plan)
     try:
         config: Any = source.to_config()
@@ -211,6 +214,7 @@ def cache_key(plan: Plan, fields: list[str], prefix: list[PlacedOp], max_side: i
     described = {"format": FORMAT, "source": {"type": type(source).__name__, "fingerprint": source.fingerprint,
                                              "config": config, "len": len(source)},
                  "decode": {n: plan.decode[n].to_config() for n in fields},
+                 "limits": dataclasses.asdict(plan.limits),  # a limit refusing a file refuses its entry too
                  "ops": [p.op.to_config() for p in prefix], "max_side": max_side}
     text = json.dumps(described, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -388,7 +392,11 @@ class CacheBinding:
         parts = [_PREFIX.pack(MAGIC, len(header), crc), header, bytes(start - _PREFIX.size - len(header)), *payload]
         total = start + sum(_aligned(f.numel()) for f in flat)
         final = self.path(index)
-        if total > min(self.cache.max_bytes, MAX_ENTRY) or not self._reserve(final, total):
+        try:
+            reserved = total <= min(self.cache.max_bytes, MAX_ENTRY) and self._reserve(final, total)
+        except OSError:  # a read-only or full folder, a ledger that cannot be opened: decoded as without a cache
+            reserved = False
+        if not reserved:
             counts["skipped"] += 1
             return
         temp = self.folder / f".{index}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -398,11 +406,12 @@ class CacheBinding:
                 _write_all(fd, parts)
             finally:
                 os.close(fd)
-            os.replace(temp, final)
+            self._commit(temp, final)
         except OSError:  # a full /dev/shm, a removed folder: this sample is not cached
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-            self._release(total)
+            with contextlib.suppress(OSError):
+                self._release(total)
             counts["skipped"] += 1
             return
         counts["stored"] += 1
@@ -437,20 +446,29 @@ class CacheBinding:
         return total
 
     def _reserve(self, final: Path, nbytes: int) -> bool:
-        """Count ``nbytes`` for the entry ``final`` (less what an entry there now takes, which it
-        replaces) when the budget has room; False when it has not."""
+        """Count ``nbytes`` for the entry ``final`` when the budget has room for it in place of what an
+        entry there now takes; False when it has not. The replaced entry is uncounted by `_commit`."""
         fd = self._ledger_fd()
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            try:
-                old = os.lstat(final).st_size
-            except OSError:
-                old = 0
-            used = max(0, self._used(fd) - old)
-            if used + nbytes > self.cache.max_bytes:
+            used = self._used(fd)
+            if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
                 return False
             os.pwrite(fd, struct.pack("<q", used + nbytes), 0)
             return True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _commit(self, temp: Path, final: Path) -> None:
+        """Rename ``temp`` to ``final`` and uncount the entry it replaces, under the ledger's lock: two
+        writers of one entry each uncount the one they replaced, never the same one twice."""
+        fd = self._ledger_fd()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            old = _size(final)
+            os.replace(temp, final)
+            if old:
+                os.pwrite(fd, struct.pack("<q", max(0, self._used(fd) - old)), 0)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
@@ -477,6 +495,14 @@ def _tensor(payload: bytearray, dtype: torch.dtype, shape: tuple[int, ...], offs
     if count == 0:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(payload, dtype=dtype, count=count, offset=offset).view(shape)
+
+
+def _size(path: Path) -> int:
+    """The size of the entry at ``path``; 0 when there is none."""
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def _aligned(n: int) -> int:
