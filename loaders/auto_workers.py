@@ -93,6 +93,7 @@ class AutoLoader:
         self.pipeline, self._kwargs = pipeline, kwargs
         self.trials = [Trial(s) for s in (grid or worker_grid())]
         self.chosen: WorkerSetting | None = None
+        self._passes = 0  # passes begun: a pass switches settings only while it is the newest
         self._loader = self._make(self.trials[0].setting)
         self.stats = self._loader.stats
 
@@ -134,9 +135,10 @@ class AutoLoader:
         self.close()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._passes += 1
         if self.chosen is not None:
             return iter(self._loader)
-        return self._measuring_pass()
+        return self._measuring_pass(self._passes)
 
     # -- measuring ------------------------------------------------------------------------
     def _next_trial(self) -> Trial | None:
@@ -156,9 +158,10 @@ class AutoLoader:
         finalists = sorted((t for t in self.trials if t.batches_per_s), key=lambda t: -(t.batches_per_s or 0.0))[:2]
         return next((t for t in finalists if len(t.rates) < 2), None)
 
-    def _switch(self, setting: WorkerSetting) -> None:
-        """Go on with ``setting`` from where the current loader's pass stands (its next batch)."""
-        state = self._loader.state_dict()
+    def _switch(self, setting: WorkerSetting, state: dict[str, Any] | None = None) -> None:
+        """Go on with ``setting`` from ``state``, by default where the current loader's pass
+        stands (its next batch)."""
+        state = self._loader.state_dict() if state is None else state
         if setting != self._loader_setting():
             loader = self._make(setting)
             self._loader.close()
@@ -178,14 +181,15 @@ class AutoLoader:
         self.chosen = best
         log.info("num_workers='auto': %s (%s)", best, why)
 
-    def _measuring_pass(self) -> Iterator[dict[str, Any]]:
+    def _measuring_pass(self, serial: int) -> Iterator[dict[str, Any]]:
         """One pass: settings in turn until each is timed or the epoch ends, then the chosen
         one to the epoch's end. The pass starts where any pass of the loader would (the next
         epoch, a loaded position, or this epoch's first batch: `LoaderBase.begin_pass`). A setting
         cut off by the epoch's end is timed again next pass; one an epoch is too short for is
-        never chosen."""
+        never chosen. Once a newer pass has begun (a second iterator), this one stops switching:
+        the loader's position is the newer pass's, so it ends its epoch with the setting it has."""
         self._loader.begin_pass()
-        epoch = self._loader.epoch
+        epoch, start = self._loader.epoch, self._loader.state_dict()  # where this pass begins
         trial = self._next_trial()
         while trial is not None:
             if self._pass_done(epoch):
@@ -195,7 +199,8 @@ class AutoLoader:
                 trial.rates.append(0.0)
                 trial = self._next_trial()
                 continue
-            self._switch(trial.setting)
+            self._switch(trial.setting, start)
+            start = None  # from now on this pass switches only while it is the newest: from where it stands
             batches = iter(self._loader)
             times: list[float] = []
             for i, batch in enumerate(batches):
@@ -206,12 +211,15 @@ class AutoLoader:
                     break
             else:  # the epoch ended before the trial did: timed again next pass
                 return
-            batches.close()
             trial.rates.append((len(times) - 1) / max(times[-1] - times[0], 1e-9))
+            if serial != self._passes:  # a newer pass moves the loader now: go on as we are
+                yield from batches
+                return
+            batches.close()
             trial = self._next_trial()
         if self._pass_done(epoch):  # chosen at the next pass's start
             return
         self._choose(", ".join(f"{t.setting}: {t.batches_per_s:.1f} batches/s" for t in self.trials))
         assert self.chosen is not None
-        self._switch(self.chosen)
+        self._switch(self.chosen, start)
         yield from self._loader

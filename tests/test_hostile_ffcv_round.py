@@ -90,10 +90,6 @@ def test_a_cache_folder_that_takes_no_writes_is_read_and_its_misses_decoded(imag
 GRID = [WorkerSetting(1, "process"), WorkerSetting(2, "thread"), WorkerSetting(1, "thread")]
 
 
-@pytest.mark.xfail(strict=True, reason="AutoLoader: a second iterator's pass moves the loader the first one "
-                   "switches settings from (_switch reads the loader's state_dict, the newest pass's), so "
-                   "each of two passes at once skips batches (11 of 12 in an epoch of 12), where a fixed "
-                   "loader's passes each deliver their epoch; loaders/auto_workers.py is not this pass's to fix")
 def test_two_passes_of_an_auto_loader_at_once_each_deliver_the_epoch(images):
     def pipe() -> mp.Pipeline:
         return mp.Pipeline(mp.loaders.folder(images), {"image": mp.decoders.image("pillow")},
