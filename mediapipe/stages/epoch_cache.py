@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mediapipe.errors import PipelineError
+from mediapipe.loaders.parent_watch import process_alive
 
 if TYPE_CHECKING:
     from mediapipe.plan import PlacedOp, Plan
@@ -485,7 +486,7 @@ class CacheBinding:
         with os.scandir(self.folder) as it:
             for entry in it:
                 m = _TEMP.match(entry.name)
-                if m and not _alive(int(m.group(2))):
+                if m and not process_alive(int(m.group(2))):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
 
@@ -514,16 +515,6 @@ def _write_all(fd: int, parts: list[Any]) -> None:
         view = memoryview(part).cast("B")
         while view:
             view = view[os.write(fd, view):]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _own_folder(path: Path, strict: bool = True) -> None:
