@@ -52,6 +52,7 @@ import stat
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -446,40 +447,42 @@ class CacheBinding:
                         total += entry.stat(follow_symlinks=False).st_size
         return total
 
-    def _reserve(self, final: Path, nbytes: int) -> bool:
-        """Count ``nbytes`` for the entry ``final`` when the budget has room for it in place of what an
-        entry there now takes; False when it has not. The replaced entry is uncounted by `_commit`."""
+    @contextlib.contextmanager
+    def _ledger_locked(self) -> Iterator[int]:
+        """The ledger's descriptor, held under its exclusive lock."""
         fd = self._ledger_fd()
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _set_used(fd: int, used: int) -> None:
+        os.pwrite(fd, struct.pack("<q", max(0, used)), 0)
+
+    def _reserve(self, final: Path, nbytes: int) -> bool:
+        """Count ``nbytes`` for the entry ``final`` when the budget has room for it in place of what an
+        entry there now takes; False when it has not. The replaced entry is uncounted by `_commit`."""
+        with self._ledger_locked() as fd:
             used = self._used(fd)
             if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
                 return False
-            os.pwrite(fd, struct.pack("<q", used + nbytes), 0)
+            self._set_used(fd, used + nbytes)
             return True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _commit(self, temp: Path, final: Path) -> None:
         """Rename ``temp`` to ``final`` and uncount the entry it replaces, under the ledger's lock: two
         writers of one entry each uncount the one they replaced, never the same one twice."""
-        fd = self._ledger_fd()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
+        with self._ledger_locked() as fd:
             old = _size(final)
             os.replace(temp, final)
             if old:
-                os.pwrite(fd, struct.pack("<q", max(0, self._used(fd) - old)), 0)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+                self._set_used(fd, self._used(fd) - old)
 
     def _release(self, nbytes: int) -> None:
-        fd = self._ledger_fd()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            os.pwrite(fd, struct.pack("<q", max(0, self._used(fd) - nbytes)), 0)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        with self._ledger_locked() as fd:
+            self._set_used(fd, self._used(fd) - nbytes)
 
     def remove_stale_temps(self) -> None:
         """Remove the temporary files of writers that are gone (killed mid-write)."""
