@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mediapipe.augment.functional.color import to_dtype
+from mediapipe.augment.functional.selected import on_host, where_selected
 from mediapipe.stages import memory, scratch
 
 
@@ -74,15 +75,13 @@ def apply_rows(x: torch.Tensor, rows: torch.Tensor, kernel: Callable[[torch.Tens
 def apply_where(x: torch.Tensor, selected: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
                 ) -> torch.Tensor:
     """``kernel(picks, group)`` on the samples whose flag in ``selected`` (B,) is true, the others
-    unchanged (`apply_rows`): on the CPU only those are computed; on a device one ``torch.where``."""
-    selected = selected.reshape(-1)
-    if x.device.type != "cpu" or selected.device.type != "cpu":
-        everything = torch.arange(x.shape[0], device=x.device)
-        flags = selected.to(x.device).bool().reshape(-1, *(1,) * (x.ndim - 1))
-        with scratch.read_only():  # x is read again by the where: the kernel must leave it as it is
-            done = kernel(everything, x)
-        return torch.where(flags, done, x)
-    return apply_rows(x, selected.bool().nonzero().reshape(-1), kernel)[0]
+    unchanged: on the CPU only those are computed (`apply_rows`, in cache-sized pieces); on a
+    device the whole batch and one ``torch.where`` (`where_selected`)."""
+    selected = selected.reshape(-1).bool()
+    if not on_host(x, selected):
+        return where_selected(x, selected, lambda group, index: kernel(torch.arange(group.shape[0], device=x.device),
+                                                                       group))
+    return apply_rows(x, selected.nonzero().reshape(-1), kernel)[0]
 
 
 # -- pixel-value maps --------------------------------------------------------------------------------
