@@ -57,10 +57,10 @@ def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params], s
     time under ``"op:<its class>"``. ``plan``: the batch's epoch's (`Plan.at_epoch`)."""
     _lists_to(data, plan.device)
     fresh: set[int] = set()  # memories the ops made for this batch (`scratch`): later ops may write them
+    held = set(scratch.storages(data))  # the memories of the batch's fields now
     for p in plan.batch_ops:
         if p.index in plan.done_by_next:
             continue
-        held = set(scratch.storages(data))
         t0 = time.perf_counter()
         with scratch.owned_by_stage(fresh, data, _replaced(plan, p)):
             _run_op(plan, p, data, params)
@@ -68,6 +68,7 @@ def run_batch_ops(plan: Plan, data: dict[str, Any], params: dict[int, Params], s
             seconds[f"op:{type(p.op).__name__}"] += time.perf_counter() - t0
         now = set(scratch.storages(data))
         fresh = (fresh | (now - held)) & now  # what left the batch is freed: its address may come back
+        held = now
     return data
 
 
