@@ -47,22 +47,21 @@ class SampleStage:
         stored = set(self.cache.prefix) if self.cache is not None else set()
         self.stored_ops = [p for p in plan.worker_sample_ops if p.index in stored]
         self.later_ops = [p for p in plan.worker_sample_ops if p.index not in stored]
-        self._epochs: dict[int, SampleStage] = {}
+        self._last: SampleStage | None = None  # the stage of the last epoch's plan asked for (`at_epoch`)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_epochs": {}}  # each process resolves its epochs itself
+        return {**self.__dict__, "_last": None}  # each process resolves its epochs itself
 
     def at_epoch(self, epoch: int) -> SampleStage:
-        """This stage running ``epoch``'s plan (`Plan.at_epoch`): itself, unless an op's argument
-        follows the epoch (a `Schedule`)."""
+        """This stage running ``epoch``'s plan (`Plan.at_epoch`, which keeps the plans): itself,
+        unless an op's argument follows the epoch (a `Schedule`)."""
         plan = self.plan.at_epoch(epoch)
         if plan is self.plan:
             return self
-        stage = self._epochs.get(epoch)
-        if stage is None or stage.plan is not plan:
-            stage = SampleStage(plan)
-            self._epochs = {**dict(list(self._epochs.items())[-3:]), epoch: stage}
-        return stage
+        last = self._last
+        if last is None or last.plan is not plan:
+            last = self._last = SampleStage(plan)
+        return last
 
     def load(self, index: int, epoch: int, stats: StageStats) -> dict[str, Any]:
         """Sample ``index`` of ``epoch``: its decoded fields after the sample-stage ops, its
