@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
@@ -175,18 +177,21 @@ class VideoDecoder(Decoder):
 
     # -- planes to the output ---------------------------------------------------------------
     def finish(self, planes: PackedPlanes, frames: list[int], plan: ClipPlan, hint: DecodeHint,
-               colour: tuple[str, str], turns: int = 0) -> torch.Tensor:
+               colour: tuple[str, str], turns: int = 0, seconds: Counter | None = None) -> torch.Tensor:
         """The decoded frames' Y/U/V planes of the region (``planes``, one slot per entry of
         ``frames``, ascending frame numbers) to the output tensor:
         resized as ``hint.interpolation`` and ``hint.antialias`` say (one interpolate call for
         every plane of the clip), converted to RGB in one batched product, then turned
-        ``turns`` quarter turns counter-clockwise (the display matrix)."""
+        ``turns`` quarter turns counter-clockwise (the display matrix). ``seconds`` gets the
+        time of the resize ("resize") and of the rest ("convert")."""
+        t0 = time.perf_counter()
         count = planes.count
         size = tuple(hint.size) if hint.size is not None else None
         if size is not None and turns % 2:
             size = size[::-1]  # resized in the stored orientation, then turned
         mode = hint.interpolation if hint.interpolation in RESAMPLINGS else "bilinear"
         flat = planes.resized(size or planes.shape, mode, hint.antialias)  # (3F, H, W): Y..., U..., V...
+        t1 = time.perf_counter()
         yuv = flat.view(3, count, *flat.shape[-2:]).transpose(0, 1)  # (F, 3, H, W)
         yuv = self.convert(yuv, colour, planes.depth)
         if turns:
@@ -197,7 +202,11 @@ class VideoDecoder(Decoder):
             clips = yuv.reshape(len(plan.clips), -1, *yuv.shape[1:])
         else:
             clips = yuv[torch.tensor(order, dtype=torch.int64)].reshape(len(plan.clips), -1, *yuv.shape[1:])
-        return clips.contiguous() if plan.stacked else clips[0].contiguous()
+        out = clips.contiguous() if plan.stacked else clips[0].contiguous()
+        if seconds is not None:
+            seconds["resize"] += t1 - t0
+            seconds["convert"] += time.perf_counter() - t1
+        return out
 
     def convert(self, yuv: torch.Tensor, colour: tuple[str, str], depth: int) -> torch.Tensor:
         """(F, 3, H, W) Y/U/V of ``depth`` bits (uint8, or float after a high-depth resize) to the

@@ -193,9 +193,7 @@ class PyAVVideoDecoder(VideoDecoder):
             turns = self.turns(index)
             roi = self.region(hint, index, blob.name, turns)
             planes, colour, decoded = self.decode_frames(blob, index, wanted, roi)
-            t0 = time.perf_counter()
-            out = self.finish(planes, wanted, plan, hint, colour, turns)
-            seconds["convert"] += time.perf_counter() - t0
+            out = self.finish(planes, wanted, plan, hint, colour, turns, seconds)
         except BaseException:
             seconds.clear()  # a failed sample's parts are not the next sample's
             raise
@@ -346,7 +344,7 @@ class PyAVVideoDecoder(VideoDecoder):
             key = index.keyframe_before(target)
             after_seek = not linear and (key > position + 1 or target <= position)
             if after_seek:
-                _seek(container, stream, ctx, index.pts_of(key))
+                _seek(container, stream, ctx, index.pts_of(key), tally.seconds)
             overshot = False
             frame_at, keyframe_before = index.frame_at, index.keyframe_before
             for frame in _decoded(container, stream, ctx, tally, None if only is None else (index, only),
@@ -375,7 +373,7 @@ class PyAVVideoDecoder(VideoDecoder):
                 return  # end of stream; what is left in todo is missing
             if overshot:
                 log.warning("%s: seek to frame %d landed later; decoding from the start", path, key)
-                _seek(container, stream, ctx, index.pts_of(0))
+                _seek(container, stream, ctx, index.pts_of(0), tally.seconds)
                 position, linear = -1, True
 
 
@@ -443,11 +441,14 @@ class PacketSource:
         self.packets, self.ready, self.nbytes, self.ctx = [], {}, 0, None
 
 
-def _seek(container: Any, stream: Any, ctx: Any, pts: int) -> None:
-    """Seek to the key frame at or before ``pts`` and drop what the decoder holds."""
+def _seek(container: Any, stream: Any, ctx: Any, pts: int, seconds: Counter) -> None:
+    """Seek to the key frame at or before ``pts`` and drop what the decoder holds (its time
+    into ``seconds["seek"]``)."""
+    t0 = time.perf_counter()
     container.seek(pts, stream=stream, backward=True, any_frame=False)
     if stream is not None and ctx is not stream.codec_context:
         ctx.flush_buffers()  # the container flushes its streams' own decoders only (a PacketSource its own)
+    seconds["seek"] += time.perf_counter() - t0
 
 
 class Tally:

@@ -122,3 +122,70 @@ def test_varied_dataset_is_short_clips_of_several_sizes_containers_and_gops(tmp_
     for f, p in zip(sorted(files, key=lambda f: f.name), bv.varied_plan(4, 0)):
         index = create("video", "pyav").index(Blob(str(f), path=str(f)))
         assert index.frames == p["frames"] and index.keyframes[:2] == (0, p["gop"])[: len(index.keyframes)]
+
+
+def test_clipwise_decodes_of_the_clips_equal_the_one_pass_bit_exactly(one_video):
+    """The multi-clip scenario's comparison: our decoder decoding each of a video's uniform clips on
+    its own gives exactly the frames the one forward pass gives, and decodes more frames for them."""
+    from mediapipe.decoders.base import DecodeHint
+    from mediapipe.decoders.registry import create
+    from mediapipe.rng import SampleRNG
+    from mediapipe.sample import Blob
+
+    (path,) = bv.video_files(one_video)
+    dataset = bv._ClipwiseClips([path], clip_len=3, stride=2, size=32)
+    dataset.options = {"clip_len": 3, "stride": 2, "clips_per_video": 3, "sampling": "uniform"}
+    clips, clipwise_frames = dataset[0]
+    one_pass = create("video", "pyav", clip_len=3, stride=2, clips_per_video=3, sampling="uniform", threads=1)
+    side = int(48 * bv._ClipwiseClips.AREA ** 0.5)
+    hint = DecodeHint(roi=((48 - side) // 2, (64 - side) // 2, side, side), size=(32, 32))
+    out = one_pass.decode(Blob(str(path), path=str(path)), hint, SampleRNG(0, 0, 0, 0), {})
+    assert clips.shape == out.value.shape == (3, 3, 3, 32, 32)
+    assert torch.equal(clips, out.value)
+    # 12 frames, key frames at 0 and 6, clips at 0, 3.5 -> 4 and 7: one pass decodes each frame once
+    assert out.frames <= 12 < clipwise_frames
+
+
+def test_closure_ceiling_decodes_what_the_clips_need_and_no_more(one_video):
+    """The closure ceiling plans the clips as the loader does and decodes no frame the loader's
+    one pass would not: its frames per sample are at most ours, and at least the wanted ones."""
+    kwargs = dict(workers=0, device="cpu", batches=2, clip_len=3, stride=2, size=32, batch_size=2,
+                  clips_per_video=2, sampling="uniform")
+    ceiling = list(bv.run_closure_ceiling(one_video, **kwargs))
+    ours = list(bv.run_mediapipe(one_video, **kwargs))
+    assert [n for n, _ in ceiling] == [n for n, _ in ours] == [2, 2]
+    wanted = len({f for s in (0, 7) for f in range(s, s + 5, 2)})  # starts 0 and 7 of 12 frames
+    for (_, mine), (_, theirs) in zip(ours, ceiling):
+        assert 2 * wanted <= theirs <= mine
+
+
+def test_single_clip_runners_refuse_the_multi_clip_scenario(one_video):
+    with pytest.raises(NotImplementedError, match="one random clip"):
+        next(bv.run_naive_pyav(one_video, workers=0, device="cpu", batches=1, clips_per_video=4, sampling="uniform"))
+
+
+def test_multiclip_scenario_passes_its_clips_to_the_runners(one_video, monkeypatch):
+    from mediapipe.bench import scenarios
+
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        yield 1
+
+    monkeypatch.setattr(bv, "run_closure_ceiling", fake)
+    stream = scenarios.open_stream("video-multiclip", "closure", one_video, device="cpu", workers=1, batch_size=None,
+                                   options={"max_batches": 3})
+    next(iter(stream))
+    assert (seen["clip_len"], seen["clips_per_video"], seen["sampling"], seen["batch_size"]) == (8, 4, "uniform", 8)
+    assert scenarios.SCENARIOS["video-multiclip"].frames_per_sample == 32
+
+
+def test_torchcodec_regular_clips_for_uniform_sampling(one_video):
+    if bv.torchcodec_problem() is not None:
+        pytest.skip(bv.torchcodec_problem())
+    dataset = bv._TorchcodecClips(bv.video_files(one_video), 3, 2, 32)
+    dataset.clips, dataset.sampling = 3, "uniform"
+    clips = dataset[0]
+    assert clips.shape == (3, 3, 3, 32, 32) and clips.dtype == torch.uint8
+    assert not torch.equal(clips[0], clips[-1])

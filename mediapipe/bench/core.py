@@ -26,7 +26,9 @@ OP_PREFIX = "op:"  # a batch-stage op's seconds in the loader's stats
 WORKER_STAGES = ("read", "decode", "sample_ops", "collate", "worker_batch_ops")  # seconds summed over workers
 CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # wall seconds, add up to total
 LOADER_STAGE_NAMES = {"transfer": "host_to_device"}  # Loader.stats -> report
-DECODE_PARTS = ("decode_open", "decode_index", "decode_lead_in", "decode_useful", "decode_convert")  # video, inside decode
+DECODE_PARTS = ("decode_open", "decode_index", "decode_seek", "decode_lead_in", "decode_useful", "decode_convert",
+                "decode_resize")  # video, inside decode
+CLIP_UNITS = ("clips", "videos")  # video scenarios whose samples are clips, or videos of several clips
 PART_STAGES = ("device_decode", *DECODE_PARTS)  # reported, but already inside device_ops (decode for DECODE_PARTS)
 # a row too short to trust: the loaders' start, their prefetch drained before a window and the batches in
 # flight when it ends are of the order of a batch per worker, and weigh on a rate measured over few batches
@@ -255,7 +257,7 @@ def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None
         per_second = statistics.median(u / r.seconds for u, r in zip(units, reps))
         if result.unit in ("utterances", "audio files"):
             result.audio_s_per_s = per_second
-        elif result.unit == "clips":  # a clip runner's units are the frames its decoder produced
+        elif result.unit in CLIP_UNITS:  # a clip runner's units are the frames its decoder produced
             result.decoded_frames_per_s = per_second
         elif result.unit == "frames":
             result.frames_per_s = per_second
@@ -263,9 +265,9 @@ def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None
         result.frames_per_s = median
     if result.unit == "frames":  # a sequential ceiling delivers every frame it decodes
         result.decoded_frames_per_s = result.frames_per_s
-    if result.frames_per_s is None and result.unit == "clips" and frames_per_sample:
+    if result.frames_per_s is None and result.unit in CLIP_UNITS and frames_per_sample:
         result.frames_per_s = median * frames_per_sample
-    if result.unit == "clips":
+    if result.unit in CLIP_UNITS:
         result.useful_frames_per_s = result.frames_per_s
     result.stages = stage_table(reps)
     cpu = [r.cpu_seconds for r in reps]

@@ -13,6 +13,8 @@ COLUMNS: dict[str, str] = {
     "useful frames/s": "frames delivered in clips (clips/s x frames per clip)",
     "decoded frames/s": "every frame the decoder produced, lead-in from the key frame included; a ceiling row "
                         "decodes every frame of every file in order, so for it decoded = useful",
+    "decoded/useful": "frames the decoder produced per frame delivered in a clip (lead-in and frames between "
+                      "strided picks above 1; clips that share frames below 1)",
     "decoded/ceiling": "decoded frames/s over the faster sequential ceiling row (pyav `ceiling` or `dav1d`) of the "
                        "same run and threads: how close the clip loader comes to decoding at full speed",
     "1st batch": "building the pipeline, starting workers and delivering the first batch",
@@ -50,7 +52,12 @@ BACKENDS: dict[str, str] = {
     "dali": "NVIDIA DALI's own pipeline for the scenario (CPU operators with device_id=None, or the GPU ones)",
     "pyav": "torch DataLoader decoding each sample with PyAV (torchaudio features for audio): the naive "
             "video and audio baseline",
-    "torchcodec": "torchcodec's VideoDecoder and clip sampler in a DataLoader",
+    "torchcodec": "torchcodec's VideoDecoder and clip samplers in a DataLoader (clips_at_random_indices; "
+                  "clips_at_regular_indices for uniform clips)",
+    "mediapipe-clipwise": "this library's PyAV decoder decoding each clip of a video on its own (index and "
+                          "packets kept, as in the loader) in a DataLoader: what one pass per video saves",
+    "closure": "the closure ceiling: exactly the packets the clips need (the wanted frames and what they "
+               "reference), sent to one open libdav1d decoder per file, nothing converted or resized",
     "dav1d": "the dav1d command line decoding every frame of every file: an AV1 decode ceiling",
     "ceiling": "PyAV (libdav1d) decoding every frame of every file in order: the sequential decode ceiling",
 }

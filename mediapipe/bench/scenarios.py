@@ -32,6 +32,9 @@ class Scenario:
     frames_per_sample: int | None = None
     whole_files: bool = True  # a sample reads its whole file, so file sizes give an honest MB/s
     fixed_batches: bool = False  # a pass over the dataset is samples // batch_size batches: epochs count
+    clip_len: int | None = None  # video: frames per clip (frames_per_sample when None)
+    clips_per_video: int = 1  # video: clips per sample
+    sampling: str = "random"  # video: how the clips' starts are chosen (`mediapipe.decoders.video`)
 
 
 SCENARIOS = {
@@ -51,28 +54,35 @@ SCENARIOS = {
                  "COCO boxes: IoU crop, flip, resize 320x320, sanitize, normalise",
                  ("mediapipe", "torchvision", "dali"), 32, fixed_batches=True),
         Scenario("video-clips", "video", "sample-video", "clips", "AV1 clips of 16 frames, stride 2, 112x112",
-                 ("mediapipe", "pyav", "torchcodec", "dali", "dav1d", "ceiling"), 8, frames_per_sample=16,
+                 ("mediapipe", "pyav", "torchcodec", "dali", "dav1d", "ceiling", "closure"), 8, frames_per_sample=16,
                  whole_files=False),  # a clip reads part of its file
+        Scenario("video-multiclip", "video", "sample-video-varied", "videos",
+                 "4 uniform AV1 clips of 8 frames per video, stride 2, 112x112 (how video models are evaluated; "
+                 "torchcodec: clips_at_regular_indices)",
+                 ("mediapipe", "mediapipe-clipwise", "torchcodec", "closure"), 8, frames_per_sample=32,
+                 whole_files=False, clip_len=8, clips_per_video=4, sampling="uniform"),
         Scenario("audio-asr", "audio", "sample-audio", "utterances",
                  "16 kHz, 80-bin log-mel, SpecAugment, duration buckets", ("mediapipe", "pyav", "dali"), None),
     )
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
 BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
-            "pyav", "torchcodec", "dav1d", "ceiling", "mediapipe-ray", "mediapipe-http", "ffcv")
+            "pyav", "torchcodec", "dav1d", "ceiling", "closure", "mediapipe-clipwise", "mediapipe-ray", "mediapipe-http",
+            "ffcv")
 ON_REQUEST = {"image": ("mediapipe-ray", "mediapipe-http")}  # run only when asked for (mediapipe.bench.remote_backends)
 DEVICES = ("cpu", "cuda")
 
 # backend -> runner function of mediapipe.bench.<kind> (a dict when it differs by device)
 RUNNERS: dict[str, dict[str, Any]] = {
     "video": {"mediapipe": "run_mediapipe", "pyav": "run_naive_pyav", "torchcodec": "run_torchcodec",
-              "dav1d": "run_dav1d_cli",
+              "dav1d": "run_dav1d_cli", "closure": "run_closure_ceiling", "mediapipe-clipwise": "run_mediapipe_clipwise",
               "ceiling": "run_sequential_ceiling", "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
     "audio": {"mediapipe": "run_mediapipe", "pyav": "run_naive",
               "dali": {"cpu": "run_dali_cpu", "cuda": "run_dali_gpu"}},
 }
 UNITS = {("video", "ceiling"): "frames", ("video", "dav1d"): "frames"}  # decode ceilings count frames
-CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "torchcodec"), ("image", "ffcv")}
+CPU_ONLY = {("video", "dav1d"), ("video", "ceiling"), ("video", "closure"), ("video", "mediapipe-clipwise"),
+            ("video", "torchcodec"), ("image", "ffcv")}
 GPU_ONLY = {("image", "torchvision-gpu")}  # nvJPEG through torchvision.io.decode_jpeg(device="cuda")
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
@@ -82,6 +92,8 @@ NOT_APPLICABLE = {
     "torchcodec": "torchcodec is a video peer",
     "dav1d": "the dav1d command line is the AV1 video decode ceiling",
     "ceiling": "the sequential decode ceiling is for video",
+    "closure": "the closure ceiling (exactly the packets the clips need) is for video",
+    "mediapipe-clipwise": "each clip decoded on its own is a video comparison",
     "mediapipe-hf": "the Hugging Face (Parquet) rows are benchmarked on image-train",
     "hf-datasets": "the Hugging Face (Parquet) rows are benchmarked on image-train",
     "ffcv": "FFCV's peer runs image-train and image-eval (mediapipe.bench.ffcv_peer)",
@@ -201,6 +213,7 @@ def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, wo
         raise NotImplementedError(f"not available: {module_name}.{function}: {err}") from err
     kwargs: dict[str, Any] = {"data": data, "workers": workers, "device": device, "batches": options["max_batches"]}
     if scenario.kind == "video":
-        kwargs.update(clip_len=scenario.frames_per_sample, stride=2, size=112, batch_size=batch_size or 8)
+        kwargs.update(clip_len=scenario.clip_len or scenario.frames_per_sample, stride=2, size=112,
+                      batch_size=batch_size or 8, clips_per_video=scenario.clips_per_video, sampling=scenario.sampling)
     buffered = getattr(runner, "buffered", None)  # what the runner's loader holds after an idle spell
     return RunnerStream(runner, buffered=buffered(workers) if buffered else 2 * max(1, workers), **kwargs)

@@ -108,10 +108,11 @@ def video_files(data: Path) -> list[Path]:
 
 # -- runners ------------------------------------------------------------------------------------
 def video_pipeline(data: Path, folder: Path, *, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                   size: int = 112, batch_size: int = 8) -> Any:
-    """This library's pipeline of the video scenario: random clips, RandomResizedCrop fused into
-    the decoder (YUV planes cropped and resized, then RGB), flip and normalise; its manifest (the
-    files cycled so that ``batches`` batches exist in an epoch) is written into ``folder``."""
+                   size: int = 112, batch_size: int = 8, clips_per_video: int = 1, sampling: str = "random") -> Any:
+    """This library's pipeline of the video scenarios: ``clips_per_video`` clips per video (random
+    or uniform starts), RandomResizedCrop fused into the decoder (YUV planes cropped and resized,
+    then RGB), flip and normalise; its manifest (the files cycled so that ``batches`` batches
+    exist in an epoch) is written into ``folder``."""
     import json
 
     import mediapipe as mp
@@ -127,7 +128,8 @@ def video_pipeline(data: Path, folder: Path, *, device: str, batches: int, clip_
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return mp.Pipeline(
         source=mp.loaders.manifest(manifest),
-        decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, output="rgb")},
+        decode={"video": mp.decoders.video(clip_len=clip_len, stride=stride, clips_per_video=clips_per_video,
+                                           sampling=sampling, output="rgb")},
         augment=[A.RandomResizedCrop(size, scale=(0.25, 1.0), key="video"), A.HorizontalFlip(key="video"),
                  A.Normalize(key="video")],
         batch_size=batch_size, seed=0, device=device,
@@ -135,16 +137,17 @@ def video_pipeline(data: Path, folder: Path, *, device: str, batches: int, clip_
 
 
 def run_mediapipe(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                  size: int = 112, batch_size: int = 8,
+                  size: int = 112, batch_size: int = 8, clips_per_video: int = 1, sampling: str = "random",
                   stages: Callable[[Callable[[], dict[str, float]]], Any] | None = None) -> Iterator[tuple[int, int]]:
-    """This library's loader of `video_pipeline`, workers processes. Yields (clips, frames
-    decoded for them) per batch, the frames from ``loader.stats.frames``; ``stages`` gets a
-    function returning the loader's stage seconds (decode and its parts...)."""
+    """This library's loader of `video_pipeline`, workers processes. Yields (samples: clips, or
+    videos of ``clips_per_video`` clips; frames decoded for them) per batch, the frames from
+    ``loader.stats.frames``; ``stages`` gets a function returning the loader's stage seconds
+    (decode and its parts...)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         pipe = video_pipeline(data, Path(tmp), device=device, batches=batches, clip_len=clip_len, stride=stride,
-                              size=size, batch_size=batch_size)
+                              size=size, batch_size=batch_size, clips_per_video=clips_per_video, sampling=sampling)
         rows = len(pipe.source)
         produced = 0
         loader = pipe.loader(num_workers=workers, shuffle=True, drop_last=True)
@@ -224,9 +227,11 @@ def _estimated_frames(container: Any, stream: Any) -> int:
 
 
 def run_naive_pyav(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                   size: int = 112, batch_size: int = 8) -> Iterator[tuple[int, int]]:
+                   size: int = 112, batch_size: int = 8, clips_per_video: int = 1,
+                   sampling: str = "random") -> Iterator[tuple[int, int]]:
     """The baseline: a torch DataLoader over `_NaiveClips` (open, decode from the start, pick).
     Yields (clips, frames decoded for them) per batch."""
+    single_clip_only("pyav", clips_per_video, sampling)
     import torch
     from torch.utils.data import DataLoader
 
@@ -266,13 +271,16 @@ def torchcodec_problem() -> str | None:
 
 class _TorchcodecClips(_ClipDataset):
     """The torchcodec peer's dataset: one `VideoDecoder` per item (exact seeking, one FFmpeg
-    thread, the resize done by FFmpeg during the conversion to RGB), a clip drawn by
-    `clips_at_random_indices` with the same length and stride, then a centre crop."""
+    thread, the resize done by FFmpeg during the conversion to RGB), ``clips`` clips drawn by
+    `clips_at_random_indices` (or, for uniform sampling, `clips_at_regular_indices`, how video
+    models are evaluated) with the same length and stride, then a centre crop."""
+
+    clips, sampling = 1, "random"
 
     def __getitem__(self, i: int) -> Any:
         import torch
         from torchcodec.decoders import VideoDecoder
-        from torchcodec.samplers import clips_at_random_indices
+        from torchcodec.samplers import clips_at_random_indices, clips_at_regular_indices
         from torchvision.transforms import v2
         from torchvision.transforms.v2 import functional as TF
 
@@ -283,16 +291,19 @@ class _TorchcodecClips(_ClipDataset):
         size = [max(self.size, round(height * self.size / short)), max(self.size, round(width * self.size / short))]
         decoder = VideoDecoder(str(path), seek_mode="exact", num_ffmpeg_threads=1, transforms=[v2.Resize(size)])
         torch.manual_seed(i)  # the sampler draws from torch's generator
-        clips = clips_at_random_indices(decoder, num_clips=1, num_frames_per_clip=self.clip_len,
-                                        num_indices_between_frames=self.stride)
-        return TF.center_crop(clips.data[0], [self.size, self.size])
+        sampler = clips_at_regular_indices if self.sampling == "uniform" else clips_at_random_indices
+        clips = sampler(decoder, num_clips=self.clips, num_frames_per_clip=self.clip_len,
+                        num_indices_between_frames=self.stride)
+        out = TF.center_crop(clips.data, [self.size, self.size])  # (clips, T, C, H, W)
+        return out if self.clips > 1 else out[0]
 
 
 def run_torchcodec(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                   size: int = 112, batch_size: int = 8) -> Iterator[int]:
-    """torchcodec, the PyTorch ecosystem's decoder: its random clip sampler in a torch
-    DataLoader, same clip length, stride and output size. Yields clips per batch (torchcodec
-    does not say how many frames it decoded for them)."""
+                   size: int = 112, batch_size: int = 8, clips_per_video: int = 1,
+                   sampling: str = "random") -> Iterator[int]:
+    """torchcodec, the PyTorch ecosystem's decoder: its clip samplers in a torch DataLoader, same
+    clips per video, clip length, stride and output size. Yields samples (clips, or videos) per
+    batch (torchcodec does not say how many frames it decoded for them)."""
     problem = torchcodec_problem()
     if problem is not None:
         raise NotImplementedError(problem)
@@ -303,14 +314,179 @@ def run_torchcodec(data: Path, *, workers: int, device: str, batches: int, clip_
                                   f"{str(err).splitlines()[0][:200]})") from err
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(_TorchcodecClips(video_files(data), clip_len, stride, size), batch_size=batch_size,
-                        num_workers=workers, shuffle=False)
+    dataset = _TorchcodecClips(video_files(data), clip_len, stride, size)
+    dataset.clips, dataset.sampling = clips_per_video, sampling
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False)
     for n, batch in enumerate(loader):
         batch = batch.to(device).float().div_(255)
         batch.sum().item()
         yield int(batch.shape[0])
         if n + 1 >= batches:
             return
+
+
+def single_clip_only(backend: str, clips_per_video: int, sampling: str) -> None:
+    """Refuse a multi-clip scenario for a runner that draws one random clip per sample."""
+    if clips_per_video != 1 or sampling != "random":
+        raise NotImplementedError(f"not available: the {backend} runner draws one random clip per video")
+
+
+def _plan_options(clip_len: int, stride: int, clips_per_video: int, sampling: str) -> dict[str, Any]:
+    return {"clip_len": clip_len, "stride": stride, "clips_per_video": clips_per_video, "sampling": sampling}
+
+
+class _ClipwiseClips(_ClipDataset):
+    """Our own decoder (PyAV), each clip of a sample decoded on its own: the clips planned as the
+    loader plans them (``clips_per_video``, ``sampling``), then one `decode` per clip (its seek
+    from the key frame, its lead-in, its resize and conversion), the file's index and packets kept
+    between calls as in the loader. A centre box of a fixed share of the frame is cropped and
+    resized to ``size`` in the decoder. An item is (clips, frames decoded for them)."""
+
+    options: dict[str, Any] = {}
+    AREA = 0.625  # of the frame: the mean area RandomResizedCrop(scale=(0.25, 1)) draws
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        from mediapipe.decoders.base import DecodeHint
+        from mediapipe.decoders.video import ClipPlan
+        from mediapipe.rng import SampleRNG
+        from mediapipe.sample import Blob
+
+        decoder = self._decoder()
+        path = self.files[i % len(self.files)]
+        blob = Blob(str(path), path=str(path))
+        index = decoder.index(blob)
+        plan = decoder.whole_plan(index, SampleRNG(0, 0, i, 0), blob.name)
+        height, width = (index.width, index.height) if decoder.turns(index) % 2 else (index.height, index.width)
+        side = max(1, int(min(height, width) * self.AREA ** 0.5))
+        hint = DecodeHint(roi=((height - side) // 2, (width - side) // 2, side, side), size=(self.size, self.size))
+        clips, frames = [], 0
+        for n, clip in enumerate(plan.clips):
+            decoder.given = ClipPlan((clip,), stacked=False, spans=plan.spans[n : n + 1])
+            out = decoder.decode(blob, hint, SampleRNG(0, 0, i, 0), {})
+            clips.append(out.value)
+            frames += out.frames
+        return torch.stack(clips), frames
+
+    def _decoder(self) -> Any:
+        decoder = self.__dict__.get("_made")
+        if decoder is None:
+            from mediapipe.decoders.video_pyav import PyAVVideoDecoder
+
+            class GivenClip(PyAVVideoDecoder):
+                """Decodes the one clip it is given (``given``) instead of planning its own."""
+
+                given: Any = None
+
+                def whole_plan(self, index: Any, rng: Any, path: str) -> Any:
+                    return PyAVVideoDecoder.plan(self, index, rng, path)
+
+                def plan(self, index: Any, rng: Any, path: str) -> Any:
+                    return self.given
+
+            decoder = self.__dict__["_made"] = GivenClip(threads=1, output="rgb", **self.options)
+        return decoder
+
+
+def run_mediapipe_clipwise(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16,
+                           stride: int = 2, size: int = 112, batch_size: int = 8, clips_per_video: int = 1,
+                           sampling: str = "random") -> Iterator[tuple[int, int]]:
+    """Our decoder decoding each clip of a sample on its own (`_ClipwiseClips`) in a torch
+    DataLoader: what the one pass per video saves. Yields (samples, frames decoded) per batch."""
+    from torch.utils.data import DataLoader
+
+    dataset = _ClipwiseClips(video_files(data), clip_len, stride, size)
+    dataset.options = _plan_options(clip_len, stride, clips_per_video, sampling)
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False)
+    for n, (batch, decoded) in enumerate(loader):
+        batch = batch.to(device).float().div_(255)
+        batch.sum().item()
+        yield int(batch.shape[0]), int(decoded.sum())
+        if n + 1 >= batches:
+            return
+
+
+class _ClosurePackets(_ClipDataset):
+    """The closure ceiling's dataset: per file (read once per worker, before the first item),
+    its index and its packets in memory and one open libdav1d decoder (one thread). An item
+    plans the sample's clips as the loader does and sends the decoder exactly the packets of the
+    frames they need (`VideoIndex.needed`: the wanted frames and what they reference; for a
+    stream without a known graph, every frame from the key frame before each wanted one), then
+    drains it; nothing is converted, cropped or resized. An item is the frames decoded."""
+
+    options: dict[str, Any] = {}
+
+    def prepare(self) -> None:
+        import av
+
+        from mediapipe.decoders.video_pyav import PyAVVideoDecoder
+        from mediapipe.sample import Blob
+
+        planner = PyAVVideoDecoder(threads=1, **self.options)
+        self.kept = []
+        for path in self.files:
+            blob = Blob(str(path), path=str(path))
+            index = planner.index(blob)
+            with av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                packets = [(bytes(p), p.pts, p.dts) for p in container.demux(stream) if p.size]
+                ctx = av.CodecContext.create(stream.codec_context.codec.name, "r")
+                if stream.codec_context.extradata:
+                    ctx.extradata = stream.codec_context.extradata
+            ctx.thread_type, ctx.thread_count = "AUTO", 1
+            self.kept.append((blob, index, packets, ctx))
+        self.planner = planner
+
+    def __getitem__(self, i: int) -> int:
+        import av
+
+        from mediapipe.rng import SampleRNG
+
+        if "kept" not in self.__dict__:
+            self.prepare()
+        blob, index, packets, ctx = self.kept[i % len(self.kept)]
+        wanted = self.planner.plan(index, SampleRNG(0, 0, i, 0), blob.name).wanted
+        needed = index.needed(wanted)
+        if needed is None:  # no reference graph: from each wanted frame's key frame
+            needed = {f for w in wanted for f in range(index.keyframe_before(w), w + 1)}
+        needed = set(needed)
+        frames = 0
+        for data, pts, dts in packets:
+            stamp = pts if pts is not None else dts
+            if stamp is None or index.frame_at(stamp) not in needed:
+                continue
+            packet = av.Packet(data)
+            packet.pts, packet.dts = pts, dts
+            frames += len(ctx.decode(packet))
+        frames += len(ctx.decode(None))
+        ctx.flush_buffers()
+        return frames
+
+
+def run_closure_ceiling(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16,
+                        stride: int = 2, size: int = 112, batch_size: int = 8, clips_per_video: int = 1,
+                        sampling: str = "random") -> Iterator[tuple[int, int]]:
+    """The closure ceiling: decode exactly the packets each sample's clips need, with an open
+    decoder per file and no other work (`_ClosurePackets`), ``workers`` processes of one thread.
+    Yields (samples, frames decoded) per batch: our samples/s over its is how close the loader
+    comes to the decode it cannot avoid."""
+    from torch.utils.data import DataLoader
+
+    dataset = _ClosurePackets(video_files(data), clip_len, stride, size)
+    dataset.options = _plan_options(clip_len, stride, clips_per_video, sampling)
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
+                        worker_init_fn=_prepare_worker)
+    for n, decoded in enumerate(loader):
+        yield int(decoded.shape[0]), int(decoded.sum())
+        if n + 1 >= batches:
+            return
+
+
+def _prepare_worker(_: int) -> None:
+    from torch.utils.data import get_worker_info
+
+    get_worker_info().dataset.prepare()
 
 
 def _decode_all_yuv(path: Path, threads: int) -> int:
@@ -328,7 +504,7 @@ def _decode_all_yuv(path: Path, threads: int) -> int:
 
 
 def run_sequential_ceiling(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16,
-                           stride: int = 2, size: int = 112, batch_size: int = 8) -> Iterator[int]:
+                           stride: int = 2, size: int = 112, batch_size: int = 8, **_: Any) -> Iterator[int]:
     """The ceiling: every frame of each file, in order, to YUV, PyAV/libdav1d with ``workers``
     threads (at least one). Yields the frames decoded per file."""
     files = video_files(data)
@@ -341,7 +517,7 @@ def dav1d_binary() -> str | None:
 
 
 def run_dav1d_cli(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
-                  size: int = 112, batch_size: int = 8) -> Iterator[int]:
+                  size: int = 112, batch_size: int = 8, **_: Any) -> Iterator[int]:
     """The ceiling through the dav1d command line (its own demuxer: IVF, Annex B, section 5;
     MP4/MKV files are remuxed to IVF first, untimed). Yields the frames decoded per file."""
     binary = dav1d_binary()
