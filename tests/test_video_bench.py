@@ -116,6 +116,7 @@ def test_varied_dataset_is_short_clips_of_several_sizes_containers_and_gops(tmp_
     assert {p["height"] for p in plan} == {240, 360, 480, 720}
     assert all(48 <= p["frames"] <= 120 and 48 <= p["gop"] <= 60 for p in plan)
     assert any(p["width"] < p["height"] for p in plan)  # portrait clips too
+    assert {p["preset"] for p in plan} == set(bv.VARIED_PRESETS)  # FFmpeg's default preset among them
     monkeypatch.setattr(bv, "VARIED_HEIGHTS", (32, 48))
     files = bv.video_files(datasets.prepare("sample-video-varied", root=tmp_path, count=4, progress=False))
     assert len(files) == 4 and {f.suffix for f in files} == {".mp4", ".mkv"}

@@ -350,7 +350,7 @@ def _fixed_videos(gop: int) -> _MediaSet:
 # built-in video or audio dataset -> how it is made, asked when it is made
 MEDIA_SETS: dict[str, Callable[[], _MediaSet]] = {
     **{name: functools.partial(_fixed_videos, gop) for name, gop in VIDEO_GOPS.items()},
-    "sample-video-varied": lambda: _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos"),
+    "sample-video-varied": lambda: _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos", suffix="-v2"),
     "sample-audio": lambda: _MediaSet("make_sample_audio", AUDIO_COUNT, "files"),
 }
 

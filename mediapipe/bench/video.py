@@ -71,15 +71,21 @@ def varied_plan(count: int, seed: int) -> list[dict[str, Any]]:
         plan.append({"frames": int(rng.integers(48, 121)), "height": height, "width": width,
                      "suffix": VARIED_SUFFIXES[(i // len(VARIED_HEIGHTS)) % len(VARIED_SUFFIXES)],
                      "gop": int(rng.integers(48, 61)), "fps": int(rng.choice([24, 25, 30])),
-                     "preset": int(rng.choice([10, 12]))})
+                     "preset": int(rng.choice(VARIED_PRESETS))})
     return plan
+
+
+VARIED_PRESETS = (12, 10, 8)  # libsvtav1 presets; 8 as FFmpeg's command line encodes by default
+HARD_PRESET = 8  # ... with 32-frame mini-GOPs (hierarchical-levels=5): longer reference chains per clip
 
 
 def make_varied_videos(dest: Path, count: int, seed: int, progress: Callable[[int, int], Any] | None = None,
                        **_: Any) -> list[Path]:
     """``count`` short AV1 files as real video datasets have them: 48-120 frames, 240p to 720p
     (landscape and portrait), MP4, Matroska, WebM and IVF, a key frame every 48-60 frames, 24/25/30
-    fps, two encoder presets; in two class folders. Existing files are kept (a rerun resumes)."""
+    fps, three encoder presets (one of them FFmpeg's command-line default, whose 32-frame
+    mini-GOPs give a random clip a longer chain of reference frames to decode: the hard case);
+    in two class folders. Existing files are kept (a rerun resumes)."""
     dest = Path(dest)
     paths = []
     for i, item in enumerate(varied_plan(count, seed)):
@@ -90,8 +96,10 @@ def make_varied_videos(dest: Path, count: int, seed: int, progress: Callable[[in
         if not path.exists():
             tmp = path.with_name(path.stem + ".tmp" + suffix)
             frames = render_frames(item["height"], item["width"], item["frames"], seed * 100_000 + i)
+            hard = {"svtav1-params": f"keyint={item['gop']}:scd=0:lp=2:hierarchical-levels=5"}
             write_video(tmp, frames, fps=item["fps"], gop=item["gop"], preset=item["preset"],
-                        matrix="bt709" if item["height"] >= 720 else "bt601")
+                        matrix="bt709" if item["height"] >= 720 else "bt601",
+                        options=hard if item["preset"] == HARD_PRESET else None)
             tmp.rename(path)
         paths.append(path)
         if progress is not None:
