@@ -3,6 +3,7 @@ runs its own sampler (or says why it cannot), and the varied short-clip dataset 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,26 @@ def test_torchcodec_regular_clips_for_uniform_sampling(one_video):
     clips = dataset[0]
     assert clips.shape == (3, 3, 3, 32, 32) and clips.dtype == torch.uint8
     assert not torch.equal(clips[0], clips[-1])
+
+
+def test_encoder_set_is_av1_from_other_encoders_with_its_planned_gops(tmp_path, monkeypatch):
+    """The second short-clip set: libaom, rav1e and libsvtav1 files through FFmpeg's command line,
+    each with the frames and the key-frame interval its plan says."""
+    pytest.importorskip("imageio_ffmpeg")
+    from mediapipe.bench import datasets, video_encoders
+    from mediapipe.decoders.registry import create
+    from mediapipe.sample import Blob
+
+    plan = video_encoders.encoder_plan(24, 0)
+    assert {p["encoder"] for p in plan} == set(video_encoders.ENCODERS)
+    assert {p["gop"] for p in plan} >= {24, 250} and {p["suffix"] for p in plan} == set(video_encoders.SUFFIXES)
+    monkeypatch.setattr(video_encoders, "HEIGHTS", (32, 48))
+    files = bv.video_files(datasets.prepare("sample-video-encoders", root=tmp_path, count=3, progress=False))
+    assert len(files) == 3
+    plan = video_encoders.encoder_plan(3, 0)
+    for f in files:
+        p = plan[int(re.search(r"(\d{4})_g", f.name).group(1))]
+        assert f.name.startswith(p["encoder"]) and f.suffix == p["suffix"]
+        index = create("video", "pyav").index(Blob(str(f), path=str(f)))
+        assert index.frames == p["frames"], (f, p)
+        assert index.keyframes == tuple(range(0, p["frames"], p["gop"])), (f, p, index.keyframes)

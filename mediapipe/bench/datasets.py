@@ -12,7 +12,8 @@ or camera EXIF. ``sample-detection``: a COCO-format detection set (``annotations
 (`mediapipe.synthetic.detection`). ``sample-video`` (a key frame every 60 frames),
 ``sample-video-gop16`` (the same clips, a key frame every 16), ``sample-video-varied`` (short
 clips of 48-120 frames, 240p-720p, four containers, a key frame every 48-60 frames, as real video
-datasets have) and ``sample-audio`` are made by
+datasets have), ``sample-video-encoders`` (short clips from libaom, rav1e and FFmpeg's libsvtav1
+defaults, key frames every 24 to 250 frames; needs imageio-ffmpeg) and ``sample-audio`` are made by
 ``mediapipe.bench.video`` / ``audio``. A dataset is written to a temporary folder and renamed
 when complete, so an interrupted generation never leaves a half dataset behind.
 """
@@ -43,9 +44,11 @@ QUALITY_WEIGHTS = (0.15, 0.2, 0.3, 0.2, 0.15)
 VIDEO_COUNT, VIDEO_HEIGHT, VIDEO_SECONDS = 12, 360, 4.0
 AUDIO_COUNT = 200
 VARIED_VIDEO_COUNT = 64
+ENCODER_VIDEO_COUNT = 24
 DETECTION_COUNT = 500
 BUILTIN = {"sample-images": "image", "sample-photos": "image", "sample-video": "video",
-           "sample-video-gop16": "video", "sample-video-varied": "video", "sample-audio": "audio",
+           "sample-video-gop16": "video", "sample-video-varied": "video", "sample-video-encoders": "video",
+           "sample-audio": "audio",
            "sample-detection": "detection"}
 # frames between key frames: 2 s at 30 fps, as camera and web video; 16, as `mediapipe convert
 # --keyframe-interval 16` writes, so a random clip decodes a short lead-in
@@ -351,6 +354,7 @@ def _fixed_videos(gop: int) -> _MediaSet:
 MEDIA_SETS: dict[str, Callable[[], _MediaSet]] = {
     **{name: functools.partial(_fixed_videos, gop) for name, gop in VIDEO_GOPS.items()},
     "sample-video-varied": lambda: _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos", suffix="-v2"),
+    "sample-video-encoders": lambda: _MediaSet("make_encoder_videos", ENCODER_VIDEO_COUNT, "videos"),
     "sample-audio": lambda: _MediaSet("make_sample_audio", AUDIO_COUNT, "files"),
 }
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from mediapipe.bench.video_encoders import make_encoder_videos  # noqa: F401  (the sample-video-encoders maker)
 from mediapipe.synthetic.video import render_frames, write_video
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".ivf")
