@@ -98,6 +98,17 @@ NOT_APPLICABLE = {
     "hf-datasets": "the Hugging Face (Parquet) rows are benchmarked on image-train",
     "ffcv": "FFCV's peer runs image-train and image-eval (mediapipe.bench.ffcv_peer)",
 }
+# (scenario, backend) -> why a backend of the scenario's kind is not one of its rows
+NOT_IN_SCENARIO = {
+    ("video-multiclip", "pyav"): "the PyAV baseline draws one random clip per video; here mediapipe-clipwise "
+                                 "decodes each of a video's clips on its own",
+    ("video-multiclip", "dav1d"): "the sequential ceilings decode every frame of every file; a video's clips are "
+                                  "held against the closure ceiling (closure)",
+    ("video-multiclip", "ceiling"): "the sequential ceilings decode every frame of every file; a video's clips are "
+                                    "held against the closure ceiling (closure)",
+    ("video-clips", "mediapipe-clipwise"): "a video-clips sample is one clip, so clip by clip is the mediapipe row "
+                                           "itself; it runs on video-multiclip",
+}
 DALI_HINT = "pip install nvidia-dali-cuda130"
 
 
@@ -138,7 +149,10 @@ def why_not(scenario: Scenario, backend: str, device: str) -> str | None:
     if backend not in scenario.backends:
         if backend not in BACKENDS:
             return f"unknown backend; known: {', '.join(BACKENDS)}"
-        return f"not applicable: {NOT_APPLICABLE.get(backend, 'does not apply to ' + scenario.name)}"
+        reason = NOT_IN_SCENARIO.get((scenario.name, backend))
+        if reason is None and backend in RUNNERS.get(scenario.kind, {}):  # the kind's backend, not this scenario's
+            reason = f"{scenario.name} runs {', '.join(scenario.backends)}"
+        return f"not applicable: {reason or NOT_APPLICABLE.get(backend, 'does not apply to ' + scenario.name)}"
     if device not in DEVICES:
         return f"unknown device {device!r}; expected one of {DEVICES}"
     if (scenario.kind, backend) in CPU_ONLY and device != "cpu":

@@ -359,21 +359,21 @@ class _ClipwiseClips(_ClipDataset):
 
         from mediapipe.decoders.base import DecodeHint
         from mediapipe.decoders.video import ClipPlan
-        from mediapipe.rng import SampleRNG
+        from mediapipe.rng import decoder_rng
         from mediapipe.sample import Blob
 
         decoder = self._decoder()
         path = self.files[i % len(self.files)]
         blob = Blob(str(path), path=str(path))
         index = decoder.index(blob)
-        plan = decoder.whole_plan(index, SampleRNG(0, 0, i, 0), blob.name)
+        plan = decoder.whole_plan(index, decoder_rng(0, 0, i, 0), blob.name)  # the loader's draws for row i
         height, width = (index.width, index.height) if decoder.turns(index) % 2 else (index.height, index.width)
         side = max(1, int(min(height, width) * self.AREA ** 0.5))
         hint = DecodeHint(roi=((height - side) // 2, (width - side) // 2, side, side), size=(self.size, self.size))
         clips, frames = [], 0
         for n, clip in enumerate(plan.clips):
             decoder.given = ClipPlan((clip,), stacked=False, spans=plan.spans[n : n + 1])
-            out = decoder.decode(blob, hint, SampleRNG(0, 0, i, 0), {})
+            out = decoder.decode(blob, hint, decoder_rng(0, 0, i, 0), {})
             clips.append(out.value)
             frames += out.frames
         return torch.stack(clips), frames
@@ -421,7 +421,8 @@ class _ClosurePackets(_ClipDataset):
     its index and its packets in memory and one open libdav1d decoder (one thread). An item
     plans the sample's clips as the loader does and sends the decoder exactly the packets of the
     frames they need (`VideoIndex.needed`: the wanted frames and what they reference; for a
-    stream without a known graph, every frame from the key frame before each wanted one), then
+    stream without a known graph, every packet from the key frame before each wanted frame up
+    to its own, in decode order: `_decode_order_closure`), then
     drains it; nothing is converted, cropped or resized. An item is the frames decoded."""
 
     options: dict[str, Any] = {}
@@ -450,16 +451,15 @@ class _ClosurePackets(_ClipDataset):
     def __getitem__(self, i: int) -> int:
         import av
 
-        from mediapipe.rng import SampleRNG
+        from mediapipe.rng import decoder_rng
 
         if "kept" not in self.__dict__:
             self.prepare()
         blob, index, packets, ctx = self.kept[i % len(self.kept)]
-        wanted = self.planner.plan(index, SampleRNG(0, 0, i, 0), blob.name).wanted
+        # the draws the loader's decoder makes for row i (seed 0, epoch 0, the pipeline's one field)
+        wanted = self.planner.plan(index, decoder_rng(0, 0, i, 0), blob.name).wanted
         needed = index.needed(wanted)
-        if needed is None:  # no reference graph: from each wanted frame's key frame
-            needed = {f for w in wanted for f in range(index.keyframe_before(w), w + 1)}
-        needed = set(needed)
+        needed = set(needed) if needed is not None else _decode_order_closure(index, packets, wanted)
         frames = 0
         for data, pts, dts in packets:
             stamp = pts if pts is not None else dts
@@ -471,6 +471,22 @@ class _ClosurePackets(_ClipDataset):
         frames += len(ctx.decode(None))
         ctx.flush_buffers()
         return frames
+
+
+def _decode_order_closure(index: Any, packets: list[tuple[bytes, Any, Any]], wanted: list[int]) -> set[int]:
+    """For a stream without a known reference graph: every frame whose packet lies, in decode
+    order, from the key frame before each wanted frame to the wanted frame's own packet (a B-frame's
+    forward reference is decoded before it, so a display-order range from the key frame misses it)."""
+    order = [index.frame_at(pts if pts is not None else dts) for _, pts, dts in packets
+             if pts is not None or dts is not None]
+    at = {f: n for n, f in enumerate(order)}
+    needed: set[int] = set()
+    for w in wanted:
+        key = index.keyframe_before(w)
+        if w in at and key in at:
+            needed.update(order[at[key] : at[w] + 1])
+        needed.update(range(key, w + 1))
+    return needed
 
 
 def run_closure_ceiling(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16,
