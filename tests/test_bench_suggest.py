@@ -44,7 +44,7 @@ def test_an_image_scenario_gives_each_setting_and_auto_and_the_fastest(image_fol
 def test_audio_and_video_scenarios_give_their_loaders(tmp_path):
     """The loaders --suggest measures on an audio and a video scenario: the bench's own pipelines."""
     from mediapipe.bench.suggest import scenario_loader_maker
-    from mediapipe.bench.video import make_sample_videos
+    from mediapipe.bench.video_sets import make_sample_videos
 
     B.make_sample_audio(tmp_path / "audio", 4, seed=1)
     with scenario_loader_maker("audio-asr", tmp_path / "audio", "cpu", 3) as make:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mediapipe.bench import video as bv
+from mediapipe.bench import video_sets as vs
 from mediapipe.synthetic.video import render_frames, write_video
 
 
@@ -112,16 +113,16 @@ def test_varied_dataset_is_short_clips_of_several_sizes_containers_and_gops(tmp_
     from mediapipe.decoders.registry import create
     from mediapipe.sample import Blob
 
-    plan = bv.varied_plan(64, 0)
+    plan = vs.varied_plan(64, 0)
     assert {p["suffix"] for p in plan} == {".mp4", ".mkv", ".webm", ".ivf"}
     assert {p["height"] for p in plan} == {240, 360, 480, 720}
     assert all(48 <= p["frames"] <= 120 and 48 <= p["gop"] <= 60 for p in plan)
     assert any(p["width"] < p["height"] for p in plan)  # portrait clips too
-    assert {p["preset"] for p in plan} == set(bv.VARIED_PRESETS)  # FFmpeg's default preset among them
-    monkeypatch.setattr(bv, "VARIED_HEIGHTS", (32, 48))
+    assert {p["preset"] for p in plan} == set(vs.VARIED_PRESETS)  # FFmpeg's default preset among them
+    monkeypatch.setattr(vs, "VARIED_HEIGHTS", (32, 48))
     files = bv.video_files(datasets.prepare("sample-video-varied", root=tmp_path, count=4, progress=False))
     assert len(files) == 4 and {f.suffix for f in files} == {".mp4", ".mkv"}
-    for f, p in zip(sorted(files, key=lambda f: f.name), bv.varied_plan(4, 0)):
+    for f, p in zip(sorted(files, key=lambda f: f.name), vs.varied_plan(4, 0)):
         index = create("video", "pyav").index(Blob(str(f), path=str(f)))
         assert index.frames == p["frames"] and index.keyframes[:2] == (0, p["gop"])[: len(index.keyframes)]
 
@@ -184,8 +185,13 @@ def test_multiclip_scenario_passes_its_clips_to_the_runners(one_video, monkeypat
 
 
 def test_torchcodec_regular_clips_for_uniform_sampling(one_video):
+    """Uniform clips through torchcodec's clips_at_regular_indices; where torchcodec cannot run,
+    the multi-clip runner says why instead."""
     if bv.torchcodec_problem() is not None:
-        pytest.skip(bv.torchcodec_problem())
+        with pytest.raises(NotImplementedError, match="^not (installed|available)"):
+            next(bv.run_torchcodec(one_video, workers=0, device="cpu", batches=1, clip_len=3, stride=2, size=32,
+                                   batch_size=2, clips_per_video=3, sampling="uniform"))
+        return
     dataset = bv._TorchcodecClips(bv.video_files(one_video), 3, 2, 32)
     dataset.clips, dataset.sampling = 3, "uniform"
     clips = dataset[0]

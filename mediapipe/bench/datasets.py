@@ -14,7 +14,7 @@ or camera EXIF. ``sample-detection``: a COCO-format detection set (``annotations
 clips of 48-120 frames, 240p-720p, four containers, a key frame every 48-60 frames, as real video
 datasets have), ``sample-video-encoders`` (short clips from libaom, rav1e and FFmpeg's libsvtav1
 defaults, key frames every 24 to 250 frames; needs imageio-ffmpeg) and ``sample-audio`` are made by
-``mediapipe.bench.video`` / ``audio``. A dataset is written to a temporary folder and renamed
+``mediapipe.bench.video_sets``, ``video_encoders`` and ``audio``. A dataset is written to a temporary folder and renamed
 when complete, so an interrupted generation never leaves a half dataset behind.
 """
 
@@ -335,7 +335,8 @@ def sample_detection(root: Path, count: int = DETECTION_COUNT, seed: int = 0, pr
 # -- video and audio: made by their benchmark modules -------------------------------------------
 @dataclass(frozen=True)
 class _MediaSet:
-    """How a built-in video or audio dataset is made (its module's maker, files, unit, options)."""
+    """How a built-in video or audio dataset is made (its maker, ``module.function`` in
+    ``mediapipe.bench``; files, unit, options)."""
 
     maker: str
     count: int
@@ -347,25 +348,28 @@ class _MediaSet:
 def _fixed_videos(gop: int) -> _MediaSet:
     """Videos of VIDEO_HEIGHT and VIDEO_SECONDS (read when they are made), a key frame every ``gop``."""
     options = {"height": VIDEO_HEIGHT, "seconds": VIDEO_SECONDS, "gop": gop}
-    return _MediaSet("make_sample_videos", VIDEO_COUNT, "videos", options, f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}")
+    return _MediaSet("video_sets.make_sample_videos", VIDEO_COUNT, "videos", options,
+                     f"-h{VIDEO_HEIGHT}-t{VIDEO_SECONDS:g}")
 
 
 # built-in video or audio dataset -> how it is made, asked when it is made
 MEDIA_SETS: dict[str, Callable[[], _MediaSet]] = {
     **{name: functools.partial(_fixed_videos, gop) for name, gop in VIDEO_GOPS.items()},
-    "sample-video-varied": lambda: _MediaSet("make_varied_videos", VARIED_VIDEO_COUNT, "videos", suffix="-v2"),
-    "sample-video-encoders": lambda: _MediaSet("make_encoder_videos", ENCODER_VIDEO_COUNT, "videos"),
-    "sample-audio": lambda: _MediaSet("make_sample_audio", AUDIO_COUNT, "files"),
+    "sample-video-varied": lambda: _MediaSet("video_sets.make_varied_videos", VARIED_VIDEO_COUNT, "videos",
+                                             suffix="-v2"),
+    "sample-video-encoders": lambda: _MediaSet("video_encoders.make_encoder_videos", ENCODER_VIDEO_COUNT, "videos"),
+    "sample-audio": lambda: _MediaSet("audio.make_sample_audio", AUDIO_COUNT, "files"),
 }
 
 
 def _sample_media(name: str, root: Path, count: int | None, seed: int, progress: bool) -> Path:
     media = MEDIA_SETS[name]()
-    module_name = f"mediapipe.bench.{BUILTIN[name]}"
+    module, _, function = media.maker.rpartition(".")
+    module_name = f"mediapipe.bench.{module}"
     try:
-        make = getattr(importlib.import_module(module_name), media.maker)
+        make = getattr(importlib.import_module(module_name), function)
     except (ImportError, AttributeError) as err:
-        raise RuntimeError(f"dataset {name!r} is not available: {module_name}.{media.maker} ({err})") from err
+        raise RuntimeError(f"dataset {name!r} is not available: {module_name}.{function} ({err})") from err
     count = count or media.count
     dest = Path(root) / f"{name}-n{count}-s{seed}{media.suffix}"
     if (dest / MARKER).is_file():

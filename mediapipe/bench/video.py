@@ -1,12 +1,12 @@
-"""The video scenario: AV1 clips (16 frames, stride 2, resized and cropped to 112 or 224,
-batch 8) through this library, against PyAV naive decoding (the baseline), torchcodec's
-clip sampler (when it and FFmpeg's shared libraries are installed) and a full
-sequential decode of the same files to YUV frames (the ceiling: PyAV/libdav1d, or the
-dav1d command line). Also the bench's sample AV1 datasets, drawn and encoded by
-`mediapipe.synthetic.video`.
+"""The video scenarios' runners: AV1 clips (one random 16-frame clip, or 4 uniform 8-frame
+clips per video; stride 2, 112 px, batch 8) through this library, against PyAV naive decoding
+(the baseline), torchcodec's clip samplers (when it and FFmpeg's shared libraries are
+installed), our decoder clip by clip, the closure ceiling (exactly the packets the clips need)
+and a full sequential decode of the same files to YUV frames (PyAV/libdav1d, or the dav1d
+command line). The sample sets are made in `mediapipe.bench.video_sets` and `video_encoders`.
 
-Each runner yields, per batch, the number of clips it fully decoded and the frames its
-decoder produced for them (lead-in from the key frame included); the ceilings yield frames.
+Each runner yields, per batch, the samples it fully decoded and the frames its decoder
+produced for them (lead-in from the key frame included); the sequential ceilings yield frames.
 """
 
 from __future__ import annotations
@@ -21,91 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mediapipe.bench.video_encoders import make_encoder_videos  # noqa: F401  (the sample-video-encoders maker)
-from mediapipe.synthetic.video import render_frames, write_video
-
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".ivf")
-
-
-# -- sample datasets --------------------------------------------------------------------------
-def make_sample_videos(dest: Path, count: int, seed: int, height: int = 480, seconds: float = 10.0,
-                       progress: Callable[[int, int], Any] | None = None, gop: int = 60) -> list[Path]:
-    """``count`` AV1 MP4 files (libsvtav1, 30 fps, a key frame every ``gop`` frames: 2 s by
-    default, as camera and web video have; 16 as ``mediapipe convert --keyframe-interval 16``
-    writes) of ``seconds`` each, 16:9 at ``height`` lines, in two class folders; deterministic
-    for a seed. Existing files are kept (a rerun resumes)."""
-    if gop < 1:
-        raise ValueError(f"make_sample_videos(gop={gop}): expected >= 1")
-    dest = Path(dest)
-    width = int(round(height * 16 / 9 / 2)) * 2
-    fps = 30
-    paths = []
-    for i in range(count):
-        folder = dest / f"class{i % 2}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"video{i:04d}_{height}p.mp4"
-        if not path.exists():
-            tmp = path.with_name(path.stem + ".tmp.mp4")
-            write_video(tmp, render_frames(height, width, int(seconds * fps), seed * 100_000 + i),
-                        fps=fps, gop=gop, matrix="bt709" if height >= 720 else "bt601")
-            tmp.rename(path)
-        paths.append(path)
-        if progress is not None:
-            progress(i + 1, count)
-    return paths
-
-
-VARIED_HEIGHTS = (240, 360, 480, 720)
-VARIED_ASPECTS = (16 / 9, 16 / 9, 4 / 3, 9 / 16)  # widths by height; one in four is portrait (phone video)
-VARIED_SUFFIXES = (".mp4", ".mkv", ".webm", ".ivf")
-
-
-def varied_plan(count: int, seed: int) -> list[dict[str, Any]]:
-    """What each file of the varied short-clip set is: frames (48-120), height (240p-720p),
-    aspect, container, key-frame interval (48-60) and rate; deterministic for a seed."""
-    rng = np.random.default_rng([seed, 15])
-    plan = []
-    for i in range(count):
-        height = int(VARIED_HEIGHTS[i % len(VARIED_HEIGHTS)])
-        aspect = float(VARIED_ASPECTS[int(rng.integers(len(VARIED_ASPECTS)))])
-        width = int(round(height * aspect / 2)) * 2
-        plan.append({"frames": int(rng.integers(48, 121)), "height": height, "width": width,
-                     "suffix": VARIED_SUFFIXES[(i // len(VARIED_HEIGHTS)) % len(VARIED_SUFFIXES)],
-                     "gop": int(rng.integers(48, 61)), "fps": int(rng.choice([24, 25, 30])),
-                     "preset": int(rng.choice(VARIED_PRESETS))})
-    return plan
-
-
-VARIED_PRESETS = (12, 10, 8)  # libsvtav1 presets; 8 as FFmpeg's command line encodes by default
-HARD_PRESET = 8  # ... with 32-frame mini-GOPs (hierarchical-levels=5): longer reference chains per clip
-
-
-def make_varied_videos(dest: Path, count: int, seed: int, progress: Callable[[int, int], Any] | None = None,
-                       **_: Any) -> list[Path]:
-    """``count`` short AV1 files as real video datasets have them: 48-120 frames, 240p to 720p
-    (landscape and portrait), MP4, Matroska, WebM and IVF, a key frame every 48-60 frames, 24/25/30
-    fps, three encoder presets (one of them FFmpeg's command-line default, whose 32-frame
-    mini-GOPs give a random clip a longer chain of reference frames to decode: the hard case);
-    in two class folders. Existing files are kept (a rerun resumes)."""
-    dest = Path(dest)
-    paths = []
-    for i, item in enumerate(varied_plan(count, seed)):
-        folder = dest / f"class{i % 2}"
-        folder.mkdir(parents=True, exist_ok=True)
-        suffix = item["suffix"]
-        path = folder / f"clip{i:04d}_{item['height']}p{suffix}"
-        if not path.exists():
-            tmp = path.with_name(path.stem + ".tmp" + suffix)
-            frames = render_frames(item["height"], item["width"], item["frames"], seed * 100_000 + i)
-            hard = {"svtav1-params": f"keyint={item['gop']}:scd=0:lp=2:hierarchical-levels=5"}
-            write_video(tmp, frames, fps=item["fps"], gop=item["gop"], preset=item["preset"],
-                        matrix="bt709" if item["height"] >= 720 else "bt601",
-                        options=hard if item["preset"] == HARD_PRESET else None)
-            tmp.rename(path)
-        paths.append(path)
-        if progress is not None:
-            progress(i + 1, count)
-    return paths
 
 
 def video_files(data: Path) -> list[Path]:
@@ -241,18 +157,22 @@ def run_naive_pyav(data: Path, *, workers: int, device: str, batches: int, clip_
     """The baseline: a torch DataLoader over `_NaiveClips` (open, decode from the start, pick).
     Yields (clips, frames decoded for them) per batch."""
     single_clip_only("pyav", clips_per_video, sampling)
-    import torch
     from torch.utils.data import DataLoader
 
     loader = DataLoader(_NaiveClips(video_files(data), clip_len, stride, size), batch_size=batch_size,
                         num_workers=workers, shuffle=False)
+    yield from _counted_batches(loader, device, batches)
+
+
+def _counted_batches(loader: Any, device: str, batches: int) -> Iterator[tuple[int, int]]:
+    """(samples, frames decoded) per batch of a DataLoader of (uint8 clips, frames decoded) items,
+    each batch materialised on ``device`` as float; ``batches`` of them."""
     for n, (batch, decoded) in enumerate(loader):
         batch = batch.to(device).float().div_(255)
         batch.sum().item()
         yield int(batch.shape[0]), int(decoded.sum())
         if n + 1 >= batches:
             return
-    del torch
 
 
 def torchcodec_problem() -> str | None:
@@ -407,13 +327,8 @@ def run_mediapipe_clipwise(data: Path, *, workers: int, device: str, batches: in
 
     dataset = _ClipwiseClips(video_files(data), clip_len, stride, size)
     dataset.options = _plan_options(clip_len, stride, clips_per_video, sampling)
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False)
-    for n, (batch, decoded) in enumerate(loader):
-        batch = batch.to(device).float().div_(255)
-        batch.sum().item()
-        yield int(batch.shape[0]), int(decoded.sum())
-        if n + 1 >= batches:
-            return
+    yield from _counted_batches(DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False),
+                                device, batches)
 
 
 class _ClosurePackets(_ClipDataset):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mediapipe.bench.video_sets import Progress, write_set
 from mediapipe.synthetic.video import render_frames
 
 HEIGHTS = (240, 360, 480, 720)
@@ -54,33 +55,34 @@ def encoder_plan(count: int, seed: int) -> list[dict[str, Any]]:
     return plan
 
 
-def make_encoder_videos(dest: Path, count: int, seed: int, progress: Callable[[int, int], Any] | None = None,
-                        **_: Any) -> list[Path]:
+def make_encoder_videos(dest: Path, count: int, seed: int, progress: Progress | None = None, **_: Any) -> list[Path]:
     """``count`` short AV1 files of `encoder_plan`, rendered by `render_frames` and encoded by
-    FFmpeg's command line, in two class folders. Existing files are kept (a rerun resumes)."""
+    FFmpeg's command line, in two class folders."""
     binary = ffmpeg_binary()
-    dest = Path(dest)
-    paths = []
-    for i, item in enumerate(encoder_plan(count, seed)):
-        folder = dest / f"class{i % 2}"
-        folder.mkdir(parents=True, exist_ok=True)
-        suffix = item["suffix"]
-        path = folder / f"{item['encoder']}{i:04d}_g{item['gop']}_{item['height']}p{suffix}"
-        if not path.exists():
-            tmp = path.with_name(path.stem + ".tmp" + suffix)
-            frames = b"".join(np.ascontiguousarray(f).tobytes()
-                              for f in render_frames(item["height"], item["width"], item["frames"],
-                                                     seed * 100_000 + 50_000 + i))
-            command = [binary, "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
-                       "-s", f"{item['width']}x{item['height']}", "-r", str(item["fps"]), "-i", "-",
-                       *ENCODERS[item["encoder"]], "-g", str(item["gop"]), "-pix_fmt", "yuv420p", "-an",
-                       *(["-f", "ivf"] if suffix == ".ivf" else []), str(tmp)]
-            done = subprocess.run(command, input=frames, capture_output=True, env={**os.environ, "SVT_LOG": "1"})
-            if done.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                raise RuntimeError(f"FFmpeg could not encode {path.name}: {done.stderr.decode(errors='replace')[-300:]}")
-            tmp.rename(path)
-        paths.append(path)
-        if progress is not None:
-            progress(i + 1, count)
-    return paths
+
+    def writer(i: int, item: dict[str, Any]) -> Callable[[Path], Any]:
+        return lambda tmp: _encode(binary, tmp, item, seed * 100_000 + 50_000 + i)
+
+    files = [(f"{item['encoder']}{i:04d}_g{item['gop']}_{item['height']}p{item['suffix']}", writer(i, item))
+             for i, item in enumerate(encoder_plan(count, seed))]
+    return write_set(dest, files, progress)
+
+
+def _encode(binary: str, path: Path, item: dict[str, Any], seed: int) -> None:
+    """Encode ``item``'s rendered frames to ``path``, streamed to FFmpeg one frame at a time."""
+    command = [binary, "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-s", f"{item['width']}x{item['height']}", "-r", str(item["fps"]), "-i", "-",
+               *ENCODERS[item["encoder"]], "-g", str(item["gop"]), "-pix_fmt", "yuv420p", "-an",
+               *(["-f", "ivf"] if path.suffix == ".ivf" else []), str(path)]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env={**os.environ, "SVT_LOG": "1"}) as proc:  # SVT: errors only
+        try:
+            for frame in render_frames(item["height"], item["width"], item["frames"], seed):
+                proc.stdin.write(np.ascontiguousarray(frame).tobytes())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # FFmpeg stopped: its error follows
+        error = proc.stderr.read().decode(errors="replace")
+    if proc.returncode != 0:
+        path.unlink(missing_ok=True)
+        raise RuntimeError(f"FFmpeg could not encode {path.name}: {error[-300:]}")
