@@ -49,8 +49,7 @@ def test_closure_without_a_reference_graph_sends_what_a_b_frame_references(tmp_p
 
     path = write_video(tmp_path / "b.mp4", render_frames(48, 64, 24, seed=2), gop=12, codec="libx264",
                        options={"bf": "2", "b-adapt": "0"})
-    dataset = bv._ClosurePackets([path], 1, 1, 32)
-    dataset.options = {"clip_len": 1, "stride": 1, "clips_per_video": 1, "sampling": "random"}
+    dataset = bv._ClosurePackets([path], 1, 1, 32, clips_per_video=1, sampling="random")
     dataset.prepare()
     _, index, packets, _ = dataset.kept[0]
     assert index.needed([5]) is None

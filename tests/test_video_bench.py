@@ -136,8 +136,7 @@ def test_clipwise_decodes_of_the_clips_equal_the_one_pass_bit_exactly(one_video)
     from mediapipe.sample import Blob
 
     (path,) = bv.video_files(one_video)
-    dataset = bv._ClipwiseClips([path], clip_len=3, stride=2, size=32)
-    dataset.options = {"clip_len": 3, "stride": 2, "clips_per_video": 3, "sampling": "uniform"}
+    dataset = bv._ClipwiseClips([path], clip_len=3, stride=2, size=32, clips_per_video=3, sampling="uniform")
     clips, clipwise_frames = dataset[0]
     one_pass = create("video", "pyav", clip_len=3, stride=2, clips_per_video=3, sampling="uniform", threads=1)
     side = int(48 * bv._ClipwiseClips.AREA ** 0.5)
@@ -192,8 +191,7 @@ def test_torchcodec_regular_clips_for_uniform_sampling(one_video):
             next(bv.run_torchcodec(one_video, workers=0, device="cpu", batches=1, clip_len=3, stride=2, size=32,
                                    batch_size=2, clips_per_video=3, sampling="uniform"))
         return
-    dataset = bv._TorchcodecClips(bv.video_files(one_video), 3, 2, 32)
-    dataset.clips, dataset.sampling = 3, "uniform"
+    dataset = bv._TorchcodecClips(bv.video_files(one_video), 3, 2, 32, clips_per_video=3, sampling="uniform")
     clips = dataset[0]
     assert clips.shape == (3, 3, 3, 32, 32) and clips.dtype == torch.uint8
     assert not torch.equal(clips[0], clips[-1])

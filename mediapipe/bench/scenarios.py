@@ -29,10 +29,9 @@ class Scenario:
     description: str
     backends: tuple[str, ...]
     batch_size: int | None  # default; None where the runner chooses
-    frames_per_sample: int | None = None
+    frames_per_sample: int | None = None  # video: useful frames per sample (clips_per_video clips of equal length)
     whole_files: bool = True  # a sample reads its whole file, so file sizes give an honest MB/s
     fixed_batches: bool = False  # a pass over the dataset is samples // batch_size batches: epochs count
-    clip_len: int | None = None  # video: frames per clip (frames_per_sample when None)
     clips_per_video: int = 1  # video: clips per sample
     sampling: str = "random"  # video: how the clips' starts are chosen (`mediapipe.decoders.video`)
 
@@ -60,7 +59,7 @@ SCENARIOS = {
                  "4 uniform AV1 clips of 8 frames per video, stride 2, 112x112 (how video models are evaluated; "
                  "torchcodec: clips_at_regular_indices)",
                  ("mediapipe", "mediapipe-clipwise", "torchcodec", "closure"), 8, frames_per_sample=32,
-                 whole_files=False, clip_len=8, clips_per_video=4, sampling="uniform"),
+                 whole_files=False, clips_per_video=4, sampling="uniform"),
         Scenario("audio-asr", "audio", "sample-audio", "utterances",
                  "16 kHz, 80-bin log-mel, SpecAugment, duration buckets", ("mediapipe", "pyav", "dali"), None),
     )
@@ -102,10 +101,8 @@ NOT_APPLICABLE = {
 NOT_IN_SCENARIO = {
     ("video-multiclip", "pyav"): "the PyAV baseline draws one random clip per video; here mediapipe-clipwise "
                                  "decodes each of a video's clips on its own",
-    ("video-multiclip", "dav1d"): "the sequential ceilings decode every frame of every file; a video's clips are "
-                                  "held against the closure ceiling (closure)",
-    ("video-multiclip", "ceiling"): "the sequential ceilings decode every frame of every file; a video's clips are "
-                                    "held against the closure ceiling (closure)",
+    **{("video-multiclip", ceiling): "the sequential ceilings decode every frame of every file; a video's clips "
+                                     "are held against the closure ceiling (closure)" for ceiling in ("dav1d", "ceiling")},
     ("video-clips", "mediapipe-clipwise"): "a video-clips sample is one clip, so clip by clip is the mediapipe row "
                                            "itself; it runs on video-multiclip",
 }
@@ -227,7 +224,7 @@ def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, wo
         raise NotImplementedError(f"not available: {module_name}.{function}: {err}") from err
     kwargs: dict[str, Any] = {"data": data, "workers": workers, "device": device, "batches": options["max_batches"]}
     if scenario.kind == "video":
-        kwargs.update(clip_len=scenario.clip_len or scenario.frames_per_sample, stride=2, size=112,
+        kwargs.update(clip_len=(scenario.frames_per_sample or 16) // scenario.clips_per_video, stride=2, size=112,
                       batch_size=batch_size or 8, clips_per_video=scenario.clips_per_video, sampling=scenario.sampling)
     buffered = getattr(runner, "buffered", None)  # what the runner's loader holds after an idle spell
     return RunnerStream(runner, buffered=buffered(workers) if buffered else 2 * max(1, workers), **kwargs)

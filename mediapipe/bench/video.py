@@ -97,10 +97,19 @@ run_mediapipe.reports_stages = True  # the bench's RunnerStream passes stages=
 
 
 class _ClipDataset:
-    """A peer's map-style dataset of clips: item i is a clip of file i mod the file count."""
+    """A peer's map-style dataset of clips: item i is the clips (``clips_per_video``, drawn as
+    ``sampling`` says) of file i mod the file count."""
 
-    def __init__(self, files: list[Path], clip_len: int, stride: int, size: int) -> None:
+    def __init__(self, files: list[Path], clip_len: int, stride: int, size: int, clips_per_video: int = 1,
+                 sampling: str = "random") -> None:
         self.files, self.clip_len, self.stride, self.size = files, clip_len, stride, size
+        self.clips_per_video, self.sampling = clips_per_video, sampling
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The video decoder's clip options of this dataset (`mediapipe.decoders.video`)."""
+        return {"clip_len": self.clip_len, "stride": self.stride, "clips_per_video": self.clips_per_video,
+                "sampling": self.sampling}
 
     def __len__(self) -> int:
         return 1 << 30
@@ -204,8 +213,6 @@ class _TorchcodecClips(_ClipDataset):
     `clips_at_random_indices` (or, for uniform sampling, `clips_at_regular_indices`, how video
     models are evaluated) with the same length and stride, then a centre crop."""
 
-    clips, sampling = 1, "random"
-
     def __getitem__(self, i: int) -> Any:
         import torch
         from torchcodec.decoders import VideoDecoder
@@ -221,10 +228,10 @@ class _TorchcodecClips(_ClipDataset):
         decoder = VideoDecoder(str(path), seek_mode="exact", num_ffmpeg_threads=1, transforms=[v2.Resize(size)])
         torch.manual_seed(i)  # the sampler draws from torch's generator
         sampler = clips_at_regular_indices if self.sampling == "uniform" else clips_at_random_indices
-        clips = sampler(decoder, num_clips=self.clips, num_frames_per_clip=self.clip_len,
+        clips = sampler(decoder, num_clips=self.clips_per_video, num_frames_per_clip=self.clip_len,
                         num_indices_between_frames=self.stride)
         out = TF.center_crop(clips.data, [self.size, self.size])  # (clips, T, C, H, W)
-        return out if self.clips > 1 else out[0]
+        return out if self.clips_per_video > 1 else out[0]
 
 
 def run_torchcodec(data: Path, *, workers: int, device: str, batches: int, clip_len: int = 16, stride: int = 2,
@@ -243,8 +250,7 @@ def run_torchcodec(data: Path, *, workers: int, device: str, batches: int, clip_
                                   f"{str(err).splitlines()[0][:200]})") from err
     from torch.utils.data import DataLoader
 
-    dataset = _TorchcodecClips(video_files(data), clip_len, stride, size)
-    dataset.clips, dataset.sampling = clips_per_video, sampling
+    dataset = _TorchcodecClips(video_files(data), clip_len, stride, size, clips_per_video, sampling)
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False)
     for n, batch in enumerate(loader):
         batch = batch.to(device).float().div_(255)
@@ -260,18 +266,14 @@ def single_clip_only(backend: str, clips_per_video: int, sampling: str) -> None:
         raise NotImplementedError(f"not available: the {backend} runner draws one random clip per video")
 
 
-def _plan_options(clip_len: int, stride: int, clips_per_video: int, sampling: str) -> dict[str, Any]:
-    return {"clip_len": clip_len, "stride": stride, "clips_per_video": clips_per_video, "sampling": sampling}
-
-
 class _ClipwiseClips(_ClipDataset):
     """Our own decoder (PyAV), each clip of a sample decoded on its own: the clips planned as the
-    loader plans them (``clips_per_video``, ``sampling``), then one `decode` per clip (its seek
-    from the key frame, its lead-in, its resize and conversion), the file's index and packets kept
-    between calls as in the loader. A centre box of a fixed share of the frame is cropped and
-    resized to ``size`` in the decoder. An item is (clips, frames decoded for them)."""
+    loader plans them (``clips_per_video``, ``sampling``), then per clip its own
+    `PyAVVideoDecoder.decode_frames` (its seek from the key frame, its lead-in) and `finish` (its
+    resize and conversion), the file's index and packets kept between calls as in the loader. A
+    centre box of a fixed share of the frame is cropped and resized to ``size`` in the decoder.
+    An item is (clips, frames decoded for them)."""
 
-    options: dict[str, Any] = {}
     AREA = 0.625  # of the frame: the mean area RandomResizedCrop(scale=(0.25, 1)) draws
 
     def __getitem__(self, i: int) -> Any:
@@ -286,16 +288,18 @@ class _ClipwiseClips(_ClipDataset):
         path = self.files[i % len(self.files)]
         blob = Blob(str(path), path=str(path))
         index = decoder.index(blob)
-        plan = decoder.whole_plan(index, decoder_rng(0, 0, i, 0), blob.name)  # the loader's draws for row i
-        height, width = (index.width, index.height) if decoder.turns(index) % 2 else (index.height, index.width)
+        plan = decoder.plan(index, decoder_rng(0, 0, i, 0), blob.name)  # the loader's draws for row i
+        turns = decoder.turns(index)
+        height, width = (index.width, index.height) if turns % 2 else (index.height, index.width)
         side = max(1, int(min(height, width) * self.AREA ** 0.5))
         hint = DecodeHint(roi=((height - side) // 2, (width - side) // 2, side, side), size=(self.size, self.size))
+        roi = decoder.region(hint, index, blob.name, turns)
         clips, frames = [], 0
-        for n, clip in enumerate(plan.clips):
-            decoder.given = ClipPlan((clip,), stacked=False, spans=plan.spans[n : n + 1])
-            out = decoder.decode(blob, hint, decoder_rng(0, 0, i, 0), {})
-            clips.append(out.value)
-            frames += out.frames
+        for clip in plan.clips:
+            alone = ClipPlan((clip,), stacked=False)
+            planes, colour, decoded = decoder.decode_frames(blob, index, alone.wanted, roi)
+            clips.append(decoder.finish(planes, alone.wanted, alone, hint, colour, turns))
+            frames += decoded
         return torch.stack(clips), frames
 
     def _decoder(self) -> Any:
@@ -303,18 +307,7 @@ class _ClipwiseClips(_ClipDataset):
         if decoder is None:
             from mediapipe.decoders.video_pyav import PyAVVideoDecoder
 
-            class GivenClip(PyAVVideoDecoder):
-                """Decodes the one clip it is given (``given``) instead of planning its own."""
-
-                given: Any = None
-
-                def whole_plan(self, index: Any, rng: Any, path: str) -> Any:
-                    return PyAVVideoDecoder.plan(self, index, rng, path)
-
-                def plan(self, index: Any, rng: Any, path: str) -> Any:
-                    return self.given
-
-            decoder = self.__dict__["_made"] = GivenClip(threads=1, output="rgb", **self.options)
+            decoder = self.__dict__["_made"] = PyAVVideoDecoder(threads=1, output="rgb", **self.options)
         return decoder
 
 
@@ -325,8 +318,7 @@ def run_mediapipe_clipwise(data: Path, *, workers: int, device: str, batches: in
     DataLoader: what the one pass per video saves. Yields (samples, frames decoded) per batch."""
     from torch.utils.data import DataLoader
 
-    dataset = _ClipwiseClips(video_files(data), clip_len, stride, size)
-    dataset.options = _plan_options(clip_len, stride, clips_per_video, sampling)
+    dataset = _ClipwiseClips(video_files(data), clip_len, stride, size, clips_per_video, sampling)
     yield from _counted_batches(DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False),
                                 device, batches)
 
@@ -339,8 +331,6 @@ class _ClosurePackets(_ClipDataset):
     stream without a known graph, every packet from the key frame before each wanted frame up
     to its own, in decode order: `_decode_order_closure`), then
     drains it; nothing is converted, cropped or resized. An item is the frames decoded."""
-
-    options: dict[str, Any] = {}
 
     def prepare(self) -> None:
         import av
@@ -413,8 +403,7 @@ def run_closure_ceiling(data: Path, *, workers: int, device: str, batches: int, 
     comes to the decode it cannot avoid."""
     from torch.utils.data import DataLoader
 
-    dataset = _ClosurePackets(video_files(data), clip_len, stride, size)
-    dataset.options = _plan_options(clip_len, stride, clips_per_video, sampling)
+    dataset = _ClosurePackets(video_files(data), clip_len, stride, size, clips_per_video, sampling)
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
                         worker_init_fn=_prepare_worker)
     for n, decoded in enumerate(loader):
