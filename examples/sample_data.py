@@ -36,7 +36,7 @@ def sample_images(root: Path | None = None, count: int = 200) -> Path:
 
 def sample_videos(root: Path | None = None, count: int = 8, height: int = 96, seconds: float = 2.0) -> Path:
     """A folder of ``count`` AV1 MP4 clips (30 fps, a key frame every 16 frames) in ``class0``/``class1``."""
-    from mediapipe.bench.video import make_sample_videos
+    from mediapipe.bench.video_sets import make_sample_videos
 
     dest = Path(root or default_root()) / f"sample-videos-n{count}-h{height}-t{seconds:g}"
     make_sample_videos(dest, count, seed=0, height=height, seconds=seconds, gop=16)  # keeps files already made
