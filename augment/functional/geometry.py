@@ -322,9 +322,13 @@ def warp_affine(
     xs = torch.linspace((1.0 - ow) * 0.5, (ow - 1.0) * 0.5, steps=ow, device=x.device, dtype=dtype)
     ys = torch.linspace((1.0 - oh) * 0.5, (oh - 1.0) * 0.5, steps=oh, device=x.device, dtype=dtype)
     rescaled = theta.transpose(1, 2) / torch.tensor([0.5 * w, 0.5 * h], device=x.device, dtype=dtype)
-    # base (x, y, 1) @ rescaled, as x * row0 + y * row1 + row2 (what the bmm of 3 terms computes)
-    grid = (xs.reshape(1, 1, ow, 1) * rescaled[:, None, None, 0] + ys.reshape(1, oh, 1, 1) * rescaled[:, None, None, 1]
-            ).add_(rescaled[:, None, None, 2])
+    # base (x, y, 1) @ rescaled through bmm, as torchvision does: written out as x * row0 + y * row1 + row2
+    # it rounds differently wherever the BLAS kernel fuses the products (FMA), and pixels move by one level
+    base = torch.empty(1, oh, ow, 3, device=x.device, dtype=dtype)
+    base[..., 0].copy_(xs)
+    base[..., 1].copy_(ys.unsqueeze(-1))
+    base[..., 2].fill_(1)
+    grid = base.view(1, oh * ow, 3).expand(b, -1, -1).bmm(rescaled).view(b, oh, ow, 2)
 
     lead = x.shape[1:-3]
     planes = x.reshape(b, -1, h, w).to(dtype)  # (B, T*C, H, W): one grid for all frames
