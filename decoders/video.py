@@ -232,71 +232,96 @@ class VideoDecoder(Decoder):
 class PackedPlanes:
     """A clip's Y, U and V planes of the region, copied in as each frame is decoded (while it is
     in cache, and so that the decoder's frame buffers are released at once), planar, in groups
-    of four. Chroma is replicated onto the luma grid for the region (`chroma_region`), so all
-    planes have the region's luma size and are resized alike.
+    of four. Chroma is replicated onto the luma grid for the region, so all planes are resized
+    as planes of the region's luma size; its rows are kept once each (``sub_y``: luma rows
+    per chroma row; ``dy``: the region's first luma row within its first chroma row) and
+    repeated only between the horizontal and the vertical pass of the resize, on rows already
+    narrowed to the output width.
 
     torch's uint8 bilinear/bicubic kernels (the image ops' kernels, ported from Pillow-SIMD)
-    are vectorised for 4-channel images and much slower on single planes, so planes
-    4g..4g+3 are resized as the channels of image g. The values are the same as resizing each
-    plane alone. Plane i is Y of frame slot i, plane count + i its U, plane 2 count + i its V.
+    are separable, horizontal pass first, and vectorised for 4-channel images (much slower on
+    single planes), so planes 4g..4g+3 are resized as the channels of image g, and the two
+    passes of a uint8 chroma plane narrowed by the resize are two calls (otherwise, and for
+    deeper samples, resized in float, the rows are repeated first and one call does both).
+    The values are the same as resizing each full replicated plane alone in one call. Plane i
+    is Y of frame slot i, plane count + i its U, plane 2 count + i its V.
     """
 
-    def __init__(self, count: int, shape: tuple[int, int], dtype: Any = np.uint8, depth: int = 8) -> None:
+    def __init__(self, count: int, shape: tuple[int, int], dtype: Any = np.uint8, depth: int = 8,
+                 sub_y: int = 1, dy: int = 0) -> None:
         self.count, self.shape, self.depth = count, (int(shape[0]), int(shape[1])), depth  # depth: bits per sample
-        self.data = np.empty((4 * -(-3 * count // 4), *self.shape), dtype)
+        self.sub_y, self.dy = sub_y, dy
+        rows = -(-(dy + self.shape[0]) // sub_y)  # the chroma rows that cover the region
+        self.luma = np.empty((4 * -(-count // 4), *self.shape), dtype)
+        self.chroma = np.empty((4 * -(-2 * count // 4), rows, self.shape[1]), dtype)
 
     def put(self, i: int, y: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
-        """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer)."""
-        self.data[i] = y
-        self.data[self.count + i] = u
-        self.data[2 * self.count + i] = v
+        """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer): Y of
+        the region, U and V as their covering rows at the region's width (`chroma_columns`)."""
+        self.luma[i] = y
+        self.chroma[i] = u
+        self.chroma[self.count + i] = v
 
     def planes(self, kind: str = "luma") -> torch.Tensor:
-        """(P, h, w): the planes of ``kind`` ("luma": P = count; "chroma": U then V, P = 2 count)."""
-        lo, hi = (0, self.count) if kind == "luma" else (self.count, 3 * self.count)
-        return torch.from_numpy(self.data[lo:hi])
+        """(P, h, w): the planes of ``kind`` ("luma": P = count; "chroma": U then V, P = 2 count,
+        replicated onto the luma grid)."""
+        if kind == "luma":
+            return torch.from_numpy(self.luma[: self.count])
+        return self._rows(torch.from_numpy(self.chroma[: 2 * self.count]))
 
     def resized(self, size: tuple[int, int], interpolation: str = "bilinear", antialias: bool = True) -> torch.Tensor:
         """Every plane resized to ``size``: (3 count, H, W); uint8 stays uint8, deeper samples
         come back as float32."""
         if interpolation not in RESAMPLINGS:
             raise ValueError(f"interpolation={interpolation!r}: expected one of {RESAMPLINGS}")
-        x = torch.from_numpy(self.data)
-        if tuple(size) != self.shape:
-            if x.dtype != torch.uint8:
-                x = x.to(torch.float32)
-            x = x.view(-1, 4, *self.shape)  # (G, 4, h, w): four planes as the channels of an image
-            x = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
-            x = x.view(-1, *size)  # planar out: no copy
-        return x[: 3 * self.count]
+        size = (int(size[0]), int(size[1]))
+        luma = _resized(torch.from_numpy(self.luma), size, interpolation, antialias)[: self.count]
+        chroma = torch.from_numpy(self.chroma)
+        if chroma.dtype == torch.uint8 and self.shape[1] > size[1]:  # separable uint8 kernel: the same values in two calls
+            chroma = _resized(chroma, (chroma.shape[-2], size[1]), interpolation, antialias)  # horizontal pass
+        chroma = _resized(self._rows(chroma), size, interpolation, antialias)  # vertical pass (or both)
+        return torch.cat([luma, chroma[: 2 * self.count]])
+
+    def _rows(self, chroma: torch.Tensor) -> torch.Tensor:
+        """Chroma rows repeated onto the region's luma rows (``sub_y`` times, from ``dy``)."""
+        if self.sub_y == 1 and self.dy == 0:
+            return chroma
+        rows = torch.div(torch.arange(self.shape[0]) + self.dy, self.sub_y, rounding_mode="floor")
+        return chroma.index_select(-2, rows)
 
 
-def resize_planes(planes: list[np.ndarray], size: tuple[int, int], interpolation: str = "bilinear",
-                  antialias: bool = True) -> torch.Tensor:
-    """Resize equal-sized uint8 planes to ``size``: (P, H, W) (see `PackedPlanes`)."""
-    packed = PackedPlanes(-(-len(planes) // 3), planes[0].shape)
-    for i, plane in enumerate(planes):
-        packed.data[i] = plane
-    return packed.resized(size, interpolation, antialias)[: len(planes)]
+def _resized(planes: torch.Tensor, size: tuple[int, int], interpolation: str, antialias: bool) -> torch.Tensor:
+    """(4G, h, w) planes resized to ``size``, four at a time as the channels of an image; uint8
+    stays uint8, deeper samples become float32 (planes already of that size are returned as they are)."""
+    shape = tuple(planes.shape[-2:])
+    if tuple(size) == shape:
+        return planes
+    if planes.dtype != torch.uint8:
+        planes = planes.to(torch.float32)
+    x = planes.reshape(-1, 4, *shape)  # (G, 4, h, w): a view of contiguous planes
+    x = F.interpolate(x, size=tuple(size), mode=interpolation, antialias=antialias, align_corners=False)
+    return x.view(-1, *size)  # planar out: no copy
 
 
-def chroma_region(plane: np.ndarray, top: int, left: int, height: int, width: int, sub_y: int,
-                  sub_x: int) -> np.ndarray:
-    """The luma region (top, left, height, width) of a subsampled chroma plane, each chroma
-    sample repeated ``sub_y`` x ``sub_x`` times (FFmpeg's conversion does so for even frame
-    sizes): (height, width).
-    Exact for any region, odd edges included."""
+_PAIRS = {np.dtype(np.uint8): (np.uint16, np.uint16(257)), np.dtype(np.uint16): (np.uint32, np.uint32(65537))}
+
+
+def chroma_columns(plane: np.ndarray, top: int, left: int, height: int, width: int, sub_y: int,
+                   sub_x: int) -> np.ndarray:
+    """The chroma rows of a subsampled plane that cover the luma region (top, left, height,
+    width), each sample repeated ``sub_x`` times along the row (FFmpeg's conversion does so for
+    even frame sizes) and cut to the region's columns: (rows, width). `PackedPlanes` repeats
+    the rows (``sub_y`` each, from ``top % sub_y``). Exact for any region, odd edges included."""
     c0, c1 = top // sub_y, -(-(top + height) // sub_y)
     d0, d1 = left // sub_x, -(-(left + width) // sub_x)
     cover = plane[c0:c1, d0:d1]
-    if sub_x == 2 and cover.dtype == np.uint8:  # each byte twice: as uint16, b * 257 is the byte pair
-        cover = (cover.astype(np.uint16) * np.uint16(257)).view(np.uint8)
+    if sub_x == 2 and cover.dtype in _PAIRS:  # each sample twice: s * (2^bits + 1) is the sample pair
+        wide, one = _PAIRS[cover.dtype]
+        cover = np.multiply(cover, one, dtype=wide).view(cover.dtype)  # one pass (no astype copy first)
     elif sub_x > 1:
         cover = np.repeat(cover, sub_x, axis=1)
-    if sub_y > 1:
-        cover = np.repeat(cover, sub_y, axis=0)
-    dy, dx = top - c0 * sub_y, left - d0 * sub_x
-    return cover[dy : dy + height, dx : dx + width]
+    dx = left - d0 * sub_x
+    return cover[:, dx : dx + width]
 
 
 def display_to_stored(box: tuple[int, int, int, int], height: int, width: int,

@@ -35,7 +35,7 @@ import torch
 
 from mediapipe.decoders.base import Decoded, DecodeHint
 from mediapipe.decoders.registry import register
-from mediapipe.decoders.video import PackedPlanes, VideoDecoder, chroma_region, clip_box, display_to_stored
+from mediapipe.decoders.video import PackedPlanes, VideoDecoder, chroma_columns, clip_box, display_to_stored
 from mediapipe.decoders.video_cache import PACKET_OVERHEAD, SourceCache
 from mediapipe.decoders.video_index import (
     Demuxed,
@@ -283,12 +283,13 @@ class PyAVVideoDecoder(VideoDecoder):
                         raise DecodeError(path, self.name, f"frame {number} is {frame.width}x{frame.height}, "
                                                            f"smaller than the {index.width}x{index.height} indexed")
                     t0 = time.perf_counter()
-                    y, u, v, depth = self._crop(frame, top, left, height, width)
-                    if planes is None or layout != (y.dtype, depth):
+                    y, u, v, depth, sub_y = self._crop(frame, top, left, height, width)
+                    if planes is None or layout != (y.dtype, depth, sub_y):
                         if planes is not None:  # the pixel format changed mid-stream
                             raise DecodeError(path, self.name, f"frame {number} changes the pixel format "
                                                                f"to {frame.format.name}")
-                        planes, layout = PackedPlanes(len(wanted), (height, width), y.dtype, depth), (y.dtype, depth)
+                        planes = PackedPlanes(len(wanted), (height, width), y.dtype, depth, sub_y, top % sub_y)
+                        layout = (y.dtype, depth, sub_y)
                     planes.put(slot[number], y, u, v)
                     done[slot[number]] = 1
                     seconds["convert"] += time.perf_counter() - t0
@@ -309,26 +310,25 @@ class PyAVVideoDecoder(VideoDecoder):
                                                "decoded (truncated or corrupt file?)")
         return planes, colour or (index.matrix, index.range)
 
-    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> tuple[Any, Any, Any, int]:
-        """Y, U, V of the region at its luma size (chroma repeated onto the luma grid) and the
-        bits per sample. Y is a view into the frame's buffer: PackedPlanes.put copies it at once."""
+    def _crop(self, frame: Any, top: int, left: int, height: int, width: int) -> tuple[Any, Any, Any, int, int]:
+        """Y of the region, U and V as the chroma rows that cover it at the region's width
+        (`chroma_columns`), the bits per sample and the luma rows per chroma row. Y is a view
+        into the frame's buffer: PackedPlanes.put copies it at once."""
         fmt = frame.format.name
         if fmt == "nv12":  # hardware decoders: Y, then U and V interleaved at half resolution
-            y = plane_array(frame.planes[0])[top : top + height, left : left + width]
             uv = np.frombuffer(frame.planes[1], np.uint8).reshape(frame.planes[1].height, -1)[:, : 2 * -(-frame.width // 2)]
-            u = chroma_region(uv[:, 0::2], top, left, height, width, 2, 2)
-            v = chroma_region(uv[:, 1::2], top, left, height, width, 2, 2)
-            return y, u, v, 8
-        if fmt not in _PLANAR:  # P010 (hardware), GBR, gray...: one conversion to 4:2:0 at the same depth
-            deep = bit_depth_of(fmt) > 8
-            frame = frame.reformat(format="yuv420p10le" if deep else "yuv420p")
-            fmt = frame.format.name
-        sy, sx, bits = _PLANAR[fmt]
-        dtype = np.uint8 if bits == 8 else np.uint16
-        y = plane_array(frame.planes[0], dtype)[top : top + height, left : left + width]
-        u = chroma_region(plane_array(frame.planes[1], dtype), top, left, height, width, sy, sx)
-        v = chroma_region(plane_array(frame.planes[2], dtype), top, left, height, width, sy, sx)
-        return y, u, v, bits
+            y, u, v, sub_y, sub_x, bits = plane_array(frame.planes[0]), uv[:, 0::2], uv[:, 1::2], 2, 2, 8
+        else:
+            if fmt not in _PLANAR:  # P010 (hardware), GBR, gray...: one conversion to 4:2:0 at the same depth
+                deep = bit_depth_of(fmt) > 8
+                frame = frame.reformat(format="yuv420p10le" if deep else "yuv420p")
+                fmt = frame.format.name
+            sub_y, sub_x, bits = _PLANAR[fmt]
+            dtype = np.uint8 if bits == 8 else np.uint16
+            y, u, v = (plane_array(frame.planes[p], dtype) for p in range(3))
+        region = (top, left, height, width, sub_y, sub_x)
+        return (y[top : top + height, left : left + width], chroma_columns(u, *region), chroma_columns(v, *region),
+                bits, sub_y)
 
     def _frames(self, container: Any, stream: Any, ctx: Any, index: VideoIndex, wanted: list[int], path: str,
                 tally: Tally, only: frozenset[int] | None = None):
