@@ -54,6 +54,9 @@ def test_audio_and_video_scenarios_give_their_loaders(tmp_path):
     with scenario_loader_maker("video-clips", tmp_path / "video", "cpu", 2, batch_size=2) as make:
         batch = next(iter(make(num_workers=1)))
         assert tuple(batch["video"].shape[:2]) == (2, 16)
+    with scenario_loader_maker("video-multiclip", tmp_path / "video", "cpu", 2, batch_size=2) as make:
+        batch = next(iter(make(num_workers=1)))
+        assert tuple(batch["video"].shape[:3]) == (2, 4, 8)  # the scenario's 4 clips of 8 frames, not one of 16
 
 
 def test_the_command_prints_the_suggestion_and_writes_json(image_folder, tmp_path, capsys, monkeypatch):

@@ -35,6 +35,12 @@ class Scenario:
     clips_per_video: int = 1  # video: clips per sample
     sampling: str = "random"  # video: how the clips' starts are chosen (`mediapipe.decoders.video`)
 
+    def clip_options(self) -> dict[str, Any]:
+        """A video scenario's clips, as its runners and ``--suggest`` take them: clip length
+        (frames per sample over clips per video), stride, output size, clips and sampling."""
+        return {"clip_len": (self.frames_per_sample or 16) // self.clips_per_video, "stride": 2, "size": 112,
+                "clips_per_video": self.clips_per_video, "sampling": self.sampling}
+
 
 SCENARIOS = {
     s.name: s
@@ -224,7 +230,6 @@ def open_stream(scenario_name: str, backend: str, data: Path, *, device: str, wo
         raise NotImplementedError(f"not available: {module_name}.{function}: {err}") from err
     kwargs: dict[str, Any] = {"data": data, "workers": workers, "device": device, "batches": options["max_batches"]}
     if scenario.kind == "video":
-        kwargs.update(clip_len=(scenario.frames_per_sample or 16) // scenario.clips_per_video, stride=2, size=112,
-                      batch_size=batch_size or 8, clips_per_video=scenario.clips_per_video, sampling=scenario.sampling)
+        kwargs.update(batch_size=batch_size or 8, **scenario.clip_options())
     buffered = getattr(runner, "buffered", None)  # what the runner's loader holds after an idle spell
     return RunnerStream(runner, buffered=buffered(workers) if buffered else 2 * max(1, workers), **kwargs)

@@ -49,7 +49,8 @@ def scenario_loader_maker(scenario: str, data: Path, device: str, batches: int, 
 
         with tempfile.TemporaryDirectory() as tmp:
             pipe = video_pipeline(data, Path(tmp), device=device, batches=batches,
-                                  batch_size=batch_size or SCENARIOS[scenario].batch_size or 8)
+                                  batch_size=batch_size or SCENARIOS[scenario].batch_size or 8,
+                                  **SCENARIOS[scenario].clip_options())
             yield lambda **kw: pipe.loader(shuffle=True, drop_last=True, **kw)
     else:
         raise ValueError(f"--suggest: scenario {scenario} ({kind}); it measures {', '.join(SUGGEST_KINDS)} scenarios")
