@@ -245,12 +245,25 @@ class PackedPlanes:
     deeper samples, resized in float, the rows are repeated first and one call does both).
     The values are the same as resizing each full replicated plane alone in one call. Plane i
     is Y of frame slot i, plane count + i its U, plane 2 count + i its V.
+
+    Where keeping rows once saves nothing (``sub_y`` 1) or a single frame's three planes fit one
+    image (``count`` 1), the planes share one buffer (``joint``), chroma rows repeated as they
+    are copied in, and are resized in one call.
     """
 
     def __init__(self, count: int, shape: tuple[int, int], dtype: Any = np.uint8, depth: int = 8,
                  sub_y: int = 1, dy: int = 0) -> None:
         self.count, self.shape, self.depth = count, (int(shape[0]), int(shape[1])), depth  # depth: bits per sample
         self.sub_y, self.dy = sub_y, dy
+        # Without subsampled rows (4:2:2, 4:4:4) nothing is saved, and a single frame's Y, U, V fit
+        # one image: then one buffer as the old layout (chroma rows repeated as they are copied in)
+        # and one call, not luma and chroma padded to four planes each and resized apart.
+        self.joint = sub_y == 1 or count == 1
+        self._index = (np.arange(self.shape[0]) + dy) // sub_y if self.joint and sub_y > 1 else None
+        if self.joint:
+            self.data = np.empty((4 * -(-3 * count // 4), *self.shape), dtype)
+            self.luma, self.chroma = self.data[:count], self.data[count : 3 * count]
+            return
         rows = -(-(dy + self.shape[0]) // sub_y)  # the chroma rows that cover the region
         self.luma = np.empty((4 * -(-count // 4), *self.shape), dtype)
         self.chroma = np.empty((4 * -(-2 * count // 4), rows, self.shape[1]), dtype)
@@ -259,6 +272,10 @@ class PackedPlanes:
         """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer): Y of
         the region, U and V as their covering rows at the region's width (`chroma_columns`)."""
         self.luma[i] = y
+        if self._index is not None:  # the joint buffer holds chroma on the luma grid
+            np.take(u, self._index, axis=0, out=self.chroma[i], mode="clip")
+            np.take(v, self._index, axis=0, out=self.chroma[self.count + i], mode="clip")
+            return
         self.chroma[i] = u
         self.chroma[self.count + i] = v
 
@@ -267,7 +284,8 @@ class PackedPlanes:
         replicated onto the luma grid)."""
         if kind == "luma":
             return torch.from_numpy(self.luma[: self.count])
-        return self._rows(torch.from_numpy(self.chroma[: 2 * self.count]))
+        chroma = torch.from_numpy(self.chroma[: 2 * self.count])
+        return chroma if self.joint else self._rows(chroma)
 
     def resized(self, size: tuple[int, int], interpolation: str = "bilinear", antialias: bool = True) -> torch.Tensor:
         """Every plane resized to ``size``: (3 count, H, W); uint8 stays uint8, deeper samples
@@ -275,6 +293,8 @@ class PackedPlanes:
         if interpolation not in RESAMPLINGS:
             raise ValueError(f"interpolation={interpolation!r}: expected one of {RESAMPLINGS}")
         size = (int(size[0]), int(size[1]))
+        if self.joint:
+            return _resized(torch.from_numpy(self.data), size, interpolation, antialias)[: 3 * self.count]
         luma = _resized(torch.from_numpy(self.luma), size, interpolation, antialias)[: self.count]
         chroma = torch.from_numpy(self.chroma)
         if chroma.dtype == torch.uint8 and self.shape[1] > size[1]:  # separable uint8 kernel: the same values in two calls
