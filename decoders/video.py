@@ -180,8 +180,8 @@ class VideoDecoder(Decoder):
                colour: tuple[str, str], turns: int = 0, seconds: Counter | None = None) -> torch.Tensor:
         """The decoded frames' Y/U/V planes of the region (``planes``, one slot per entry of
         ``frames``, ascending frame numbers) to the output tensor:
-        resized as ``hint.interpolation`` and ``hint.antialias`` say (one interpolate call for
-        every plane of the clip), converted to RGB in one batched product, then turned
+        resized as ``hint.interpolation`` and ``hint.antialias`` say (`PackedPlanes.resized`:
+        every plane of the clip in one to three interpolate calls), converted to RGB in one batched product, then turned
         ``turns`` quarter turns counter-clockwise (the display matrix). ``seconds`` gets the
         time of the resize ("resize") and of the rest ("convert")."""
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@ to its last frame; frames between clips are decoded only when no key frame lies 
 them. Only the wanted frames' planes are read: each is cropped as YUV plane views and
 copied at once into the clip's resize layout (`PackedPlanes`), so the decoder's buffer goes
 back to its pool; lead-in frames and frames between strided picks are decoded and dropped.
-The clip is then resized (one call for all luma planes, one for all chroma planes) and
+The clip is then resized (all its planes in one to three calls, `PackedPlanes.resized`) and
 converted to RGB in one batched product (or not at all, for ``output="yuv"``): never
 ``to_ndarray("rgb24")`` on a whole frame.
 
