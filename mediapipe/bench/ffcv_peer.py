@@ -36,6 +36,7 @@ from mediapipe.bench.image_data import (
     flat_rows,
     has_class_folders,
     manifest_rows,
+    sized,
 )
 from mediapipe.bench.long_epoch import passes
 from mediapipe.bench.streams import EpochStream, Stream, touch_image
@@ -256,10 +257,11 @@ def ffcv_pipelines(scenario: str) -> dict[str, list[Any]]:
 
     mean = np.array(IMAGENET_MEAN) * 255
     std = np.array(IMAGENET_STD) * 255
+    scenario, side = sized(scenario)
     if scenario == EVAL:  # the centre 224/256 of the shorter side, resized to 224: resize 256 + centre crop 224
         image = [CenterCropRGBImageDecoder((224, 224), ratio=224 / 256)]
     else:
-        image = [RandomResizedCropRGBImageDecoder((224, 224)), RandomHorizontalFlip()]
+        image = [RandomResizedCropRGBImageDecoder((side, side)), RandomHorizontalFlip()]
     image += [NormalizeImage(mean, std, np.float32), ToTensor(), ToTorchImage()]
     return {"image": image, "label": [IntDecoder(), ToTensor()]}
 

@@ -25,6 +25,17 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 TRAIN, EVAL = "image-train", "image-eval"
 RECIPE = "image-train-recipe"
+CROP = 224  # the output side of the image scenarios
+TRAIN_SIDES = (128, 160, 192)  # image-train-<side>: image-train at progressive resizing's smaller sizes
+
+
+def sized(scenario: str) -> tuple[str, int]:
+    """(the scenario it is, its output side): ``image-train-160`` is image-train at 160 x 160;
+    every other scenario at its own side."""
+    head, _, side = scenario.rpartition("-")
+    if head == TRAIN and side.isdigit() and int(side) in TRAIN_SIDES:
+        return TRAIN, int(side)
+    return scenario, CROP
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
 
 
@@ -108,8 +119,9 @@ def converted_shards(data: Path) -> tuple[list[str], list[str]]:
 # -- the ops ----------------------------------------------------------------------------------
 def scenario_ops(scenario: str) -> list[Any]:
     """The ops of an image scenario; the first is fused into the decoder."""
+    scenario, side = sized(scenario)
     if scenario == TRAIN:
-        return [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        return [A.RandomResizedCrop(side), A.HorizontalFlip(p=0.5), A.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     if scenario == RECIPE:
         return [A.RandomResizedCrop(224), A.HorizontalFlip(p=0.5), A.TrivialAugmentWide(),
                 A.Normalize(IMAGENET_MEAN, IMAGENET_STD), A.RandomErasing(p=0.1)]
@@ -121,8 +133,9 @@ def torchvision_transform(scenario: str) -> Any:
     import torch
     from torchvision.transforms import v2
 
+    scenario, side = sized(scenario)
     if scenario == TRAIN:
-        geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+        geometry = [v2.RandomResizedCrop(side, antialias=True), v2.RandomHorizontalFlip()]
     elif scenario == RECIPE:  # the policy on the Pillow image, as torchvision's reference presets do
         geometry = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), v2.TrivialAugmentWide()]
     else:

@@ -36,6 +36,7 @@ from mediapipe.bench.image_data import (
     has_class_folders,
     manifest_rows,
     scenario_ops,
+    sized,
     torchvision_transform,
 )
 from mediapipe.bench.long_epoch import Repeat, RepeatedSource, passes
@@ -196,6 +197,7 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
     mean = [m * 255 for m in IMAGENET_MEAN]
     std = [s * 255 for s in IMAGENET_STD]
     decoder_device = "mixed" if cuda else "cpu"
+    scenario, side = sized(scenario)
 
     @pipeline_def(batch_size=batch_size, num_threads=workers, device_id=0 if cuda else None, seed=0)
     def pipeline() -> Any:
@@ -209,7 +211,7 @@ def open_dali(scenario: str, data: Path, *, device: str, workers: int, batch_siz
                                                                        output_type=types.RGB), mean, std)
         elif scenario == TRAIN:
             images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=types.RGB)
-            images = fn.resize(images, resize_x=224, resize_y=224)
+            images = fn.resize(images, resize_x=side, resize_y=side)
             images = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), mean=mean, std=std,
                                               output_layout="CHW", dtype=types.FLOAT)
         else:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mediapipe.bench.ffcv_peer import FFCV_HINT
+from mediapipe.bench.image_data import TRAIN_SIDES
 from mediapipe.bench.streams import RunnerStream, Stream
 
 
@@ -49,6 +50,10 @@ SCENARIOS = {
                  "RandomResizedCrop 224, horizontal flip, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
                   "ffcv"), 64, fixed_batches=True),
+        *(Scenario(f"image-train-{side}", "image", "sample-images", "images",
+                   f"image-train at {side}x{side} (progressive resizing's smaller sizes; a JPEG decoded at a "
+                   "reduced DCT scale costs less as the crop shrinks)",
+                   ("mediapipe", "torchvision", "dali", "ffcv"), 64, fixed_batches=True) for side in TRAIN_SIDES),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "ffcv"), 64, fixed_batches=True),
         Scenario("image-train-recipe", "image", "sample-images", "images",
