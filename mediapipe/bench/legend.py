@@ -57,7 +57,8 @@ BACKENDS: dict[str, str] = {
     "mediapipe-clipwise": "this library's PyAV decoder decoding each clip of a video on its own (index and "
                           "packets kept, as in the loader) in a DataLoader: what one pass per video saves",
     "closure": "the closure ceiling: exactly the packets the clips need (the wanted frames and what they "
-               "reference), sent to one open libdav1d decoder per file, nothing converted or resized",
+               "reference), sent to one open libdav1d decoder per file, nothing converted or resized; each "
+               "worker holds every file's packets and decoder, so its memory is not a loader's",
     "dav1d": "the dav1d command line decoding every frame of every file: an AV1 decode ceiling",
     "ceiling": "PyAV (libdav1d) decoding every frame of every file in order: the sequential decode ceiling",
 }
