@@ -181,8 +181,8 @@ class VideoDecoder(Decoder):
         """The decoded frames' Y/U/V planes of the region (``planes``, one slot per entry of
         ``frames``, ascending frame numbers) to the output tensor:
         resized as ``hint.interpolation`` and ``hint.antialias`` say (`PackedPlanes.resized`:
-        every plane of the clip in one to three interpolate calls), converted to RGB in one batched product, then turned
-        ``turns`` quarter turns counter-clockwise (the display matrix). ``seconds`` gets the
+        every plane of the clip in one to three interpolate calls), converted to RGB in one
+        batched product, then turned ``turns`` quarter turns counter-clockwise (the display matrix). ``seconds`` gets the
         time of the resize ("resize") and of the rest ("convert")."""
         t0 = time.perf_counter()
         count = planes.count
@@ -297,8 +297,8 @@ class PackedPlanes:
             return _resized(torch.from_numpy(self.data), size, interpolation, antialias)[: 3 * self.count]
         luma = _resized(torch.from_numpy(self.luma), size, interpolation, antialias)[: self.count]
         chroma = torch.from_numpy(self.chroma)
-        if chroma.dtype == torch.uint8 and self.shape[1] > size[1]:  # separable uint8 kernel: the same values in two calls
-            chroma = _resized(chroma, (chroma.shape[-2], size[1]), interpolation, antialias)  # horizontal pass
+        if chroma.dtype == torch.uint8 and self.shape[1] > size[1]:  # torch's separable uint8 kernel: two calls
+            chroma = _resized(chroma, (chroma.shape[-2], size[1]), interpolation, antialias)  # give one call's values
         chroma = _resized(self._rows(chroma), size, interpolation, antialias)  # vertical pass (or both)
         return torch.cat([luma, chroma[: 2 * self.count]])
 

@@ -27,6 +27,7 @@ TRAIN, EVAL = "image-train", "image-eval"
 RECIPE = "image-train-recipe"
 CROP = 224  # the output side of the image scenarios
 TRAIN_SIDES = (128, 160, 192)  # image-train-<side>: image-train at progressive resizing's smaller sizes
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
 
 
 def sized(scenario: str) -> tuple[str, int]:
@@ -36,7 +37,6 @@ def sized(scenario: str) -> tuple[str, int]:
     if head == TRAIN and side.isdigit() and int(side) in TRAIN_SIDES:
         return TRAIN, int(side)
     return scenario, CROP
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
 
 
 # -- the dataset forms -------------------------------------------------------------------------

@@ -51,8 +51,8 @@ SCENARIOS = {
                  ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
                   "ffcv"), 64, fixed_batches=True),
         *(Scenario(f"image-train-{side}", "image", "sample-images", "images",
-                   f"image-train at {side}x{side} (progressive resizing's smaller sizes; a JPEG decoded at a "
-                   "reduced DCT scale costs less as the crop shrinks)",
+                   f"image-train at {side}x{side}: progressive resizing's smaller sizes (what each pipeline "
+                   "gains as its output shrinks)",
                    ("mediapipe", "torchvision", "dali", "ffcv"), 64, fixed_batches=True) for side in TRAIN_SIDES),
         Scenario("image-eval", "image", "sample-images", "images", "resize 256, centre crop 224, normalise",
                  ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "ffcv"), 64, fixed_batches=True),
