@@ -4,7 +4,8 @@ prefetch depth chosen by measuring the first batches of training itself.
 Each setting of a small grid (`worker_grid`) builds a few batches in turn, continuing where
 the last left off (every batch is delivered to the training loop: batches do not depend on
 the workers, so the epoch is the one any fixed setting gives); the two fastest are timed once
-more, and the faster on the mean is kept for the rest of the run. A setting's rate is timed after its start-up and after the
+more, the runner-up first, and the faster on the mean is kept for the rest of the run (a leader
+still ahead goes on with the workers it is running, and what they keep). A setting's rate is timed after its start-up and after the
 batches its workers had ready when the consumer first asked (they would flatter a deep
 queue), over `AutoLoader.trial_batches` batches of wall time, the training step included:
 what the loop actually gets. A setting that does not fit in an epoch is not a candidate; with
@@ -143,8 +144,10 @@ class AutoLoader:
     # -- measuring ------------------------------------------------------------------------
     def _next_trial(self) -> Trial | None:
         """The next setting to time: the grid in order, then the fastest with twice its
-        prefetch, then the two fastest once more (one short trial is noisy: the playoff's mean
-        decides); None once all are timed."""
+        prefetch, then the two fastest once more, the runner-up first (one short trial is noisy:
+        the playoff's mean decides; the leader, timed last, is then the running loader when it
+        stays ahead, and is kept without starting its workers, and their caches, afresh); None
+        once all are timed."""
         for trial in self.trials:
             if trial.batches_per_s is None:
                 return trial
@@ -156,7 +159,7 @@ class AutoLoader:
             self.trials.append(Trial(deeper))
             return self.trials[-1]
         finalists = sorted((t for t in self.trials if t.batches_per_s), key=lambda t: -(t.batches_per_s or 0.0))[:2]
-        return next((t for t in finalists if len(t.rates) < 2), None)
+        return next((t for t in reversed(finalists) if len(t.rates) < 2), None)
 
     def _switch(self, setting: WorkerSetting, state: dict[str, Any] | None = None) -> None:
         """Go on with ``setting`` from ``state``, by default where the current loader's pass
@@ -175,11 +178,15 @@ class AutoLoader:
         """Whether this pass (of ``epoch``) delivered its epoch's last batch."""
         return self._loader.epoch != epoch or self._loader.sampler.position >= len(self._loader)
 
-    def _choose(self, why: str) -> None:
+    def _fastest(self) -> WorkerSetting:
+        """The setting with the best mean rate so far (the first of the grid when none is timed)."""
         timed = [t for t in self.trials if t.batches_per_s]
-        best = max(timed, key=lambda t: t.batches_per_s or 0.0).setting if timed else self.trials[0].setting
-        self.chosen = best
-        log.info("num_workers='auto': %s (%s)", best, why)
+        return max(timed, key=lambda t: t.batches_per_s or 0.0).setting if timed else self.trials[0].setting
+
+    def _choose(self, how: str) -> None:
+        self.chosen = self._fastest()
+        rates = ", ".join(f"{t.setting}: {t.batches_per_s:.1f} batches/s" for t in self.trials if t.batches_per_s)
+        log.info("num_workers='auto': %s (%s; %s)", self.chosen, how, rates)
 
     def _measuring_pass(self, serial: int) -> Iterator[dict[str, Any]]:
         """One pass: settings in turn until each is timed or the epoch ends, then the chosen
@@ -215,11 +222,16 @@ class AutoLoader:
             if serial != self._passes:  # a newer pass moves the loader now: go on as we are
                 yield from batches
                 return
+            following = self._next_trial()
+            if following is None and self._fastest() == trial.setting:
+                self._choose("kept running")  # the last one timed won: its pass, workers and caches go on
+                yield from batches
+                return
             batches.close()
-            trial = self._next_trial()
+            trial = following
         if self._pass_done(epoch):  # chosen at the next pass's start
             return
-        self._choose(", ".join(f"{t.setting}: {t.batches_per_s:.1f} batches/s" for t in self.trials))
+        self._choose("switched")
         assert self.chosen is not None
         self._switch(self.chosen, start)
         yield from self._loader

@@ -107,3 +107,55 @@ def test_the_chosen_setting_runs_every_pass_once_measured(image_folder):
     assert auto.stats.batches % 12 == 0
     assert (auto.loader.num_workers, auto.loader.worker_type, auto.loader.prefetch) == \
         (auto.chosen.num_workers, auto.chosen.worker_type, auto.chosen.prefetch)
+
+
+def test_the_playoff_times_the_runner_up_first_so_the_leader_is_kept_running(image_folder):
+    """After the grid and the deeper prefetch, the two fastest are timed again: the runner-up
+    first, then the leader, so that a leader still ahead is the running loader when chosen (its
+    workers, and what they keep, are not started afresh)."""
+    auto = _auto(_pipeline(image_folder))
+    rates = {GRID[0]: 10.0, GRID[1]: 8.0, GRID[2]: 2.0}
+    for trial in auto.trials:
+        trial.rates.append(rates[trial.setting])
+    deeper = auto._next_trial()
+    assert deeper.setting == WorkerSetting(1, "process", 4)
+    deeper.rates.append(5.0)
+    first = auto._next_trial()
+    assert first.setting == GRID[1]  # the runner-up
+    first.rates.append(8.0)
+    second = auto._next_trial()
+    assert second.setting == GRID[0]  # then the leader, last
+    second.rates.append(10.0)
+    assert auto._next_trial() is None
+    auto.close()
+
+
+def test_a_leader_timed_last_goes_on_with_its_running_workers(image_folder, monkeypatch):
+    """With every setting equally fast (a clock that ticks once per reading), the first of the
+    grid leads, is timed last in the playoff and wins: the pass goes on with its workers, so no
+    pool is started after the last trial (a restart would drop what the workers keep, such as a
+    video decoder's indexed files), and the batches are still a fixed setting's."""
+    import mediapipe.loaders.auto_workers as aw
+    import mediapipe.loaders.loader as loader_module
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(aw.time, "perf_counter", lambda: float(next(ticks)))
+    starts = []
+    real_pool = loader_module.ProcessPool
+
+    def counting_pool(*args, **kwargs):
+        starts.append(1)
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(loader_module, "ProcessPool", counting_pool)
+    pipe = _pipeline(image_folder, batch_size=1)  # 24 batches an epoch: room for every trial
+    grid = [WorkerSetting(1, "process")]
+    auto = AutoLoader(pipe, grid=list(grid))
+    auto.trial_batches = 1
+    got = _images(auto)
+    assert auto.chosen == grid[0]
+    assert [len(t.rates) for t in auto.trials] == [2, 2]  # the setting and its deeper prefetch, twice each
+    assert len(starts) == 4  # one pool per timing; the winner's last one went on to the epoch's end
+    expected = _images(pipe.loader(num_workers=1))
+    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected))
+    auto.close()
