@@ -193,8 +193,9 @@ class AutoLoader:
         one to the epoch's end. The pass starts where any pass of the loader would (the next
         epoch, a loaded position, or this epoch's first batch: `LoaderBase.begin_pass`). A setting
         cut off by the epoch's end is timed again next pass; one an epoch is too short for is
-        never chosen. Once a newer pass has begun (a second iterator), this one stops switching:
-        the loader's position is the newer pass's, so it ends its epoch with the setting it has."""
+        never chosen. Once a newer pass has begun (a second iterator), or set_epoch or load_state_dict
+        ran, this one stops switching: the loader's position is no longer this pass's, so it ends its
+        epoch with the setting it has."""
         self._loader.begin_pass()
         epoch, start = self._loader.epoch, self._loader.state_dict()  # where this pass begins
         trial = self._next_trial()
@@ -219,8 +220,8 @@ class AutoLoader:
             else:  # the epoch ended before the trial did: timed again next pass
                 return
             trial.rates.append((len(times) - 1) / max(times[-1] - times[0], 1e-9))
-            if serial != self._passes:  # a newer pass moves the loader now: go on as we are
-                yield from batches
+            if serial != self._passes or not self._loader.is_current(batches.cursor):
+                yield from batches  # a newer pass, set_epoch or load_state_dict moves the loader now: go on as we are
                 return
             following = self._next_trial()
             if following is None and self._fastest() == trial.setting:
