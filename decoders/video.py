@@ -254,12 +254,12 @@ class PackedPlanes:
     def __init__(self, count: int, shape: tuple[int, int], dtype: Any = np.uint8, depth: int = 8,
                  sub_y: int = 1, dy: int = 0) -> None:
         self.count, self.shape, self.depth = count, (int(shape[0]), int(shape[1])), depth  # depth: bits per sample
-        self.sub_y, self.dy = sub_y, dy
         # Without subsampled rows (4:2:2, 4:4:4) nothing is saved, and a single frame's Y, U, V fit
         # one image: then one buffer as the old layout (chroma rows repeated as they are copied in)
         # and one call, not luma and chroma padded to four planes each and resized apart.
         self.joint = sub_y == 1 or count == 1
-        self._index = (np.arange(self.shape[0]) + dy) // sub_y if self.joint and sub_y > 1 else None
+        # chroma row of each luma row of the region (None: one each, sub_y 1)
+        self._row_of = (np.arange(self.shape[0]) + dy) // sub_y if sub_y > 1 else None
         if self.joint:
             self.data = np.empty((4 * -(-3 * count // 4), *self.shape), dtype)
             self.luma, self.chroma = self.data[:count], self.data[count : 3 * count]
@@ -272,9 +272,9 @@ class PackedPlanes:
         """Copy frame slot ``i``'s planes in (the views may point into a decoder's buffer): Y of
         the region, U and V as their covering rows at the region's width (`chroma_columns`)."""
         self.luma[i] = y
-        if self._index is not None:  # the joint buffer holds chroma on the luma grid
-            np.take(u, self._index, axis=0, out=self.chroma[i], mode="clip")
-            np.take(v, self._index, axis=0, out=self.chroma[self.count + i], mode="clip")
+        if self.joint and self._row_of is not None:  # the joint buffer holds chroma on the luma grid
+            np.take(u, self._row_of, axis=0, out=self.chroma[i], mode="clip")
+            np.take(v, self._row_of, axis=0, out=self.chroma[self.count + i], mode="clip")
             return
         self.chroma[i] = u
         self.chroma[self.count + i] = v
@@ -303,11 +303,9 @@ class PackedPlanes:
         return torch.cat([luma, chroma[: 2 * self.count]])
 
     def _rows(self, chroma: torch.Tensor) -> torch.Tensor:
-        """Chroma rows repeated onto the region's luma rows (``sub_y`` times, from ``dy``)."""
-        if self.sub_y == 1 and self.dy == 0:
-            return chroma
-        rows = torch.div(torch.arange(self.shape[0]) + self.dy, self.sub_y, rounding_mode="floor")
-        return chroma.index_select(-2, rows)
+        """The separate layout's chroma rows repeated onto the region's luma rows (``sub_y``
+        times, from ``dy``)."""
+        return chroma.index_select(-2, torch.from_numpy(self._row_of))
 
 
 def _resized(planes: torch.Tensor, size: tuple[int, int], interpolation: str, antialias: bool) -> torch.Tensor:
