@@ -550,3 +550,15 @@ def write_imagenet_tfrecord(path: Path, count: int = 6) -> list[dict]:
         rows.append({"image": image, "label": i % 4, "text": TFRECORD_TEXTS[i], "boxes": boxes})
     writer.close()
     return rows
+
+
+def small_image_pipeline(image_folder: Path, batch_size: int = 2) -> mp.Pipeline:
+    """A small image pipeline (crop, flip, normalise; seed 3) for loader-level tests."""
+    return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image("pillow")},
+                       [A.RandomResizedCrop(24), A.HorizontalFlip(), A.Normalize()], batch_size=batch_size, seed=3,
+                       device="cpu")
+
+
+def batch_images(batches) -> list[torch.Tensor]:
+    """The image tensor of every batch, copied (the loader may reuse its buffers)."""
+    return [b["image"].clone() for b in batches]

@@ -16,9 +16,9 @@ import torch
 import mediapipe as mp
 import mediapipe.loaders.auto_workers as aw
 import mediapipe.loaders.loader as loader_module
-from mediapipe import augment as A
 from mediapipe.loaders import workers
 from mediapipe.loaders.auto_workers import AutoLoader, WorkerSetting
+from tests.helpers import batch_images, small_image_pipeline
 
 P1, T1, T2 = WorkerSetting(1, "process"), WorkerSetting(1, "thread"), WorkerSetting(2, "thread")
 
@@ -32,16 +32,6 @@ def _deeper(s: WorkerSetting) -> WorkerSetting:
 THREAD_KEPT = ([P1, T2, T1], {T2: 10.0, P1: 5.0, T1: 2.0, _deeper(T2): 3.0})  # epoch 1, batch 23: T2 kept
 PROCESS_KEPT = ([T1, P1], {T1: 1.0, P1: 10.0, _deeper(P1): 2.0})  # epoch 1, batch 5: P1 kept
 LAST_CUT = ([P1, T1], {P1: 10.0, T1: 5.0, _deeper(P1): 1.0})  # P1's playoff cut by epoch 0's end
-
-
-def _pipeline(image_folder, batch_size: int = 1) -> mp.Pipeline:
-    return mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image("pillow")},
-                       [A.RandomResizedCrop(24), A.HorizontalFlip(), A.Normalize()], batch_size=batch_size, seed=3,
-                       device="cpu")
-
-
-def _images(batches) -> list[torch.Tensor]:
-    return [b["image"].clone() for b in batches]
 
 
 def _same(got: list[torch.Tensor], expected: list[torch.Tensor]) -> bool:
@@ -104,7 +94,7 @@ def _no_workers_left() -> bool:
 
 def _fixed_epochs(pipe: mp.Pipeline, epochs: int) -> list[list[torch.Tensor]]:
     fixed = pipe.loader(num_workers=1)
-    return [_images(fixed) for _ in range(epochs)]
+    return [batch_images(fixed) for _ in range(epochs)]
 
 
 def _until_chosen(it, auto: AutoLoader, limit: int = 200) -> list[torch.Tensor]:
@@ -117,10 +107,10 @@ def _until_chosen(it, auto: AutoLoader, limit: int = 200) -> list[torch.Tensor]:
 
 
 def test_a_thread_leader_kept_running_gives_a_fixed_settings_epochs(image_folder, rig, caplog):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     auto = rig(pipe, THREAD_KEPT)
     with caplog.at_level(logging.INFO, logger=aw.__name__):
-        got = [_images(auto) for _ in range(3)]
+        got = [batch_images(auto) for _ in range(3)]
     assert auto.chosen == T2 and "kept running" in caplog.text
     assert [len(e) for e in got] == [24, 24, 24]
     assert all(_same(g, e) for g, e in zip(got, _fixed_epochs(pipe, 3)))
@@ -129,64 +119,64 @@ def test_a_thread_leader_kept_running_gives_a_fixed_settings_epochs(image_folder
 
 
 def test_a_process_leader_kept_running_keeps_its_pool_then_stops_it(image_folder, rig, pools, caplog):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     expected = _fixed_epochs(pipe, 3)
     auto = rig(pipe, PROCESS_KEPT)
     with caplog.at_level(logging.INFO, logger=aw.__name__):
-        first = _images(auto)
+        first = batch_images(auto)
         it = iter(auto)
         head = _until_chosen(it, auto)
         assert "kept running" in caplog.text and auto.chosen == P1
         running = pools[-1]
         started = len(pools)
-        tail = _images(it)
+        tail = batch_images(it)
     assert len(pools) == started and running._closed  # no pool after the choice; the kept one stopped at the end
     assert _same(first, expected[0]) and _same(head + tail, expected[1])
-    assert _same(_images(auto), expected[2])
+    assert _same(batch_images(auto), expected[2])
     auto.close()
     del auto, it
     assert _no_workers_left()
 
 
 def test_a_state_taken_right_after_the_choice_resumes_the_remaining_batches(image_folder, rig):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     expected = _fixed_epochs(pipe, 3)
     auto = rig(pipe, PROCESS_KEPT)
-    assert _same(_images(auto), expected[0])
+    assert _same(batch_images(auto), expected[0])
     it = iter(auto)
     head = _until_chosen(it, auto)
     state = auto.state_dict()
-    rest = _images(it)
+    rest = batch_images(it)
     again = rig(pipe, PROCESS_KEPT)
     again.load_state_dict(state)
-    resumed = _images(again)
+    resumed = batch_images(again)
     assert _same(head + rest, expected[1]) and _same(head + resumed, expected[1])
-    assert _same(_images(again), expected[2]) and _same(_images(auto), expected[2])
+    assert _same(batch_images(again), expected[2]) and _same(batch_images(auto), expected[2])
     auto.close(), again.close()
 
 
 @pytest.mark.parametrize("at", [18, 23])  # in the last trials of epoch 1 (THREAD_KEPT), and right at the choice
 def test_a_state_taken_in_the_last_trials_resumes_the_remaining_batches(image_folder, rig, at):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     expected = _fixed_epochs(pipe, 3)
     auto = rig(pipe, THREAD_KEPT)
-    assert _same(_images(auto), expected[0])
+    assert _same(batch_images(auto), expected[0])
     it = iter(auto)
     head = [next(it)["image"].clone() for _ in range(at)]
     state = auto.state_dict()
     it.close()
     again = rig(pipe, THREAD_KEPT)
     again.load_state_dict(state)
-    assert _same(head + _images(again), expected[1])
-    assert _same(_images(again), expected[2])
+    assert _same(head + batch_images(again), expected[1])
+    assert _same(batch_images(again), expected[2])
     auto.close(), again.close()
 
 
 def test_a_break_after_the_choice_then_a_new_pass_is_a_fixed_loaders(image_folder, rig, pools):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     fixed = pipe.loader(num_workers=1)
     auto = rig(pipe, PROCESS_KEPT)
-    assert _same(_images(auto), _images(fixed))
+    assert _same(batch_images(auto), batch_images(fixed))
     it = iter(auto)
     head = _until_chosen(it, auto)
     head += [next(it)["image"].clone()]
@@ -198,38 +188,38 @@ def test_a_break_after_the_choice_then_a_new_pass_is_a_fixed_loaders(image_folde
     fixed_head = [next(fixed_it)["image"].clone() for _ in head]
     del fixed_it
     assert _same(head, fixed_head)
-    assert _same(_images(auto), _images(fixed))  # the epoch again, from its first batch
+    assert _same(batch_images(auto), batch_images(fixed))  # the epoch again, from its first batch
     assert auto.epoch == fixed.epoch
-    assert _same(_images(auto), _images(fixed))
+    assert _same(batch_images(auto), batch_images(fixed))
     auto.close()
 
 
 @pytest.mark.parametrize("scenario, at", [(THREAD_KEPT, 20), (PROCESS_KEPT, 2), (LAST_CUT, 23)])
 def test_a_second_pass_begun_in_the_last_trial_is_a_fixed_loaders(image_folder, rig, scenario, at):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     fixed = pipe.loader(num_workers=1)
     auto = rig(pipe, scenario)
-    assert _same(_images(auto), _images(fixed))
+    assert _same(batch_images(auto), batch_images(fixed))
     got, want = [], []
     for loader, out in ((auto, got), (fixed, want)):
         first = iter(loader)
         out.append([next(first)["image"].clone() for _ in range(at)])
-        out.append(_images(loader))  # a whole second pass while the first is open
-        out.append(_images(first))  # the first goes on with its own epoch
-        out.append(_images(loader))
-        out.append(_images(loader))
+        out.append(batch_images(loader))  # a whole second pass while the first is open
+        out.append(batch_images(first))  # the first goes on with its own epoch
+        out.append(batch_images(loader))
+        out.append(batch_images(loader))
     assert [len(e) for e in got] == [len(e) for e in want]
     assert all(_same(g, w) for g, w in zip(got, want))
     auto.close()
 
 
 def test_an_epoch_that_ends_in_the_last_trial_times_it_again_next_epoch(image_folder, rig, caplog):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     auto = rig(pipe, LAST_CUT)
     with caplog.at_level(logging.INFO, logger=aw.__name__):
-        first = _images(auto)
+        first = batch_images(auto)
         assert auto.chosen is None
-        got = [first, *(_images(auto) for _ in range(2))]
+        got = [first, *(batch_images(auto) for _ in range(2))]
     assert auto.chosen == P1 and "kept running" in caplog.text
     assert all(_same(g, e) for g, e in zip(got, _fixed_epochs(pipe, 3)))
     auto.close()
@@ -239,36 +229,36 @@ def test_an_epoch_that_ends_in_the_last_trial_times_it_again_next_epoch(image_fo
 def test_set_epoch_mid_measurement_leaves_the_running_pass_its_epoch(image_folder, rig, scenario, at):
     """A fixed loader's running pass goes on with its own epoch after set_epoch; the next pass
     starts at the epoch set."""
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     got, want = [], []
     for loader, out in ((rig(pipe, scenario), got), (pipe.loader(num_workers=1), want)):
         it = iter(loader)
         out.append([next(it)["image"].clone() for _ in range(at)])
         loader.set_epoch(5)
-        out.append(_images(it))
-        out.append(_images(loader))
+        out.append(batch_images(it))
+        out.append(batch_images(loader))
         out.append([loader.epoch])
     assert [len(e) for e in got] == [len(e) for e in want]
     assert all(_same(g, w) for g, w in zip(got[:3], want[:3])) and got[3] == want[3]
 
 
 def test_load_state_dict_mid_measurement_leaves_the_running_pass_its_batches(image_folder, rig):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     got, want = [], []
     for loader, out in ((rig(pipe, THREAD_KEPT), got), (pipe.loader(num_workers=1), want)):
         it = iter(loader)
         out.append([next(it)["image"].clone() for _ in range(3)])
         loader.load_state_dict({"sampler": {**loader.state_dict()["sampler"], "epoch": 2, "position": 7}})
-        out.append(_images(it))
-        out.append(_images(loader))
+        out.append(batch_images(it))
+        out.append(batch_images(loader))
     assert [len(e) for e in got] == [len(e) for e in want]
     assert all(_same(g, w) for g, w in zip(got, want))
 
 
 def test_close_or_a_drop_mid_kept_pass_leaves_no_worker(image_folder, rig):
-    pipe = _pipeline(image_folder)
+    pipe = small_image_pipeline(image_folder, batch_size=1)
     auto = rig(pipe, PROCESS_KEPT)
-    _images(auto)
+    batch_images(auto)
     it = iter(auto)
     _until_chosen(it, auto)
     assert _live_pools()
@@ -277,7 +267,7 @@ def test_close_or_a_drop_mid_kept_pass_leaves_no_worker(image_folder, rig):
     del it
     assert _no_workers_left()
     again = rig(pipe, PROCESS_KEPT, persistent_workers=True)
-    _images(again)
+    batch_images(again)
     it = iter(again)
     _until_chosen(it, again)
     del it, again  # dropped without close, mid-pass
