@@ -118,7 +118,8 @@ def test_damaged_entries_are_misses_and_are_not_trusted(image_folder, expected, 
     flipped[-100] ^= 1  # one bit of the pixels
     bound.path(3).write_bytes(bytes(flipped))
     stamp = bound.stamp(loader.plan, loader.plan.source.ref(4))
-    header = json.dumps({"fields": [["image", "uint8", [100000, 100000, 3]]], "format": 1, "stamp": stamp}).encode()
+    header = json.dumps({"fields": [["image", "uint8", [100000, 100000, 3], [0, 1, 2]]], "format": E.FORMAT,
+                         "stamp": stamp}).encode()
     bound.path(4).write_bytes(struct.pack("<8sII", E.MAGIC, len(header), 0) + header + bytes(64))  # claims 30 GB
     with open(bound.path(5), "wb") as f:
         f.truncate(cache.max_bytes + 1)  # larger than the budget admits: never read
@@ -129,6 +130,32 @@ def test_damaged_entries_are_misses_and_are_not_trusted(image_folder, expected, 
     counts, _ = counts_of(again, lambda: assert_same(collect(again), collect(plain.loader(shuffle=False))))
     assert counts["rejected"] == 5 and counts["misses"] == 6 and counts["hits"] == 18 and counts["stored"] == 6
     assert counts_of(again, lambda: collect(again))[0] == {"hits": 24}  # stored anew
+
+
+def _entry_header(path) -> dict:
+    raw = path.read_bytes()
+    _, length, _ = E._PREFIX.unpack(raw[:E._PREFIX.size])
+    return json.loads(raw[E._PREFIX.size:E._PREFIX.size + length])
+
+
+def test_an_entry_is_stored_in_its_memory_order_and_read_back_with_its_strides(tmp_path):
+    """A decoder's (C, H, W) view of its (H, W, C) buffer is written without a transposing copy and
+    read back with the same strides (the ops after the cache see the layout they see uncached);
+    an order that is not a permutation of the dims is a rejected entry."""
+    cache = E.EpochCache(tmp_path, max_bytes=1 << 24)
+    bound = E.CacheBinding(cache, "0" * 32, ("image",), (), ("image",))
+    bound.folder.mkdir()
+    chw = torch.from_numpy(photo_like(30, 40, 1)).permute(2, 0, 1)
+    stats = StageStats()
+    for index, image in enumerate((chw, chw.contiguous())):
+        bound.write(index, [["x"]], {"image": image}, stats)
+        got = bound.read(index, [["x"]], stats)["image"]
+        assert torch.equal(got, image) and got.stride() == image.stride()
+    assert _entry_header(bound.path(0))["fields"] == [["image", "uint8", [30, 40, 3], [1, 2, 0]]]
+    assert _entry_header(bound.path(1))["fields"] == [["image", "uint8", [3, 30, 40], [0, 1, 2]]]
+    raw = bound.path(0).read_bytes()
+    bound.path(0).write_bytes(raw.replace(b"[1, 2, 0]", b"[1, 1, 0]"))  # not a permutation
+    assert bound.read(0, [["x"]], stats) is None and stats.cache["rejected"] == 1
 
 
 def _killed_writer(folder: str) -> None:

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SHARE", "DETERMINISTIC_OPS", "EpochCache", "CacheBinding", "cache_counts", "resolve_cache"]
 
-FORMAT = 1
+FORMAT = 2  # 2: each field stored in its memory order (``order``)
 MAGIC = b"MPEC\x01\x00\x00\x00"
 _PREFIX = struct.Struct("<8sII")  # magic, header length, CRC-32 of header and payload
 ALIGN = 64  # each field's bytes start at a multiple of this
@@ -325,7 +325,7 @@ class CacheBinding:
             return None  # the media file changed since it was stored
         layout = self._layout(header.get("fields"))
         start = _aligned(_PREFIX.size + header_len)
-        total = start + (layout[-1][3] + _aligned(layout[-1][4]) if layout else 0)
+        total = start + (layout[-1][4] + _aligned(layout[-1][5]) if layout else 0)
         if total != st.st_size:
             raise ValueError(f"length {st.st_size}, header says {total}")
         payload = bytearray(total - start)
@@ -333,25 +333,30 @@ class CacheBinding:
             raise ValueError("short read")
         if len(raw) != header_len or zlib.crc32(payload, zlib.crc32(raw)) != crc:
             raise ValueError("CRC mismatch")
-        return {name: _tensor(payload, dtype, shape, offset, count) for name, dtype, shape, offset, _, count in layout}
+        return {name: _tensor(payload, dtype, shape, offset, count).permute(_inverse(order))
+                for name, dtype, shape, order, offset, _, count in layout}
 
-    def _layout(self, fields: Any) -> list[tuple[str, torch.dtype, tuple[int, ...], int, int, int]]:
-        """(name, dtype, shape, offset in the payload, bytes, elements) per field, checked: the names
-        this binding stores, known dtypes, shapes of at most `MAX_DIMS` non-negative ints."""
+    def _layout(self, fields: Any) -> list[tuple[str, torch.dtype, tuple[int, ...], list[int], int, int, int]]:
+        """(name, dtype, stored shape, order, offset in the payload, bytes, elements) per field, checked:
+        the names this binding stores, known dtypes, shapes of at most `MAX_DIMS` non-negative ints,
+        an order that is a permutation of the dims."""
         if not isinstance(fields, list) or [f[0] if isinstance(f, list) and f else None for f in fields] != \
                 list(self.names):
             raise ValueError("fields are not the ones this cache stores")
         layout, offset = [], 0
-        for name, dtype_name, shape in fields:
+        for name, dtype_name, shape, order in fields:
             dtype = DTYPES[dtype_name]
             if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
                     type(n) is int and 0 <= n <= MAX_ENTRY for n in shape):
                 raise ValueError(f"field {name!r}: bad shape")
+            if not isinstance(order, list) or sorted(order) != list(range(len(shape))) or not all(
+                    type(d) is int for d in order):
+                raise ValueError(f"field {name!r}: bad order")
             count = math.prod(shape)
             nbytes = count * dtype.itemsize
             if nbytes > MAX_ENTRY:
                 raise ValueError(f"field {name!r}: too large")
-            layout.append((name, dtype, tuple(shape), offset, nbytes, count))
+            layout.append((name, dtype, tuple(shape), order, offset, nbytes, count))
             offset += _aligned(nbytes)
         return layout
 
@@ -383,8 +388,11 @@ class CacheBinding:
                                     for v in values):
             counts["skipped"] += 1
             return
-        flat = [v.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for v in values]
-        fields = [[n, str(v.dtype).removeprefix("torch."), list(v.shape)] for n, v in zip(self.names, values)]
+        orders = [memory_order(v) for v in values]
+        stored = [v.detach().cpu().permute(order).contiguous() for v, order in zip(values, orders)]
+        flat = [v.reshape(-1).view(torch.uint8) for v in stored]
+        fields = [[n, str(v.dtype).removeprefix("torch."), list(v.shape), order]
+                  for n, v, order in zip(self.names, stored, orders)]
         header = json.dumps({"format": FORMAT, "stamp": stamp, "fields": fields}, sort_keys=True).encode()
         start = _aligned(_PREFIX.size + len(header))
         payload = [part for f in flat for part in (f.numpy(), bytes(_aligned(f.numel()) - f.numel()))]
@@ -499,6 +507,20 @@ def _tensor(payload: bytearray, dtype: torch.dtype, shape: tuple[int, ...], offs
     if count == 0:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(payload, dtype=dtype, count=count, offset=offset).view(shape)
+
+
+def memory_order(v: torch.Tensor) -> list[int]:
+    """The dims of ``v`` from the outermost in memory to the innermost (by stride, ties in order): stored
+    as ``v.permute(order)``, a decoder's (C, H, W) view of an (H, W, C) buffer is written without a
+    transposing copy and read back with its strides."""
+    return sorted(range(v.ndim), key=lambda d: (-v.stride(d) if v.shape[d] > 1 else 0, d))
+
+
+def _inverse(order: list[int]) -> list[int]:
+    inverse = [0] * len(order)
+    for at, dim in enumerate(order):
+        inverse[dim] = at
+    return inverse
 
 
 def _size(path: Path) -> int:
