@@ -113,41 +113,81 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
     """A JPEG that already fits (and needs no rotation) is copied byte for byte once it
     passes `check_jpeg`; anything else is decoded, EXIF-rotated, resized and re-encoded as
     JPEG without its EXIF data (16-bit grayscale keeps its high byte, see `to_8_bits`).
-    A damaged JPEG is refused either way, never copied or re-encoded half grey."""
+    A damaged JPEG is refused either way, never copied or re-encoded half grey. An RGB or
+    grayscale JPEG is decoded once, strictly (`decode_jpeg_strict`): that decode is its check."""
     from PIL import Image, ImageOps
 
     from mediapipe.decoders.image_pillow import SIXTEEN_BIT_MODES, to_8_bits
 
     try:
         with Image.open(io.BytesIO(data)) as im:
-            if im.format == "JPEG":
-                check_jpeg(data)
             orientation = im.getexif().get(0x0112, 1)
             width, height = im.size
             if orientation in (5, 6, 7, 8):
                 width, height = height, width
             target = fit_size(width, height, options.image_max_side)
+            stored = target if orientation not in (5, 6, 7, 8) else target[::-1]
             if im.format == "JPEG" and orientation == 1 and target == (width, height) and not options.reencode:
+                check_jpeg(data)
                 return "jpg", data, {"width": width, "height": height, "codec": "jpeg", "copied": True}
-            if im.format == "JPEG" and target != (width, height) and im.mode in ("RGB", "L", "YCbCr"):
-                # DCT-domain downscale to no less than the target: the IDCT runs at 1/2, 1/4 or 1/8 scale
-                stored = target if orientation not in (5, 6, 7, 8) else target[::-1]
-                im.draft(im.mode, stored)
+            comment = im.info.get("comment")
             icc = im.info.get("icc_profile")
-            im = ImageOps.exif_transpose(im)
-            if im.mode in SIXTEEN_BIT_MODES:
-                im = to_8_bits(im)
-            if im.mode not in ("RGB", "L"):
-                im = im.convert("RGB")
-            if im.size != target:
-                im = im.resize(target, Image.Resampling.LANCZOS)
+            if im.format == "JPEG" and im.mode in ("RGB", "L"):
+                out = decode_jpeg_strict(data, im.mode, im.size, stored)
+                if orientation in EXIF_TRANSPOSE:
+                    out = out.transpose(Image.Transpose[EXIF_TRANSPOSE[orientation]])
+            else:
+                if im.format == "JPEG":
+                    check_jpeg(data)
+                    if stored != im.size and im.mode == "YCbCr":
+                        im.draft(im.mode, stored)  # DCT-domain downscale, as decode_jpeg_strict does
+                out = ImageOps.exif_transpose(im)
+                if out.mode in SIXTEEN_BIT_MODES:
+                    out = to_8_bits(out)
+                if out.mode not in ("RGB", "L"):
+                    out = out.convert("RGB")
+            if out.size != target:
+                out = out.resize(target, Image.Resampling.LANCZOS)
             buf = io.BytesIO()
-            im.save(buf, format="JPEG", quality=options.jpeg_quality, icc_profile=icc)
+            out.save(buf, format="JPEG", quality=options.jpeg_quality, icc_profile=icc, comment=comment)
     except TranscodeError:
         raise
     except (OSError, ValueError, Image.DecompressionBombError) as err:
         raise TranscodeError(f"image: {err}") from err
     return "jpg", buf.getvalue(), {"width": target[0], "height": target[1], "codec": "jpeg", "copied": False}
+
+
+def draft_scale(size: tuple[int, int], wanted: tuple[int, int]) -> int:
+    """The DCT-domain reduction (1, 2, 4 or 8) that Pillow's ``draft`` picks for a JPEG of
+    ``size`` to be resized to ``wanted``: the largest that leaves both sides at least as large."""
+    ratio = min(size[0] // wanted[0], size[1] // wanted[1])
+    return next(s for s in (8, 4, 2, 1) if ratio >= s)
+
+
+def decode_jpeg_strict(data: bytes, mode: str, size: tuple[int, int], wanted: tuple[int, int]) -> Any:
+    """An RGB or grayscale (``mode``) JPEG of ``size`` decoded by libjpeg-turbo in strict mode,
+    as a Pillow image ("RGBX" sharing the decoded buffer, or "L"): the pixels Pillow's decoder
+    gives, and the check `check_jpeg` makes, in one decode. Where the image is to be resized to
+    ``wanted``, the inverse DCT runs at the scale Pillow's ``draft`` would pick (`draft_scale`)."""
+    import simplejpeg
+    from PIL import Image
+
+    min_width = min_height = 0
+    if wanted != size:
+        scale = draft_scale(size, wanted)
+        min_width, min_height = -(-size[0] // scale), -(-size[1] // scale)
+    raw = "L" if mode == "L" else "RGBX"  # Pillow keeps RGB as 4 bytes a pixel: RGBX is its layout
+    try:
+        pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY" if raw == "L" else "RGBX", strict=True,
+                                        min_width=min_width, min_height=min_height)
+    except ValueError as err:
+        raise TranscodeError(f"image: damaged JPEG ({err})") from err
+    return Image.frombuffer(raw, (pixels.shape[1], pixels.shape[0]), pixels, "raw", raw, 0, 1)
+
+
+# EXIF orientation -> the Image.Transpose that turns it upright, as ImageOps.exif_transpose has it
+EXIF_TRANSPOSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
+                  7: "TRANSVERSE", 8: "ROTATE_90"}
 
 
 # -- video --------------------------------------------------------------------------------
