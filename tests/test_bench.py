@@ -452,6 +452,7 @@ def test_a_report_without_data_labels_renders_as_before(bench_run: dict) -> None
     old = json.loads(json.dumps(bench_run["report"]))
     for r in old["results"]:
         r.pop("data")
+    old["ratios"] = [r for r in old["ratios"] if r["compare"] != "cache"]  # the epoch cache rows came later
     for r in old["ratios"]:
         r.pop("compare")
         r.pop("data")
@@ -460,5 +461,5 @@ def test_a_report_without_data_labels_renders_as_before(bench_run: dict) -> None
     assert "x torchvision" in text and "same backend across datasets" not in text  # the verdict found the ratio
     header = next(line for line in text.splitlines() if line.startswith("backend"))
     assert " data " not in header
-    peer_row = next(line for line in text.splitlines() if line.startswith("torchvision "))
-    assert peer_row.rstrip().endswith("x")  # the mediapipe/peer ratio still found without data labels
+    peer_rows = [line for line in text.splitlines() if line.startswith("torchvision ")]
+    assert any(row.rstrip().endswith("x") for row in peer_rows)  # the mediapipe/peer ratio found without data labels

@@ -382,23 +382,39 @@ def _ratio(mine: Result, peer: Result) -> tuple[float, str] | None:
     return None
 
 
+CACHE_ROWS = ("mediapipe-cached", "mediapipe-cache-fill")  # this library with an epoch cache
+
+
 def ratio_rows(results: list[Result], ours: str = "mediapipe") -> list[dict[str, Any]]:
     """Ratios of throughput between rows measured in the same run, of two kinds:
 
     ``compare="backend"``: this library over each peer, same scenario, device, workers and data.
     Rows with different units (clips against a frame-rate ceiling) are compared on frames/s.
     ``compare="data"``: each backend on each further dataset over the same backend on the first
-    dataset (``--data folder --data shards``: "mediapipe on shards / mediapipe on folder")."""
+    dataset (``--data folder --data shards``: "mediapipe on shards / mediapipe on folder").
+    ``compare="cache"``: an epoch cache row (`CACHE_ROWS`) over this library uncached and over
+    every other peer, same scenario, device, workers and data (FFCV's row reads its own file
+    written from that data); the cache rows are not peers of the first kind."""
     rows = []
     ok = [r for r in results if r.error is None]
     key = {(r.scenario, r.device, r.workers, r.data): r for r in ok if r.backend == ours}
+    cached = [r for r in ok if r.backend in CACHE_ROWS]
     for peer in ok:
         mine = key.get((peer.scenario, peer.device, peer.workers, peer.data))
-        if peer.backend == ours or mine is None or (ratio := _ratio(mine, peer)) is None:
+        if peer.backend in (ours, *CACHE_ROWS) or mine is None or (ratio := _ratio(mine, peer)) is None:
             continue
         rows.append({"compare": "backend", "scenario": peer.scenario, "device": peer.device,
                      "workers": peer.workers, "data": peer.data, "backend": ours, "peer": peer.backend,
                      "peer_data": peer.data, "metric": ratio[1], "ratio": ratio[0]})
+    for row in cached:  # an epoch cache row over this library uncached and over every other peer
+        for peer in ok:
+            same = (peer.scenario, peer.device, peer.workers, peer.data) == (row.scenario, row.device, row.workers,
+                                                                              row.data)
+            if peer.backend in CACHE_ROWS or not same or (ratio := _ratio(row, peer)) is None:
+                continue
+            rows.append({"compare": "cache", "scenario": row.scenario, "device": row.device, "workers": row.workers,
+                         "data": row.data, "backend": row.backend, "peer": peer.backend, "peer_data": peer.data,
+                         "metric": ratio[1], "ratio": ratio[0]})
     labels: dict[str, list[str]] = {}  # scenario -> data labels, in the order given
     for r in results:
         if r.data is not None and r.data not in labels.setdefault(r.scenario, []):

@@ -79,7 +79,9 @@ NOTES = {
                    "simulated step time",
     "ratios": ("compare=backend: this library's samples/s over the peer's, same scenario, device, workers and "
                "data; compare=data: a backend on a further dataset over the same backend on the first dataset "
-               "(e.g. shards / folder); always rows of the same run"),
+               "(e.g. shards / folder); compare=cache: an epoch cache row (mediapipe-cached, mediapipe-cache-fill) "
+               "over this library uncached and over each peer, same scenario, device, workers and data; always "
+               "rows of the same run"),
     "warnings": (f"scenario -> why its rates are too short to trust: a repetition of fewer than {MIN_REP_BATCHES} "
                  f"batches or {MIN_BATCHES_PER_WORKER} per worker, or under {MIN_TIMED_SECONDS:.0f} s timed over "
                  "the repetitions, in some row"),

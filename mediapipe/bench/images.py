@@ -10,8 +10,10 @@ threads (DALI), shuffled for training and in order for evaluation.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,9 @@ from mediapipe.bench.image_data import (
 from mediapipe.bench.long_epoch import Repeat, RepeatedSource, passes
 from mediapipe.bench.streams import EpochStream, Stream, loader_stages, touch_image
 from mediapipe.bench.torchvision_gpu import open_torchvision_gpu
+from mediapipe.loaders.parent_watch import process_alive
 from mediapipe.loaders.sources.folder import Source
+from mediapipe.stages.epoch_cache import SHM
 
 
 # -- this library ------------------------------------------------------------------------
@@ -62,9 +66,12 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
             raise NotImplementedError(f"not available: converted datasets need mediapipe.loaders.sources.shards ({err})") from err
         source = shards(data)
     times = passes(options or {}, batch_size, len(source))
-    source = RepeatedSource(source, times) if times > 1 else source
+    source = RepeatedSource(source, times, (options or {}).get("same_samples", False)) if times > 1 else source
     return mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=scenario_ops(scenario),
                        batch_size=batch_size, seed=seed, device=device)
+
+
+CACHE_PREFIX = "mediapipe-bench-cache-"  # + pid-: a cache row's folder (bench_cache_folder)
 
 
 # -- the fused path's quality, reported next to its speed --------------------------------------------
@@ -77,6 +84,38 @@ def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batc
     prefetch = getattr(loader, "prefetch", 2)
     return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
                        stats=lambda: loader_stages(loader), samples=touch_image)
+
+
+def open_mediapipe_cached(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
+                          options: dict[str, Any], fill: bool = False) -> Stream:
+    """This library's loader with an epoch cache (`mp.EpochCache`) in a folder of its own, in RAM
+    (/dev/shm) where there is one, removed at close. ``mediapipe-cached`` fills it with one untimed
+    epoch, then is timed reading it: the second epoch on. ``mediapipe-cache-fill`` is timed while
+    every sample is new to the cache (decoded whole and stored): the first epoch's cost."""
+    folder = bench_cache_folder()
+    cache = mp.EpochCache(folder)
+    pipe = mediapipe_pipeline(scenario, data, device, batch_size, options={**options, "same_samples": not fill})
+    kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
+    loader = pipe.loader(num_workers=workers, shuffle=scenario != EVAL, drop_last=True, cache=cache, **kwargs)
+    if not fill:  # one epoch over the dataset itself: the same cache key as the long epoch's passes
+        first = mediapipe_pipeline(scenario, data, device, batch_size, options={"repeat": False})
+        for _ in first.loader(num_workers=workers, shuffle=False, cache=cache, **kwargs):
+            pass
+    prefetch = getattr(loader, "prefetch", 2)
+    return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
+                       stats=lambda: loader_stages(loader), samples=touch_image,
+                       on_close=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def bench_cache_folder() -> Path:
+    """A new folder for one row's epoch cache, under /dev/shm where it exists (else the temporary
+    folder), named by this process; the folders of bench processes no longer alive are removed first."""
+    root = Path(SHM) if os.path.isdir(SHM) else Path(tempfile.gettempdir())
+    for old in root.glob(f"{CACHE_PREFIX}*"):
+        pid = old.name[len(CACHE_PREFIX):].split("-")[0]
+        if pid.isdigit() and not process_alive(int(pid)) and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{CACHE_PREFIX}{os.getpid()}-", dir=root))
 
 
 def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
@@ -258,7 +297,8 @@ def _dali_recipe(fn: Any, types: Any, images: Any, mean: list[float], std: list[
     return fn.erase(images, anchor=anchor, shape=fn.stack(height, width), axis_names="HW", fill_value=0.0)
 
 
-OPENERS = {"mediapipe": open_mediapipe, "mediapipe-dali": open_mediapipe_dali, "torchvision": open_torchvision,
+OPENERS = {"mediapipe": open_mediapipe, "mediapipe-cached": open_mediapipe_cached,
+           "mediapipe-cache-fill": functools.partial(open_mediapipe_cached, fill=True), "mediapipe-dali": open_mediapipe_dali, "torchvision": open_torchvision,
            "torchvision-gpu": open_torchvision_gpu, "dali": open_dali,
            "mediapipe-hf": hf.open_mediapipe_hf, "hf-datasets": hf.open_hf_datasets,  # hf: the images as Parquet
            "ffcv": ffcv_peer.open_ffcv}

@@ -37,6 +37,10 @@ COLUMNS: dict[str, str] = {
 # backend name -> what it runs
 BACKENDS: dict[str, str] = {
     "mediapipe": "this library's loader (torch backend, worker processes)",
+    "mediapipe-cached": "this library's loader with an epoch cache (mp.EpochCache) in RAM, filled by one untimed "
+                        "epoch first: the second epoch on (decoded images read, the random ops run)",
+    "mediapipe-cache-fill": "this library's loader with an epoch cache that every sample is new to (decoded whole, "
+                            "then stored): the first epoch's cost",
     "mediapipe-dali": "this library's pipeline lowered onto DALI: pipe.loader(backend='dali')",
     "mediapipe-hf": "this library reading a Parquet copy of the images through mp.loaders.huggingface()",
     "mediapipe-ray": "this library with its sample stage on Ray actors: pipe.loader(backend='ray')",

@@ -4,6 +4,7 @@ real dataset would. Shared by the backends of every scenario."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -20,12 +21,30 @@ def passes(options: dict[str, Any], batch_size: int, samples: int) -> int:
 
 class RepeatedSource(WrappedSource):
     """A source seen ``times`` over, as one source: sample i is sample i mod len(inner)
-    (with its own index, so its random draws differ from pass to pass)."""
+    (with its own index, so its random draws differ from pass to pass). With ``same_samples``
+    an epoch cache sees each pass as the same samples (``copies``, as for a repeated-augmentation
+    view): the passes after the first read what the first stored. Without it every pass is new
+    to the cache, as a first epoch is."""
 
     kind = ""  # a benchmark view: not registered for configs
+    copies: int | None = None
 
-    def __init__(self, inner: Source, times: int) -> None:
+    def __init__(self, inner: Source, times: int, same_samples: bool = False) -> None:
         self.inner, self.times = inner, times
+        if same_samples:
+            self.copies = times
+
+    @property
+    def fingerprint(self) -> str | None:  # type: ignore[override]
+        """The inner source's identity (its fingerprint, else its config) and the pass count: what an epoch
+        cache keys a first-epoch row's entries by."""
+        inner = self.inner.fingerprint
+        if inner is None:
+            try:
+                inner = json.dumps(self.inner.to_config(), sort_keys=True, default=repr)
+            except NotImplementedError:
+                return None
+        return f"{self.times}x {inner}"
 
     def __len__(self) -> int:
         return len(self.inner) * self.times

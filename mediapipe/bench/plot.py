@@ -9,7 +9,7 @@ from mediapipe.bench.legend import BACKENDS
 from mediapipe.bench.report_rows import data_labels, scenarios_of
 
 _COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
-            "tab:olive", "tab:cyan", "black", "gold", "teal", "navy", "lime", "maroon")
+            "tab:olive", "tab:cyan", "black", "gold", "teal", "navy", "lime", "maroon", "coral", "orchid")
 
 
 def backend_colour(backend: str) -> str:

@@ -421,6 +421,24 @@ def _conversion_markdown(report: dict[str, Any], table: Callable[[list[str], lis
     return out
 
 
+CACHE_TITLE = ("epoch cache (same run): each cache row's rate over each row's; mediapipe-cached reads the "
+               "cache (the second epoch on), mediapipe-cache-fill fills it (the first epoch)")
+
+
+def cache_lines(report: dict[str, Any]) -> list[str]:
+    """A line per epoch cache row (``compare="cache"`` ratios): its rate over this library uncached
+    and over each peer of the same scenario, device, workers and data."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in report.get("ratios", []):
+        if r.get("compare") == "cache":
+            groups.setdefault((r["scenario"], r["device"], r["workers"], r.get("data"), r["backend"]), []).append(r)
+    lines = []
+    for (scenario, device, workers, data, backend), rows in groups.items():
+        over = ", ".join(f"{r['ratio']:.2f}x {r['peer']}" for r in rows)
+        lines.append(f"{scenario} {device} w{workers}{' ' + data if data else ''}: {backend} is {over}")
+    return lines
+
+
 def render_table(report: dict[str, Any]) -> str:
     """The terminal report, within `WIDTH` characters: per scenario its pipeline, throughput and
     resources (only the columns that hold a value), stage seconds, errors with their reasons and
@@ -435,6 +453,11 @@ def render_table(report: dict[str, Any]) -> str:
         out += ["", f"verdict (mediapipe / peer: this library's rate over each peer's, same run; within "
                     f"{LEVEL_WITHIN:.0%} is level):"]
         for line in lines:
+            out += _wrap(line, "  ")
+    cache = cache_lines(report)
+    if cache:
+        out += ["", f"{CACHE_TITLE}:"]
+        for line in cache:
             out += _wrap(line, "  ")
     across = [r for r in report.get("ratios", []) if r.get("compare") == "data"]
     if across:
@@ -504,6 +527,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                      [[r["scenario"], r["device"], str(r["workers"]), r.get("data") or "-", r["peer"],
                        f"{r['ratio']:.2f}x"] for r in peers])
         out.append("")
+    cache = cache_lines(report)
+    if cache:
+        out += ["## Epoch cache", "", CACHE_TITLE[0].upper() + CACHE_TITLE[1:] + ":", "", *(f"- {line}" for line in cache), ""]
     across = [r for r in ratios if r.get("compare") == "data"]
     if across:
         out += ["## Same backend across datasets", ""]

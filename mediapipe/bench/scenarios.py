@@ -48,7 +48,7 @@ SCENARIOS = {
     for s in (
         Scenario("image-train", "image", "sample-images", "images",
                  "RandomResizedCrop 224, horizontal flip, normalise",
-                 ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
+                 ("mediapipe", "mediapipe-cached", "mediapipe-cache-fill", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
                   "ffcv"), 64, fixed_batches=True),
         *(Scenario(f"image-train-{side}", "image", "sample-images", "images",
                    f"image-train at {side}x{side}: progressive resizing's smaller sizes (what each pipeline "
@@ -76,7 +76,7 @@ SCENARIOS = {
     )
 }
 DEFAULT_SCENARIOS = ("image-train", "image-eval")
-BACKENDS = ("mediapipe", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
+BACKENDS = ("mediapipe", "mediapipe-cached", "mediapipe-cache-fill", "mediapipe-dali", "torchvision", "torchvision-gpu", "dali", "mediapipe-hf", "hf-datasets",
             "pyav", "torchcodec", "dav1d", "ceiling", "closure", "mediapipe-clipwise", "mediapipe-ray", "mediapipe-http",
             "ffcv")
 ON_REQUEST = {"image": ("mediapipe-ray", "mediapipe-http")}  # run only when asked for (mediapipe.bench.remote_backends)
@@ -97,6 +97,8 @@ GPU_ONLY = {("image", "torchvision-gpu")}  # nvJPEG through torchvision.io.decod
 NOT_APPLICABLE = {
     "torchvision": "the torchvision baseline is for images; the PyAV DataLoader is the baseline here",
     "torchvision-gpu": "torchvision's GPU pipeline is an image peer",
+    **{cached: "the epoch cache rows run on image-train (what a cache keeps before the random ops)"
+       for cached in ("mediapipe-cached", "mediapipe-cache-fill")},
     "mediapipe-dali": "pipe.loader(backend='dali') is benchmarked on the image scenarios (boxes have no DALI lowering)",
     "pyav": "the PyAV baseline is for video and audio; torchvision is the image baseline",
     "torchcodec": "torchcodec is a video peer",
