@@ -1,11 +1,18 @@
-"""The local engine of `mediapipe convert`: inputs transcoded on a process pool, shards written here in order."""
+"""The local engine of `mediapipe convert`: inputs transcoded on worker processes, shards written here in order.
+
+Each worker has its own pair of pipes and the main thread alone sends jobs and reads results
+(`Workers`): no handler threads contending for the GIL with the shard writer, and no single
+result pipe that every worker locks to send a whole image through."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +20,10 @@ from mediapipe.dataset.convert_item import ItemResult, convert_item
 from mediapipe.dataset.convert_plan import InputItem, ShardTask
 from mediapipe.dataset.convert_write import ShardResult, write_shard
 from mediapipe.dataset.transcode import TranscodeOptions
+
+Job = tuple[InputItem, TranscodeOptions]
+QUEUED_PER_WORKER = 2  # one converting, one waiting in its pipe: a worker never waits for the next job
+RESULT_PIPE_BYTES = 1 << 20  # a worker hands a whole converted image to the pipe and goes on
 
 
 def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, workers: int,
@@ -24,9 +35,8 @@ def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, work
     if workers <= 1:
         results: Iterator[ItemResult] = (convert_item(*job) for job in jobs)
     else:
-        method = "fork" if sys.platform.startswith("linux") else "spawn"
-        pool = multiprocessing.get_context(method).Pool(workers)
-        results = _bounded_imap(pool, jobs, 4 * workers)
+        pool = Workers(workers)
+        results = pool.imap(jobs, 4 * workers)
     try:
         for task in tasks:
             def shard_items(task: ShardTask = task) -> Iterator[ItemResult]:
@@ -37,16 +47,118 @@ def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, work
             yield write_shard(out, task, shard_items())
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.close()
 
 
-def _bounded_imap(pool: Any, jobs: Iterator[tuple[InputItem, TranscodeOptions]], window: int) -> Iterator[ItemResult]:
-    """``pool.imap`` in order, with at most ``window`` jobs submitted and not yet consumed."""
-    pending: deque = deque()
-    for job in jobs:
-        pending.append(pool.apply_async(convert_item, job))
-        if len(pending) >= window:
-            yield pending.popleft().get()
-    while pending:
-        yield pending.popleft().get()
+class Workers:
+    """``count`` processes that run `convert_item`, each fed through its own pipes."""
+
+    def __init__(self, count: int) -> None:
+        ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        forked = ctx.get_start_method() == "fork"
+        self.jobs: list[Connection] = []  # parent ends: jobs out, results in
+        self.results: list[Connection] = []
+        self.procs: list[Any] = []
+        for _ in range(count):
+            job_r, job_w = ctx.Pipe(duplex=False)
+            res_r, res_w = ctx.Pipe(duplex=False)
+            _widen(res_w)
+            # a forked worker closes the parent's ends it inherits (its own and earlier workers'),
+            # so that it sees EOF and exits when the parent dies
+            inherited = [job_w, res_r, *self.jobs, *self.results] if forked else []
+            proc = ctx.Process(target=_serve, args=(job_r, res_w, inherited), daemon=True)
+            proc.start()
+            job_r.close()
+            res_w.close()
+            self.jobs.append(job_w)
+            self.results.append(res_r)
+            self.procs.append(proc)
+
+    def imap(self, jobs: Iterator[Job], window: int) -> Iterator[ItemResult]:
+        """The results of ``jobs`` in their order. A job goes to the worker with the fewest queued
+        (at most `QUEUED_PER_WORKER` each), and at most ``window`` are sent and not yet yielded."""
+        queued: list[deque[int]] = [deque() for _ in self.procs]  # per worker, the job numbers it holds
+        done: dict[int, ItemResult] = {}
+        owner = {id(conn): w for w, conn in enumerate(self.results)}
+        sent = ready = 0
+        exhausted = False
+        while True:
+            while not exhausted and sent - ready < window:
+                w = min(range(len(queued)), key=lambda i: len(queued[i]))
+                if len(queued[w]) >= QUEUED_PER_WORKER:
+                    break
+                job = next(jobs, None)
+                if job is None:
+                    exhausted = True
+                    break
+                self._send(w, job)
+                queued[w].append(sent)
+                sent += 1
+            if ready in done:
+                yield done.pop(ready)
+                ready += 1
+                continue
+            if ready == sent:
+                return
+            for conn in wait([self.results[w] for w in range(len(queued)) if queued[w]]):
+                w = owner[id(conn)]
+                done[queued[w].popleft()] = self._receive(w)
+
+    def _send(self, w: int, job: Job) -> None:
+        try:
+            self.jobs[w].send(job)
+        except OSError as err:
+            raise self._died(w) from err
+
+    def _receive(self, w: int) -> ItemResult:
+        try:
+            result = self.results[w].recv()
+        except (EOFError, OSError) as err:
+            raise self._died(w) from err
+        if isinstance(result, BaseException):  # what convert_item let escape, raised here as Pool did
+            raise result
+        return result
+
+    def _died(self, w: int) -> RuntimeError:
+        proc = self.procs[w]
+        proc.join(timeout=1)
+        return RuntimeError(f"a conversion worker process died (exit code {proc.exitcode}); rerun with "
+                            "--resume to continue")
+
+    def close(self) -> None:
+        """Stop every worker now (one mid-item too: its shard is redone on resume)."""
+        for conn in self.jobs + self.results:
+            conn.close()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.join()
+
+
+def _serve(jobs: Connection, results: Connection, inherited: list[Connection]) -> None:
+    """A worker: converts each job it receives, in order, until its pipe closes. Ctrl-C is the
+    parent's to handle: it stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for conn in inherited:
+        conn.close()
+    while True:
+        try:
+            job = jobs.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            result: Any = convert_item(*job)
+        except Exception as err:  # noqa: BLE001  convert_item reports failures itself: this is a bug, raised there
+            result = err
+        try:
+            results.send(result)
+        except OSError:  # the parent is gone
+            return
+
+
+def _widen(conn: Connection) -> None:
+    """A larger pipe buffer (Linux), so a worker's send of one converted image rarely waits."""
+    with contextlib.suppress(ImportError, AttributeError, OSError):
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, RESULT_PIPE_BYTES)
