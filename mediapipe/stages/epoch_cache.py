@@ -510,10 +510,12 @@ def _tensor(payload: bytearray, dtype: torch.dtype, shape: tuple[int, ...], offs
 
 
 def memory_order(v: torch.Tensor) -> list[int]:
-    """The dims of ``v`` from the outermost in memory to the innermost (by stride, ties in order): stored
-    as ``v.permute(order)``, a decoder's (C, H, W) view of an (H, W, C) buffer is written without a
-    transposing copy and read back with its strides."""
-    return sorted(range(v.ndim), key=lambda d: (-v.stride(d) if v.shape[d] > 1 else 0, d))
+    """The dims of ``v`` from the outermost in memory to the innermost: stored as ``v.permute(order)``,
+    a decoder's (C, H, W) view of an (H, W, C) buffer is written without a transposing copy and read
+    back with its strides. By stride, a size-1 dim just inside the dim of its stride: every dense
+    layout comes back with its strides, a size-1 dim's too (which torch reads to tell channels last).
+    A dim of stride 0 (expanded) is outermost, as ``contiguous()`` lays it out: never channels last."""
+    return sorted(range(v.ndim), key=lambda d: (v.stride(d) != 0, -v.stride(d), v.shape[d] == 1, d))
 
 
 def _inverse(order: list[int]) -> list[int]:

@@ -1,0 +1,131 @@
+"""Hostile review of the epoch cache's memory-order format (each field stored in its memory order,
+read back with its strides) and of the bench's epoch cache rows (mediapipe-cached,
+mediapipe-cache-fill): their /dev/shm folders, their long-epoch source, their ratios and reports."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import mediapipe as mp
+from mediapipe import augment as A
+from mediapipe.stages import epoch_cache as E
+from mediapipe.stages import sample_stage
+from mediapipe.stages.stats import StageStats
+from mediapipe.synthetic import jpeg_bytes, photo_like
+
+
+# -- the epoch cache: strides ------------------------------------------------------------------
+def _binding(tmp_path: Path) -> E.CacheBinding:
+    cache = E.EpochCache(tmp_path, max_bytes=1 << 24)
+    bound = E.CacheBinding(cache, "0" * 32, ("image",), (), ("image",))
+    bound.folder.mkdir()
+    return bound
+
+
+def _round_trip(bound: E.CacheBinding, value: torch.Tensor, index: int = 0) -> torch.Tensor:
+    stats = StageStats()
+    bound.write(index, [["x"]], {"image": value}, stats)
+    got = bound.read(index, [["x"]], stats)
+    assert got is not None and stats.cache == {"stored": 1, "hits": 1}, dict(stats.cache)
+    got = got["image"]
+    assert got.dtype == value.dtype and got.shape == value.shape and torch.equal(got, value)
+    return got
+
+
+def _dense_layouts():
+    """Every memory order of a 4-D tensor with some size-1 dims, each as torch lays it out (the
+    strides of size-1 dims included): a dense tensor's strides are what the cache must give back."""
+    for shape in ((2, 1, 3, 4), (1, 3, 1, 5), (3, 4, 1, 1), (1, 1, 1, 2)):
+        for perm in itertools.permutations(range(4)):
+            base = torch.arange(int(np.prod(shape)), dtype=torch.int16).reshape([shape[p] for p in perm])
+            yield base.permute([perm.index(d) for d in range(4)])
+
+
+def test_every_dense_layout_comes_back_with_its_strides_size_1_dims_included(tmp_path):
+    """A contiguous (1, H, W) (a greyscale image or a mask after a stored Pad or Resize) came back
+    as (1, W, 1): the channels-last strides of a decoder's view, which the ops after the cache
+    test (``x.stride(-3) == 1``) to pick their layout, so they saw another layout than uncached."""
+    bound = _binding(tmp_path)
+    cases = [torch.zeros(1, 5, 6, dtype=torch.uint8), torch.rand(1, 5, 6) > 0.5,
+             torch.zeros(5, 6, 1, dtype=torch.uint8).permute(2, 0, 1),  # a decoder's (1, H, W) view
+             torch.zeros(2, 1, 5, 6).contiguous(memory_format=torch.channels_last),
+             torch.zeros(5, 1, 6, dtype=torch.float16), torch.zeros(5, 6, 1).permute(0, 2, 1),
+             *_dense_layouts()]
+    for index, value in enumerate(cases):
+        got = _round_trip(bound, value, index)
+        assert got.stride() == value.stride(), (tuple(value.shape), value.stride(), got.stride())
+
+
+def test_a_stride_0_dim_comes_back_dense_without_turning_channels_last(tmp_path):
+    """An expanded dim (stride 0: a grey image broadcast to 3 channels, numpy's newaxis) cannot
+    come back with stride 0; it comes back contiguous (as ``.contiguous()`` gives it), never as
+    the channels-last layout (``stride(-3) == 1``) that the ops after the cache treat otherwise."""
+    bound = _binding(tmp_path)
+    grey = torch.from_numpy(photo_like(20, 30, 1)[..., 0].copy())
+    cases = [grey[None].expand(3, -1, -1),  # (0, W, 1)
+             torch.from_numpy(photo_like(20, 30, 1)[..., 0][None]),  # numpy newaxis: a size-1 dim of stride 0
+             torch.from_numpy(photo_like(20, 30, 1)).permute(2, 0, 1)[:1].expand(3, -1, -1)]  # (0, 3W, 3)
+    for index, value in enumerate(cases):
+        assert value.stride(0) == 0 and value.stride(-3) != 1
+        got = _round_trip(bound, value, index)
+        assert got.stride(-3) != 1 and got.is_contiguous(), got.stride()
+
+
+def _photos(root: Path, count: int = 4) -> Path:
+    rows = []
+    for i in range(count):
+        photo = photo_like(60 + 7 * i, 80 + 5 * i, seed=i)
+        (root / f"{i}.jpg").write_bytes(jpeg_bytes(photo, quality=92))
+        Image.fromarray(((photo[..., 1] > 128) * 255).astype(np.uint8)).save(root / f"{i}_m.png")
+        rows.append({"path": f"{i}.jpg", "mask": f"{i}_m.png", "label": i % 2})
+    (root / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return root / "rows.jsonl"
+
+
+@pytest.mark.parametrize("decode, stored", [
+    ({"image": mp.decoders.image(mode="L")}, A.Pad(4)),
+    ({"image": mp.decoders.image(), "mask": mp.decoders.mask()}, A.Resize(40)),
+    ({"image": mp.decoders.image(), "mask": mp.decoders.mask()}, A.CenterCrop(40)),
+])
+def test_the_ops_after_the_cache_see_the_layout_they_see_uncached(tmp_path, monkeypatch, decode, stored):
+    """What the first random op is handed: the same values and, in which dim is innermost
+    (channels last or not), the same layout with the cache on (an epoch reading it) as off."""
+    rows = _photos(tmp_path)
+    seen: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+    tag = ["uncached"]
+    real = sample_stage.run_sample_ops
+
+    def spy(plan, ops, data, *args, **kwargs):
+        if ops and ops[0].index > 0:  # the ops after the stored one
+            seen.setdefault(tag[0], {})[data["index"]] = {n: v for n, v in data.items()
+                                                          if isinstance(v, torch.Tensor) and v.ndim == 3}
+        return real(plan, ops, data, *args, **kwargs)
+
+    monkeypatch.setattr(sample_stage, "run_sample_ops", spy)
+
+    def make() -> mp.Pipeline:
+        return mp.Pipeline(mp.loaders.manifest(rows), decode, [stored, A.RandomResizedCrop(32)], batch_size=2,
+                           seed=0, device="cpu")
+
+    plain = make()
+    plain.plan.fused = {}
+    list(plain.loader(num_workers=0))
+    loader = make().loader(num_workers=0, cache=mp.EpochCache(tmp_path / "cache", max_bytes=1 << 26))
+    list(loader)
+    tag[0] = "cached"
+    list(loader)
+    assert loader.stats.cache["hits"] == 4
+    for index, fields in seen["uncached"].items():
+        for name, want in fields.items():
+            got = seen["cached"][index][name]
+            assert torch.equal(got, want)
+            assert (got.stride(-3) == 1) == (want.stride(-3) == 1), (name, want.stride(), got.stride())
+            if want.is_contiguous() or want.permute(1, 2, 0).is_contiguous():  # dense: exactly its strides
+                assert got.stride() == want.stride(), (name, want.stride(), got.stride())
