@@ -129,3 +129,54 @@ def test_the_ops_after_the_cache_see_the_layout_they_see_uncached(tmp_path, monk
             assert (got.stride(-3) == 1) == (want.stride(-3) == 1), (name, want.stride(), got.stride())
             if want.is_contiguous() or want.permute(1, 2, 0).is_contiguous():  # dense: exactly its strides
                 assert got.stride() == want.stride(), (name, want.stride(), got.stride())
+
+
+def _forge(bound: E.CacheBinding, fields) -> None:
+    """Entry 0 with a header of these fields and a CRC that matches it (what a forger computes)."""
+    import zlib
+
+    header = json.dumps({"format": E.FORMAT, "stamp": [["x"]], "fields": fields}).encode()
+    start = E._aligned(E._PREFIX.size + len(header))
+    payload = bytes(64)
+    crc = zlib.crc32(payload, zlib.crc32(header))
+    bound.path(0).write_bytes(E._PREFIX.pack(E.MAGIC, len(header), crc) + header
+                              + bytes(start - E._PREFIX.size - len(header)) + payload)
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [0, 1], [-1, 0, 1], [0.0, 1.0, 2.0], ["0", "1", "2"], [0, "1", 2],
+                                   [0, 0, 1], [True, 0, 2], [[0], [1], [2]], None, {"0": 1}, "012", [10 ** 30, 0, 1]])
+def test_a_forged_order_is_a_rejected_entry(tmp_path, order):
+    bound = _binding(tmp_path)
+    _forge(bound, [["image", "uint8", [2, 2, 3], order]])
+    stats = StageStats()
+    assert bound.read(0, [["x"]], stats) is None and stats.cache == {"rejected": 1, "misses": 1}
+
+
+@pytest.mark.parametrize("field", [["image", "uint8", [2 ** 32, 2 ** 32, 3], [0, 1, 2]],
+                                   ["image", "uint8", [0] + [2 ** 32] * 7, list(range(8))],
+                                   ["image", "uint8", [1] * 9, list(range(9))], ["image", "uint8", [2, 2, 3]],
+                                   ["image", "uint8", [2, 2, 3], [0, 1, 2], 7], ["image", "uint8", [True, 2, 3], [0, 1, 2]]])
+def test_a_forged_shape_is_a_rejected_entry(tmp_path, field):
+    bound = _binding(tmp_path)
+    _forge(bound, [field])
+    stats = StageStats()
+    assert bound.read(0, [["x"]], stats) is None and stats.cache == {"rejected": 1, "misses": 1}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_cache_cleared_under_a_live_loader_is_filled_again(image_folder, tmp_path, workers):
+    """`EpochCache.clear` removed the key's folder (and its ledger) under the loader that had bound
+    it: every sample after was skipped, never stored again, until a new loader was made."""
+    pipe = mp.Pipeline(mp.loaders.folder(image_folder), {"image": mp.decoders.image()}, [A.RandomResizedCrop(32)],
+                       batch_size=6, seed=0, device="cpu")
+    cache = mp.EpochCache(tmp_path, max_bytes=1 << 28)
+    loader = pipe.loader(num_workers=workers, cache=cache)
+    list(loader)
+    cache.clear()
+    before = dict(loader.stats.cache)
+    list(loader)
+    assert {k: v - before.get(k, 0) for k, v in loader.stats.cache.items() if v != before.get(k, 0)} == \
+        {"misses": 24, "stored": 24}
+    before = dict(loader.stats.cache)
+    list(loader)
+    assert loader.stats.cache["hits"] - before.get("hits", 0) == 24

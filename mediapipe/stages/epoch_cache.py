@@ -132,7 +132,7 @@ class EpochCache:
         return binding
 
     def clear(self) -> None:
-        """Remove every entry this cache's folder holds (every key's)."""
+        """Remove every entry this cache's folder holds (every key's); a loader using it fills it again."""
         for child in self.root.iterdir():
             if _KEY.match(child.name) and child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
@@ -403,8 +403,10 @@ class CacheBinding:
         total = start + sum(_aligned(f.numel()) for f in flat)
         final = self.path(index)
         try:
+            if not self.folder.is_dir():  # cleared (`EpochCache.clear`) since it was bound: made again
+                _own_folder(self.folder)
             reserved = total <= min(self.cache.max_bytes, MAX_ENTRY) and self._reserve(final, total)
-        except OSError:  # a read-only or full folder, a ledger that cannot be opened: decoded as without a cache
+        except (OSError, PipelineError):  # a read-only or full folder, a ledger that cannot be opened: uncached
             reserved = False
         if not reserved:
             counts["skipped"] += 1
@@ -429,8 +431,11 @@ class CacheBinding:
     # -- the shared budget ----------------------------------------------------------------
     def _ledger_fd(self) -> int:
         """This process's descriptor on the key's ledger (a forked child opens its own: flock locks
-        belong to an open file, which a fork shares)."""
+        belong to an open file, which a fork shares), opened again once its file was removed."""
         pid = os.getpid()
+        if self._ledger is not None and self._ledger[0] == pid and os.fstat(self._ledger[1]).st_nlink == 0:
+            os.close(self._ledger[1])  # its folder was cleared: the ledger there now is another file
+            self._ledger = None
         if self._ledger is None or self._ledger[0] != pid:
             fd = os.open(self.folder / "ledger", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._ledger = (pid, fd)
