@@ -103,8 +103,9 @@ def check_jpeg(data: bytes) -> None:
     conversion cost almost nothing."""
     import simplejpeg
 
+    least = 1 if scalable_jpeg(data) else 0  # 1: the smallest scale TurboJPEG has
     try:
-        simplejpeg.decode_jpeg(data, strict=True, min_height=1, min_width=1)
+        simplejpeg.decode_jpeg(data, strict=True, min_height=least, min_width=least)
     except ValueError as err:
         raise TranscodeError(f"image: damaged JPEG ({err})") from err
 
@@ -114,7 +115,8 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
     passes `check_jpeg`; anything else is decoded, EXIF-rotated, resized and re-encoded as
     JPEG without its EXIF data (16-bit grayscale keeps its high byte, see `to_8_bits`).
     A damaged JPEG is refused either way, never copied or re-encoded half grey. An RGB or
-    grayscale JPEG is decoded once, strictly (`decode_jpeg_strict`): that decode is its check."""
+    grayscale JPEG is decoded once, strictly (`decode_jpeg_strict`): that decode is its check. A
+    lossless JPEG is re-encoded, never copied: a reduced decode of it (a loader's) corrupts memory."""
     from PIL import Image, ImageOps
 
     from mediapipe.decoders.image_pillow import SIXTEEN_BIT_MODES, to_8_bits
@@ -127,7 +129,8 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
                 width, height = height, width
             target = fit_size(width, height, options.image_max_side)
             stored = target if orientation not in (5, 6, 7, 8) else target[::-1]
-            if im.format == "JPEG" and orientation == 1 and target == (width, height) and not options.reencode:
+            if (im.format == "JPEG" and orientation == 1 and target == (width, height) and not options.reencode
+                    and scalable_jpeg(data)):
                 check_jpeg(data)
                 return "jpg", data, {"width": width, "height": height, "codec": "jpeg", "copied": True}
             comment = im.info.get("comment")
@@ -168,12 +171,13 @@ def decode_jpeg_strict(data: bytes, mode: str, size: tuple[int, int], wanted: tu
     """An RGB or grayscale (``mode``) JPEG of ``size`` decoded by libjpeg-turbo in strict mode,
     as a Pillow image ("RGBX" sharing the decoded buffer, or "L"): the pixels Pillow's decoder
     gives, and the check `check_jpeg` makes, in one decode. Where the image is to be resized to
-    ``wanted``, the inverse DCT runs at the scale Pillow's ``draft`` would pick (`draft_scale`)."""
+    ``wanted``, the inverse DCT runs at the scale Pillow's ``draft`` would pick (`draft_scale`), or
+    at full scale where TurboJPEG may not reduce it (`scalable_jpeg`)."""
     import simplejpeg
     from PIL import Image
 
     min_width = min_height = 0
-    if wanted != size:
+    if wanted != size and scalable_jpeg(data):
         scale = draft_scale(size, wanted)
         min_width, min_height = -(-size[0] // scale), -(-size[1] // scale)
     raw = "L" if mode == "L" else "RGBX"  # Pillow keeps RGB as 4 bytes a pixel: RGBX is its layout
@@ -183,6 +187,21 @@ def decode_jpeg_strict(data: bytes, mode: str, size: tuple[int, int], wanted: tu
     except ValueError as err:
         raise TranscodeError(f"image: damaged JPEG ({err})") from err
     return Image.frombuffer(raw, (pixels.shape[1], pixels.shape[0]), pixels, "raw", raw, 0, 1)
+
+
+# the frames libjpeg-turbo decodes at a reduced scale: sequential and progressive DCT, Huffman or arithmetic
+_DCT_FRAMES = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})
+
+
+def scalable_jpeg(data: bytes) -> bool:
+    """Whether libjpeg-turbo may decode ``data`` at a reduced scale: its frame (`jpeg_frame`) is a
+    DCT one. It decodes a lossless (SOF3) frame in full whatever scale is asked, into the smaller
+    buffer TurboJPEG allocated for that scale: a heap overrun. A header the walk cannot read is
+    decoded in full too, which is safe whatever frame libjpeg finds in it."""
+    from mediapipe.decoders.image import jpeg_frame
+
+    frame = jpeg_frame(data)
+    return frame is not None and frame.marker in _DCT_FRAMES
 
 
 # EXIF orientation -> the Image.Transpose that turns it upright, as ImageOps.exif_transpose has it

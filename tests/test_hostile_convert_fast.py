@@ -1,0 +1,86 @@
+"""Hostile checks of the strict one-decode image transcode (`transcode_image`,
+`decode_jpeg_strict`) and of the local engine's worker processes (`convert_local.Workers`).
+
+A lossless JPEG (SOF3) must not crash the interpreter (libjpeg-turbo ignores a reduced scale
+for it and writes the full image into the smaller buffer), a multi-picture file (MPO) whose
+first picture is damaged is refused like a damaged JPEG, and a tiny image is never decoded at
+another scale than Pillow's draft picks."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+
+import numpy as np
+from PIL import Image
+
+from mediapipe.synthetic import photo_like
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    assert a.shape == b.shape, (a.shape, b.shape)
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
+
+
+def decoded(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def lossless_jpeg(pixels: np.ndarray) -> bytes:
+    """A lossless (SOF3) JPEG of ``pixels``, by FFmpeg's ljpeg encoder."""
+    import av
+
+    ctx = av.CodecContext.create("ljpeg", "w")
+    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = pixels.shape[1], pixels.shape[0], "yuvj444p", Fraction(1, 25)
+    frame = av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format="yuvj444p")
+    data = bytes((ctx.encode(frame) + ctx.encode(None))[0])
+    assert b"\xff\xc3" in data and b"\xff\xc0" not in data
+    return data
+
+
+def in_a_fresh_interpreter(code: str, data: bytes) -> subprocess.CompletedProcess:
+    """``code`` run with ``data`` on its stdin, in a child: a crash kills the child, not the tests."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], input=data, capture_output=True,
+                          timeout=120)
+
+
+LOSSLESS_CASES = """
+    import io, sys
+    from PIL import Image
+    from mediapipe.dataset.transcode import TranscodeOptions, check_jpeg, decode_jpeg_strict, transcode_image
+    data = sys.stdin.buffer.read()
+    check_jpeg(data)
+    decode_jpeg_strict(data, "RGB", (160, 120), (40, 30))
+    for options in (TranscodeOptions(), TranscodeOptions(reencode=True), TranscodeOptions(image_max_side=40)):
+        ext, out, meta = transcode_image(data, options)
+        print(meta["width"], meta["height"], meta["copied"], Image.open(io.BytesIO(out)).size)
+"""
+
+
+def test_a_lossless_jpeg_does_not_crash_the_interpreter() -> None:
+    pixels = photo_like(120, 160, 5)
+    data = lossless_jpeg(pixels)
+    done = in_a_fresh_interpreter(LOSSLESS_CASES, data)
+    assert done.returncode == 0, (done.returncode, done.stderr.decode()[-2000:])
+    # never copied (a loader's reduced decode would meet the same bug), resized where asked
+    assert done.stdout.decode().split("\n")[:3] == ["160 120 False (160, 120)", "160 120 False (160, 120)",
+                                                    "40 30 False (40, 30)"]
+
+
+def test_a_lossless_jpeg_is_decoded_at_full_scale_as_pillow_does() -> None:
+    pixels = photo_like(120, 160, 5)
+    data = lossless_jpeg(pixels)
+    done = in_a_fresh_interpreter("""
+        import sys
+        import numpy as np
+        from mediapipe.dataset.transcode import decode_jpeg_strict
+        sys.stdout.buffer.write(np.asarray(decode_jpeg_strict(sys.stdin.buffer.read(), "RGB", (160, 120), (40, 30))
+                                           .convert("RGB")).tobytes())
+    """, data)
+    assert done.returncode == 0, (done.returncode, done.stderr.decode()[-2000:])
+    assert np.frombuffer(done.stdout, np.uint8).reshape(120, 160, 3).tobytes() == decoded(data).tobytes()
