@@ -15,8 +15,15 @@ import textwrap
 from fractions import Fraction
 
 import numpy as np
-from PIL import Image
+import pytest
+from PIL import Image, ImageOps
 
+from mediapipe.dataset.transcode import (
+    TranscodeError,
+    TranscodeOptions,
+    fit_size,
+    transcode_image,
+)
 from mediapipe.synthetic import photo_like
 
 
@@ -84,3 +91,37 @@ def test_a_lossless_jpeg_is_decoded_at_full_scale_as_pillow_does() -> None:
     """, data)
     assert done.returncode == 0, (done.returncode, done.stderr.decode()[-2000:])
     assert np.frombuffer(done.stdout, np.uint8).reshape(120, 160, 3).tobytes() == decoded(data).tobytes()
+
+
+def mpo(first: np.ndarray, second: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(first).save(buf, format="MPO", save_all=True, append_images=[Image.fromarray(second)], quality=90)
+    return buf.getvalue()
+
+
+def test_an_mpo_whose_first_picture_is_damaged_is_refused() -> None:
+    pixels = photo_like(240, 320, 7)
+    data = mpo(pixels, pixels[::-1].copy())
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.format == "MPO"
+    middle = data.index(b"\xff\xda") + 5000
+    damaged = data[:middle] + bytes(3000) + data[middle + 3000:]  # the first picture's scan zeroed: grey below
+    for options in (TranscodeOptions(), TranscodeOptions(image_max_side=100)):
+        with pytest.raises(TranscodeError, match=r"^image: damaged JPEG \(.+\)$"):
+            transcode_image(damaged, options)
+
+
+@pytest.mark.parametrize("max_side", [None, 100])
+def test_a_sound_mpo_is_written_as_before(max_side: int | None) -> None:
+    """As the Pillow path wrote it: the first picture decoded in full (no draft), LANCZOS, q90."""
+    pixels = photo_like(240, 320, 7)
+    data = mpo(pixels, pixels[::-1].copy())
+    options = TranscodeOptions(image_max_side=max_side)
+    with Image.open(io.BytesIO(data)) as im:
+        target = fit_size(*im.size, max_side)
+        out = ImageOps.exif_transpose(im)
+        if out.size != target:
+            out = out.resize(target, Image.Resampling.LANCZOS)
+        buf = io.BytesIO()
+        out.save(buf, format="JPEG", quality=options.jpeg_quality, icc_profile=im.info.get("icc_profile"))
+    assert transcode_image(data, options)[1] == buf.getvalue()

@@ -115,7 +115,8 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
     passes `check_jpeg`; anything else is decoded, EXIF-rotated, resized and re-encoded as
     JPEG without its EXIF data (16-bit grayscale keeps its high byte, see `to_8_bits`).
     A damaged JPEG is refused either way, never copied or re-encoded half grey. An RGB or
-    grayscale JPEG is decoded once, strictly (`decode_jpeg_strict`): that decode is its check. A
+    grayscale JPEG is decoded once, strictly (`decode_jpeg_strict`): that decode is its check;
+    so is the first picture of a multi-picture file (MPO), decoded in full as Pillow did. A
     lossless JPEG is re-encoded, never copied: a reduced decode of it (a loader's) corrupts memory."""
     from PIL import Image, ImageOps
 
@@ -135,12 +136,13 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
                 return "jpg", data, {"width": width, "height": height, "codec": "jpeg", "copied": True}
             comment = im.info.get("comment")
             icc = im.info.get("icc_profile")
-            if im.format == "JPEG" and im.mode in ("RGB", "L"):
-                out = decode_jpeg_strict(data, im.mode, im.size, stored)
+            if im.format in ("JPEG", "MPO") and im.mode in ("RGB", "L"):
+                # Pillow's draft took an MPO in full: so does this decode of its first picture
+                out = decode_jpeg_strict(data, im.mode, im.size, stored if im.format == "JPEG" else im.size)
                 if orientation in EXIF_TRANSPOSE:
                     out = out.transpose(Image.Transpose[EXIF_TRANSPOSE[orientation]])
             else:
-                if im.format == "JPEG":
+                if im.format in ("JPEG", "MPO"):
                     check_jpeg(data)
                     if stored != im.size and im.mode == "YCbCr":
                         im.draft(im.mode, stored)  # DCT-domain downscale, as decode_jpeg_strict does
