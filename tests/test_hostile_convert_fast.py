@@ -21,6 +21,7 @@ from PIL import Image, ImageOps
 from mediapipe.dataset.transcode import (
     TranscodeError,
     TranscodeOptions,
+    decode_jpeg_strict,
     fit_size,
     transcode_image,
 )
@@ -125,3 +126,25 @@ def test_a_sound_mpo_is_written_as_before(max_side: int | None) -> None:
         buf = io.BytesIO()
         out.save(buf, format="JPEG", quality=options.jpeg_quality, icc_profile=im.info.get("icc_profile"))
     assert transcode_image(data, options)[1] == buf.getvalue()
+
+
+def test_a_tiny_jpeg_is_decoded_at_the_scale_draft_picks_or_in_full() -> None:
+    """TurboJPEG scales by the largest M/8 whose image fits the size asked: for a few-pixel image
+    that is not the 1/2, 1/4 or 1/8 that Pillow's draft picks (3x3 asked for 2x2 gets 3/8)."""
+    rng = np.random.default_rng(0)
+    wrong = []
+    for side in range(2, 9):
+        pixels = rng.integers(0, 255, (side, side, 3), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+        data = buf.getvalue()
+        full = decoded(data)
+        for max_side in range(1, side):
+            wanted = fit_size(side, side, max_side)
+            with Image.open(io.BytesIO(data)) as im:
+                im.draft("RGB", wanted)
+                draft = np.asarray(im.convert("RGB"))
+            ours = np.asarray(decode_jpeg_strict(data, "RGB", (side, side), wanted).convert("RGB"))
+            if not (ours.shape == draft.shape and np.array_equal(ours, draft)) and not np.array_equal(ours, full):
+                wrong.append((side, max_side))
+    assert wrong == []

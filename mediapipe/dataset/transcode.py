@@ -174,14 +174,16 @@ def decode_jpeg_strict(data: bytes, mode: str, size: tuple[int, int], wanted: tu
     as a Pillow image ("RGBX" sharing the decoded buffer, or "L"): the pixels Pillow's decoder
     gives, and the check `check_jpeg` makes, in one decode. Where the image is to be resized to
     ``wanted``, the inverse DCT runs at the scale Pillow's ``draft`` would pick (`draft_scale`), or
-    at full scale where TurboJPEG may not reduce it (`scalable_jpeg`)."""
+    at full scale where TurboJPEG would run it at another (`turbo_takes_scale`) or may not reduce
+    it (`scalable_jpeg`)."""
     import simplejpeg
     from PIL import Image
 
     min_width = min_height = 0
     if wanted != size and scalable_jpeg(data):
         scale = draft_scale(size, wanted)
-        min_width, min_height = -(-size[0] // scale), -(-size[1] // scale)
+        if turbo_takes_scale(size, scale):
+            min_width, min_height = -(-size[0] // scale), -(-size[1] // scale)
     raw = "L" if mode == "L" else "RGBX"  # Pillow keeps RGB as 4 bytes a pixel: RGBX is its layout
     try:
         pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY" if raw == "L" else "RGBX", strict=True,
@@ -189,6 +191,14 @@ def decode_jpeg_strict(data: bytes, mode: str, size: tuple[int, int], wanted: tu
     except ValueError as err:
         raise TranscodeError(f"image: damaged JPEG ({err})") from err
     return Image.frombuffer(raw, (pixels.shape[1], pixels.shape[0]), pixels, "raw", raw, 0, 1)
+
+
+def turbo_takes_scale(size: tuple[int, int], scale: int) -> bool:
+    """Whether TurboJPEG, asked for at least 1/``scale`` of ``size``, decodes at 1/``scale``: it
+    takes the largest M/8 whose image fits what is asked, and for a few-pixel image a larger M/8
+    fits as well (3x3 asked for 2x2 is decoded at 3/8)."""
+    reduced = [-(-side // scale) for side in size]
+    return not any(all(-(-side * m // 8) <= r for side, r in zip(size, reduced)) for m in range(8 // scale + 1, 9))
 
 
 # the frames libjpeg-turbo decodes at a reduced scale: sequential and progressive DCT, Huffman or arithmetic
