@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +21,7 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
+from mediapipe.bench import images
 from mediapipe.stages import epoch_cache as E
 from mediapipe.stages import sample_stage
 from mediapipe.stages.stats import StageStats
@@ -133,8 +140,6 @@ def test_the_ops_after_the_cache_see_the_layout_they_see_uncached(tmp_path, monk
 
 def _forge(bound: E.CacheBinding, fields) -> None:
     """Entry 0 with a header of these fields and a CRC that matches it (what a forger computes)."""
-    import zlib
-
     header = json.dumps({"format": E.FORMAT, "stamp": [["x"]], "fields": fields}).encode()
     start = E._aligned(E._PREFIX.size + len(header))
     payload = bytes(64)
@@ -180,3 +185,106 @@ def test_a_cache_cleared_under_a_live_loader_is_filled_again(image_folder, tmp_p
     before = dict(loader.stats.cache)
     list(loader)
     assert loader.stats.cache["hits"] - before.get("hits", 0) == 24
+
+
+# -- the bench's cache rows: their folders ---------------------------------------------------------
+DEAD_PID = 2 ** 22 + 12345  # above the kernel's pid_max: never a live process
+
+
+def _folder_with_entry(path: Path) -> Path:
+    path.mkdir()
+    (path / "entry").write_bytes(b"x")
+    return path
+
+
+def test_a_folder_named_with_a_non_ascii_digit_does_not_break_the_next_cache_row(tmp_path, monkeypatch):
+    """'²'.isdigit() is True and int('²') raises: anyone able to make a folder in /dev/shm made every
+    cache row of every user fail to open."""
+    monkeypatch.setattr(images, "SHM", str(tmp_path))
+    odd = _folder_with_entry(tmp_path / f"{images.CACHE_PREFIX}\u00b2-x")
+    new = images.bench_cache_folder()
+    try:
+        assert new.is_dir() and odd.is_dir()
+    finally:
+        images.close_cache_folder(new)
+
+
+def test_the_sweep_keeps_other_users_folders_links_and_live_locked_folders(tmp_path, monkeypatch):
+    """Removed: only a folder of this user's, named like ours, whose process is gone and whose lock
+    no process holds. A link named like ours is never followed; another user's folder is theirs;
+    a folder whose pid this process cannot see (another pid namespace sharing /dev/shm) but whose
+    lock a live process holds is that process's."""
+    monkeypatch.setattr(images, "SHM", str(tmp_path))
+    outside = _folder_with_entry(tmp_path / "outside")
+    link = tmp_path / f"{images.CACHE_PREFIX}{DEAD_PID}-link"
+    link.symlink_to(outside, target_is_directory=True)
+    locked = _folder_with_entry(tmp_path / f"{images.CACHE_PREFIX}{DEAD_PID}-locked")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", str(locked)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        theirs = _folder_with_entry(tmp_path / f"{images.CACHE_PREFIX}{DEAD_PID}-theirs")
+        monkeypatch.setattr(images.os, "geteuid", lambda: os.getuid() + 1)  # every folder someone else's
+        images.remove_dead_cache_folders(tmp_path)
+        assert theirs.is_dir()
+        monkeypatch.undo()
+        monkeypatch.setattr(images, "SHM", str(tmp_path))
+        images.remove_dead_cache_folders(tmp_path)
+        assert not theirs.exists()  # this user's, its process gone, unlocked
+        assert locked.is_dir() and link.is_symlink() and (outside / "entry").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    images.remove_dead_cache_folders(tmp_path)
+    assert not locked.exists() and link.is_symlink() and (outside / "entry").exists()
+
+
+def _wait_gone(path: Path, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not path.exists()
+
+
+def test_a_killed_bench_process_folder_is_removed_at_once_not_at_the_next_run(tmp_path):
+    """The harness SIGKILLs a row that times out or fails (and every row on Ctrl-C): its folder, the
+    whole dataset decoded, stayed in /dev/shm (RAM) until some later cache row opened, maybe never."""
+    code = ("import sys, time; from mediapipe.bench import images; images.SHM = sys.argv[1]; "
+            "f = images.bench_cache_folder(); (f / 'entry').write_bytes(bytes(1000)); print(f, flush=True); "
+            "time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).parent.parent)
+    try:
+        folder = Path(child.stdout.readline().strip())
+        assert folder.parent == tmp_path and (folder / "entry").exists()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert _wait_gone(folder)
+
+
+def test_a_live_process_folder_outlives_a_killed_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "SHM", str(tmp_path))
+    mine = images.bench_cache_folder()
+    (mine / "entry").write_bytes(b"x")
+    try:
+        images.remove_dead_cache_folders(tmp_path)
+        assert (mine / "entry").exists()
+    finally:
+        images.close_cache_folder(mine)
+    assert not mine.exists()
+
+
+def test_a_cache_row_that_fails_to_open_removes_its_folder(image_folder, tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "SHM", str(tmp_path))
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt  # or a dataset that cannot be read, a loader that refuses the cache
+
+    monkeypatch.setattr(images, "mediapipe_pipeline", broken)
+    for backend in ("mediapipe-cached", "mediapipe-cache-fill"):
+        with pytest.raises(KeyboardInterrupt):
+            images.open_stream("image-train", backend, image_folder, device="cpu", workers=0, batch_size=4,
+                               options={"max_batches": 4})
+    assert not list(tmp_path.glob(f"{images.CACHE_PREFIX}*"))
