@@ -288,3 +288,60 @@ def test_a_cache_row_that_fails_to_open_removes_its_folder(image_folder, tmp_pat
             images.open_stream("image-train", backend, image_folder, device="cpu", workers=0, batch_size=4,
                                options={"max_batches": 4})
     assert not list(tmp_path.glob(f"{images.CACHE_PREFIX}*"))
+
+
+# -- the bench's cache rows: what they measure -------------------------------------------------------
+def test_the_cache_rows_decode_in_the_workers_on_cuda_too(image_folder, tmp_path):
+    """On CUDA this library decodes images on the device by default (nvimgcodec), which keeps no
+    cache: both cache rows failed there ("cache=: fields ['image'] decode on the device"). They
+    decode in the workers, the untimed fill epoch under the same key as the timed passes."""
+    cache = mp.EpochCache(tmp_path, max_bytes=1 << 26)
+    keys = {}
+    for fill in (False, True):
+        pipe = images.mediapipe_pipeline("image-train", image_folder, "cuda", 4,
+                                         options={"max_batches": 12, "cached": True, "same_samples": not fill})
+        assert not pipe.plan.device_fields
+        keys[fill] = cache.bind(pipe.plan).key
+    first = images.mediapipe_pipeline("image-train", image_folder, "cuda", 4, options={"repeat": False, "cached": True})
+    assert cache.bind(first.plan).key == keys[False] != keys[True]
+
+
+def _stream_loader(monkeypatch) -> list:
+    seen: list = []
+    monkeypatch.setattr(images, "loader_stages", lambda loader: seen.append(loader) or {})
+    return seen
+
+
+def test_with_real_epochs_the_fill_row_never_reads_the_cache(image_folder, monkeypatch):
+    """--real-epochs (repeat=False): the fill row's loader is the dataset itself, epoch after epoch;
+    from its second epoch on it read what the first stored (every sample a hit), timed as 'fill'."""
+    seen = _stream_loader(monkeypatch)
+    stream = images.open_stream("image-train", "mediapipe-cache-fill", image_folder, device="cpu", workers=0,
+                                batch_size=4, options={"max_batches": 14, "repeat": False})
+    try:
+        it = iter(stream)
+        for _ in range(14):  # 6 batches an epoch (24 samples): into the third
+            next(it)
+        stream.stages()
+        counts = dict(seen[-1].stats.cache)
+    finally:
+        stream.close()
+    assert counts.get("hits", 0) == 0 and counts["stored"] >= 52, counts
+
+
+def test_a_cache_that_cannot_hold_the_dataset_is_said_not_measured_as_cached(image_folder, monkeypatch):
+    """A small /dev/shm (Docker's default is 64 MB): half its free space is the budget, samples past
+    it are skipped, decoded as without a cache; the cached row then timed mostly uncached epochs
+    and the fill row decodes without storing, both reported as the cache's rates."""
+    monkeypatch.setattr(E, "DEFAULT_SHARE", 1e-15)  # a budget of one byte
+    with pytest.raises(NotImplementedError, match="not available: the epoch cache .* held 0 of 24 samples"):
+        images.open_stream("image-train", "mediapipe-cached", image_folder, device="cpu", workers=0, batch_size=4,
+                           options={"max_batches": 8})
+    stream = images.open_stream("image-train", "mediapipe-cache-fill", image_folder, device="cpu", workers=0,
+                                batch_size=4, options={"max_batches": 8})
+    try:
+        with pytest.raises(RuntimeError, match="the epoch cache .* skipped"):
+            next(iter(stream))
+    finally:
+        stream.close()
+    assert not list(Path(images.SHM).glob(f"{images.CACHE_PREFIX}{os.getpid()}-*"))

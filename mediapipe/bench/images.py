@@ -72,7 +72,9 @@ def mediapipe_pipeline(scenario: str, data: Path, device: str, batch_size: int, 
         source = shards(data)
     times = passes(options or {}, batch_size, len(source))
     source = RepeatedSource(source, times, (options or {}).get("same_samples", False)) if times > 1 else source
-    return mp.Pipeline(source=source, decode={"image": mp.decoders.image()}, augment=scenario_ops(scenario),
+    # a cache row's images decode in the workers (on CUDA they would decode on the device, which keeps no cache)
+    decoder = mp.decoders.image(device_decode=False) if (options or {}).get("cached") else mp.decoders.image()
+    return mp.Pipeline(source=source, decode={"image": decoder}, augment=scenario_ops(scenario),
                        batch_size=batch_size, seed=seed, device=device)
 
 
@@ -94,27 +96,52 @@ def open_mediapipe(scenario: str, data: Path, *, device: str, workers: int, batc
 def open_mediapipe_cached(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,
                           options: dict[str, Any], fill: bool = False) -> Stream:
     """This library's loader with an epoch cache (`mp.EpochCache`) in a folder of its own, in RAM
-    (/dev/shm) where there is one, removed at close (`bench_cache_folder`; on a failed open too).
-    ``mediapipe-cached`` fills it with one untimed epoch, then is timed reading it: the second epoch
-    on. ``mediapipe-cache-fill`` is timed while every sample is new to the cache (decoded whole and
-    stored): the first epoch's cost."""
+    (/dev/shm) where there is one, removed at close (`bench_cache_folder`; on a failed open too); its
+    images decode in the workers (on CUDA too). ``mediapipe-cached`` fills it with one untimed epoch,
+    then is timed reading it: the second epoch on. ``mediapipe-cache-fill`` is timed while every
+    sample is new to the cache (decoded whole and stored): the first epoch's cost; with
+    ``--real-epochs`` the cache is cleared as each epoch after the first starts. A cache that
+    cannot hold the samples (its budget: half the free space of /dev/shm) ends the row: not
+    available (cached) or an error (fill), never rates of samples decoded as without a cache."""
     folder = bench_cache_folder()
     try:
         cache = mp.EpochCache(folder)
-        pipe = mediapipe_pipeline(scenario, data, device, batch_size, options={**options, "same_samples": not fill})
+        pipe = mediapipe_pipeline(scenario, data, device, batch_size,
+                                  options={**options, "cached": True, "same_samples": not fill})
         kwargs = {"worker_type": options["worker_type"]} if options.get("worker_type") else {}
         loader = pipe.loader(num_workers=workers, shuffle=scenario != EVAL, drop_last=True, cache=cache, **kwargs)
         if not fill:  # one epoch over the dataset itself: the same cache key as the long epoch's passes
-            first = mediapipe_pipeline(scenario, data, device, batch_size, options={"repeat": False})
-            for _ in first.loader(num_workers=workers, shuffle=False, cache=cache, **kwargs):
+            first = mediapipe_pipeline(scenario, data, device, batch_size, options={"repeat": False, "cached": True})
+            filler = first.loader(num_workers=workers, shuffle=False, cache=cache, **kwargs)
+            for _ in filler:
                 pass
+            stored, total = getattr(filler.stats, "cache", {}).get("stored", 0), len(first.plan.source)
+            if stored < total:
+                raise NotImplementedError(f"not available: the epoch cache in {folder.parent} held {stored} of {total} "
+                                          f"samples (its budget: {cache.max_bytes / 1e6:.0f} MB)")
     except BaseException:
         close_cache_folder(folder)
         raise
+    epochs = 0
+    repeated = isinstance(pipe.plan.source, RepeatedSource)  # one long epoch: every pass new to the fill row
+
+    def epoch() -> Any:
+        nonlocal epochs
+        if fill and not repeated and epochs:
+            cache.clear()
+        epochs += 1
+        return loader
+
+    def touched(batch: Any) -> int:
+        skipped = getattr(loader.stats, "cache", {}).get("skipped", 0)
+        if fill and skipped:
+            raise RuntimeError(f"the epoch cache in {folder.parent} skipped {skipped} samples (over its budget of "
+                               f"{cache.max_bytes / 1e6:.0f} MB): decoded without being stored, not a fill's rate")
+        return touch_image(batch)
+
     prefetch = getattr(loader, "prefetch", 2)
-    return EpochStream(lambda: loader, buffered=max(1, workers) * prefetch + 1,
-                       stats=lambda: loader_stages(loader), samples=touch_image,
-                       on_close=lambda: close_cache_folder(folder))
+    return EpochStream(epoch, buffered=max(1, workers) * prefetch + 1, stats=lambda: loader_stages(loader),
+                       samples=touched, on_close=lambda: close_cache_folder(folder))
 
 
 _HELD: dict[Path, int] = {}  # a cache row's folder -> this process's descriptor holding its lock

@@ -434,8 +434,8 @@ class CacheBinding:
         belong to an open file, which a fork shares), opened again once its file was removed."""
         pid = os.getpid()
         if self._ledger is not None and self._ledger[0] == pid and os.fstat(self._ledger[1]).st_nlink == 0:
-            os.close(self._ledger[1])  # its folder was cleared: the ledger there now is another file
-            self._ledger = None
+            self._ledger = None  # its folder was cleared: the ledger there now is another file (the old
+            # descriptor stays open: a thread worker may be using it, and a closed number is soon reused)
         if self._ledger is None or self._ledger[0] != pid:
             fd = os.open(self.folder / "ledger", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             self._ledger = (pid, fd)
