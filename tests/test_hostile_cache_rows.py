@@ -21,7 +21,10 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.bench import images
+from mediapipe.bench import images, report
+from mediapipe.bench.core import Result, ratio_rows
+from mediapipe.bench.long_epoch import RepeatedSource
+from mediapipe.loaders.sources.folder import Source
 from mediapipe.stages import epoch_cache as E
 from mediapipe.stages import sample_stage
 from mediapipe.stages.stats import StageStats
@@ -345,3 +348,83 @@ def test_a_cache_that_cannot_hold_the_dataset_is_said_not_measured_as_cached(ima
     finally:
         stream.close()
     assert not list(Path(images.SHM).glob(f"{images.CACHE_PREFIX}{os.getpid()}-*"))
+
+
+# -- the long epoch's fingerprint, the ratios, the reports ---------------------------------------------
+class _Described(Source):
+    """A source with a given fingerprint and config (both None: neither)."""
+
+    kind = ""
+
+    def __init__(self, fingerprint: str | None, config: dict | None) -> None:
+        self._fingerprint, self._config = fingerprint, config
+
+    @property
+    def fingerprint(self) -> str | None:  # type: ignore[override]
+        return self._fingerprint
+
+    def __len__(self) -> int:
+        return 3
+
+    def to_config(self) -> dict:
+        if self._config is None:
+            raise NotImplementedError
+        return self._config
+
+
+class _Other(_Described):
+    kind = ""
+
+
+def test_the_long_epoch_fingerprint_tells_apart_what_its_inner_sources_key_tells_apart():
+    """An epoch cache keys a plain source by its type, fingerprint and config; the long epoch's
+    fingerprint kept only the inner fingerprint (else its config), so two datasets a plain key
+    tells apart (the same shards under two roots: one fingerprint, two configs) shared one, and an
+    inner fingerprint could spell another's config."""
+    config = {"kind": "folder", "root": "/a"}
+
+    def fingerprint(inner: Source) -> str | None:
+        return RepeatedSource(inner, 3).fingerprint
+
+    apart = [_Described("f", {"root": "/a"}), _Described("f", {"root": "/b"}), _Other("f", {"root": "/a"}),
+             _Described(None, config), _Described(json.dumps(config, sort_keys=True), None), _Described("g", None)]
+    prints = [fingerprint(s) for s in apart]
+    assert None not in prints and len(set(prints)) == len(prints), prints
+    assert fingerprint(_Described("f", {"root": "/a"})) == prints[0]  # the same dataset: the same key
+    assert RepeatedSource(apart[0], 4).fingerprint != prints[0]
+    assert fingerprint(_Described(None, None)) is None
+
+
+def _row(backend: str, rate: float, data: str, workers: int) -> Result:
+    return Result("image-train", backend, "cpu", workers, unit="images", samples_per_s=rate, samples_per_s_min=rate,
+                  samples_per_s_max=rate, data=data)
+
+
+def test_cache_ratios_stay_within_their_data_and_workers_and_old_reports_render():
+    rows = [_row(b, rate * (1 + w) * (2 if d == "shards" else 1), d, w)
+            for w in (0, 2) for d in ("folder", "shards")
+            for b, rate in (("mediapipe", 100.0), ("mediapipe-cached", 300.0), ("mediapipe-cache-fill", 50.0),
+                            ("torchvision", 80.0))]
+    ratios = ratio_rows(rows)
+    cache = {(r["backend"], r["peer"], r["data"], r["workers"]): round(r["ratio"], 3)
+             for r in ratios if r["compare"] == "cache"}
+    assert len(cache) == 2 * 2 * 2 * 2 and set(cache.values()) == {3.0, 3.75, 0.5, 0.625}
+    assert all(r["peer_data"] == r["data"] for r in ratios if r["compare"] == "cache")
+    data = [r for r in ratios if r["compare"] == "data"]
+    assert {(r["backend"], r["workers"]) for r in data} == {(b, w) for w in (0, 2) for b in
+                                                           ("mediapipe", "mediapipe-cached", "mediapipe-cache-fill",
+                                                            "torchvision")}
+    assert {r["peer"] for r in ratios if r["compare"] == "backend"} == {"torchvision"}
+    results = [r.__dict__ | {"stages": {}} for r in rows]
+    old = {"results": [r for r in results if r["backend"] in ("mediapipe", "torchvision")],
+           "ratios": [{k: v for k, v in r.items() if k != "compare"} for r in ratios
+                      if r["compare"] == "backend"]}
+    assert "mediapipe" in report.render_table(old) and "mediapipe" in report.render_markdown(old)
+    assert not report.cache_lines(old)
+
+
+def test_the_terminal_report_with_cache_rows_keeps_its_width():
+    rows = [_row("mediapipe", 100.0, "folder", 2), _row("mediapipe-cached", 300.0, "folder", 2)]
+    text = report.render_table({"results": [r.__dict__ | {"stages": {}} for r in rows], "ratios": ratio_rows(rows)})
+    assert "mediapipe-cached is 3.00x mediapipe" in text
+    assert max(map(len, text.splitlines())) <= report.WIDTH, max(text.splitlines(), key=len)

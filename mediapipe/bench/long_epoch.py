@@ -36,15 +36,17 @@ class RepeatedSource(WrappedSource):
 
     @property
     def fingerprint(self) -> str | None:  # type: ignore[override]
-        """The inner source's identity (its fingerprint, else its config) and the pass count: what an epoch
-        cache keys a first-epoch row's entries by."""
-        inner = self.inner.fingerprint
-        if inner is None:
-            try:
-                inner = json.dumps(self.inner.to_config(), sort_keys=True, default=repr)
-            except NotImplementedError:
-                return None
-        return f"{self.times}x {inner}"
+        """What an epoch cache keys a first-epoch row's entries by: the pass count and what it keys
+        the inner source by (its type, fingerprint and config), one JSON text; None when the inner
+        source has neither a fingerprint nor a config."""
+        try:
+            config = self.inner.to_config()
+        except NotImplementedError:
+            config = None
+        if config is None and self.inner.fingerprint is None:
+            return None
+        return json.dumps([self.times, type(self.inner).__name__, self.inner.fingerprint, config], sort_keys=True,
+                          default=repr)
 
     def __len__(self) -> int:
         return len(self.inner) * self.times

@@ -456,7 +456,7 @@ def render_table(report: dict[str, Any]) -> str:
             out += _wrap(line, "  ")
     cache = cache_lines(report)
     if cache:
-        out += ["", f"{CACHE_TITLE}:"]
+        out += ["", *_wrap(f"{CACHE_TITLE}:")]
         for line in cache:
             out += _wrap(line, "  ")
     across = [r for r in report.get("ratios", []) if r.get("compare") == "data"]
