@@ -176,9 +176,12 @@ def bench_cache_folder() -> Path:
         folder = root / f"{CACHE_PREFIX}{os.getpid()}-{made.name[len(CACHE_PREFIX) + 1:]}"
         os.rename(made, folder)  # locked before any sweep can see it
         st = os.fstat(fd)
-        subprocess.run([sys.executable, "-I", "-S", "-c", _REAPER, str(folder), str(st.st_dev), str(st.st_ino)],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       start_new_session=True, cwd="/", check=False, timeout=60)
+        try:  # best effort: without it, the next cache row's sweep removes the folder of a killed row
+            subprocess.run([sys.executable, "-I", "-S", "-c", _REAPER, str(folder), str(st.st_dev), str(st.st_ino)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True, cwd="/", check=False, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            pass
     except BaseException:
         os.close(fd)
         shutil.rmtree(made, ignore_errors=True)
