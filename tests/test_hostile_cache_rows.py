@@ -428,3 +428,14 @@ def test_the_terminal_report_with_cache_rows_keeps_its_width():
     text = report.render_table({"results": [r.__dict__ | {"stages": {}} for r in rows], "ratios": ratio_rows(rows)})
     assert "mediapipe-cached is 3.00x mediapipe" in text
     assert max(map(len, text.splitlines())) <= report.WIDTH, max(text.splitlines(), key=len)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_a_field_without_strides_is_skipped_not_an_error(tmp_path):
+    """A decoder's side field that is sparse or nested has no strides: writing its entry raised out of
+    the loader (which runs without a cache); it is a sample the cache does not keep."""
+    bound = _binding(tmp_path)
+    for value in (torch.eye(3).to_sparse(), torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])):
+        stats = StageStats()
+        bound.write(0, [["x"]], {"image": value}, stats)
+        assert stats.cache == {"skipped": 1} and not bound.path(0).exists()

@@ -385,7 +385,7 @@ class CacheBinding:
         counts = cache_counts(stats)
         values = [data.get(n) for n in self.names]
         if stamp is None or not all(isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in DTYPES
-                                    for v in values):
+                                    and v.layout == torch.strided and not v.is_nested for v in values):
             counts["skipped"] += 1
             return
         orders = [memory_order(v) for v in values]
