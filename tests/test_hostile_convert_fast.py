@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +149,35 @@ def test_a_tiny_jpeg_is_decoded_at_the_scale_draft_picks_or_in_full() -> None:
             if not (ours.shape == draft.shape and np.array_equal(ours, draft)) and not np.array_equal(ours, full):
                 wrong.append((side, max_side))
     assert wrong == []
+
+
+# -- the local engine's workers ------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(code: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(ROOT))
+
+
+BIG_JOBS_AND_RESULTS = """
+    from mediapipe.dataset import convert_local
+    convert_local.convert_item = lambda text, size: (len(text), bytes(size))  # patched in before the fork
+    pool = convert_local.Workers(2)
+    try:
+        jobs = iter([("t" * 200_000, 3_000_000) for _ in range(10)])  # a long text field; a large image out
+        print(sum(n for n, _ in pool.imap(jobs, 8)))
+    finally:
+        pool.close()
+"""
+
+
+def test_a_large_job_and_a_large_result_do_not_deadlock() -> None:
+    """The parent sending a job larger than its pipe holds, while the worker sends a result larger
+    than its own pipe holds, waited on each other for ever."""
+    try:
+        done = run_script(BIG_JOBS_AND_RESULTS, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("Workers.imap hung: parent and worker both blocked in send")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(10 * 200_000)]

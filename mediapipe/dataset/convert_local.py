@@ -2,14 +2,18 @@
 
 Each worker has its own pair of pipes and the main thread alone sends jobs and reads results
 (`Workers`): no handler threads contending for the GIL with the shard writer, and no single
-result pipe that every worker locks to send a whole image through."""
+result pipe that every worker locks to send a whole image through. A worker reads its jobs on a
+thread of its own, so that the parent's send of a job never waits on the worker's send of a
+result."""
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import queue
 import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
@@ -137,16 +141,21 @@ class Workers:
 
 def _serve(jobs: Connection, results: Connection, inherited: list[Connection]) -> None:
     """A worker: converts each job it receives, in order, until its pipe closes. Ctrl-C is the
-    parent's to handle: it stops the workers."""
+    parent's to handle: it stops the workers. The jobs are read on a thread (`_read_jobs`): were
+    they read here, a job larger than its pipe holds and a result larger than its own would leave
+    the parent and this worker each blocked in a send for ever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for conn in inherited:
         conn.close()
+    received: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    threading.Thread(target=_read_jobs, args=(jobs, received), daemon=True).start()
     while True:
-        try:
-            job = jobs.recv()
-        except (EOFError, OSError):
+        job = received.get()
+        if job is None:  # the pipe closed: the parent is done, or gone
             return
         try:
+            if isinstance(job, Exception):
+                raise job
             result: Any = convert_item(*job)
         except Exception as err:  # noqa: BLE001  convert_item reports failures itself: this is a bug, raised there
             result = err
@@ -154,6 +163,19 @@ def _serve(jobs: Connection, results: Connection, inherited: list[Connection]) -
             results.send(result)
         except OSError:  # the parent is gone
             return
+
+
+def _read_jobs(jobs: Connection, received: queue.SimpleQueue[Any]) -> None:
+    """Each job from the pipe onto ``received`` (an exception for one that cannot be read), then
+    None once the pipe closes."""
+    while True:
+        try:
+            received.put(jobs.recv())
+        except (EOFError, OSError):
+            received.put(None)
+            return
+        except Exception as err:  # noqa: BLE001  a job that cannot be unpickled is that job's error
+            received.put(err)
 
 
 def _widen(conn: Connection) -> None:
