@@ -9,9 +9,12 @@ another scale than Pillow's draft picks."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -181,3 +184,44 @@ def test_a_large_job_and_a_large_result_do_not_deadlock() -> None:
         pytest.fail("Workers.imap hung: parent and worker both blocked in send")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [str(10 * 200_000)]
+
+
+KILLED_MID_ITEM = """
+    import os, signal, time
+    from mediapipe.dataset import convert_local
+    def slow(seconds, _):
+        time.sleep(seconds)
+        return seconds
+    convert_local.convert_item = slow
+    pool = convert_local.Workers(2)
+    print(" ".join(str(p.pid) for p in pool.procs), flush=True)
+    results = pool.imap(iter([(60.0, None), (60.0, None)]), 4)
+    import threading
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    next(results)
+"""
+
+
+def test_workers_mid_item_die_with_a_killed_parent() -> None:
+    """A worker converting a long video outlived a SIGKILLed parent until the item was done
+    (holding the caller's stdout open and a CPU busy); the kernel now kills it with the parent."""
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(KILLED_MID_ITEM)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.05)
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -4,12 +4,13 @@ Each worker has its own pair of pipes and the main thread alone sends jobs and r
 (`Workers`): no handler threads contending for the GIL with the shard writer, and no single
 result pipe that every worker locks to send a whole image through. A worker reads its jobs on a
 thread of its own, so that the parent's send of a job never waits on the worker's send of a
-result."""
+result; it dies with the parent (Linux)."""
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import queue
 import signal
 import sys
@@ -60,6 +61,7 @@ class Workers:
     def __init__(self, count: int) -> None:
         ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         forked = ctx.get_start_method() == "fork"
+        parent = None if ctx.get_start_method() == "forkserver" else os.getpid()  # a forkserver's child has another
         self.jobs: list[Connection] = []  # parent ends: jobs out, results in
         self.results: list[Connection] = []
         self.procs: list[Any] = []
@@ -70,7 +72,7 @@ class Workers:
             # a forked worker closes the parent's ends it inherits (its own and earlier workers'),
             # so that it sees EOF and exits when the parent dies
             inherited = [job_w, res_r, *self.jobs, *self.results] if forked else []
-            proc = ctx.Process(target=_serve, args=(job_r, res_w, inherited), daemon=True)
+            proc = ctx.Process(target=_serve, args=(job_r, res_w, inherited, parent), daemon=True)
             proc.start()
             job_r.close()
             res_w.close()
@@ -139,7 +141,7 @@ class Workers:
             proc.join()
 
 
-def _serve(jobs: Connection, results: Connection, inherited: list[Connection]) -> None:
+def _serve(jobs: Connection, results: Connection, inherited: list[Connection], parent: int | None) -> None:
     """A worker: converts each job it receives, in order, until its pipe closes. Ctrl-C is the
     parent's to handle: it stops the workers. The jobs are read on a thread (`_read_jobs`): were
     they read here, a job larger than its pipe holds and a result larger than its own would leave
@@ -147,6 +149,7 @@ def _serve(jobs: Connection, results: Connection, inherited: list[Connection]) -
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for conn in inherited:
         conn.close()
+    _die_with_parent(parent)
     received: queue.SimpleQueue[Any] = queue.SimpleQueue()
     threading.Thread(target=_read_jobs, args=(jobs, received), daemon=True).start()
     while True:
@@ -176,6 +179,20 @@ def _read_jobs(jobs: Connection, received: queue.SimpleQueue[Any]) -> None:
             return
         except Exception as err:  # noqa: BLE001  a job that cannot be unpickled is that job's error
             received.put(err)
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """Have the kernel SIGKILL this worker when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), rather than finish a long item for no one; a worker whose parent died
+    before that took hold exits now. Elsewhere the worker exits after its item, at its pipe's EOF."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)
 
 
 def _widen(conn: Connection) -> None:
