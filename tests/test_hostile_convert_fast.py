@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
+from mediapipe.dataset import convert_local
 from mediapipe.dataset.transcode import (
     TranscodeError,
     TranscodeOptions,
@@ -225,3 +226,48 @@ def alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+INTERRUPTED_AT_A_FORK = """
+    import os, signal
+    from mediapipe.dataset import convert_local
+    fired = []
+    def ctrl_c_now():  # Ctrl-C arriving while a worker is forked
+        if not fired:
+            fired.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+    os.register_at_fork(before=ctrl_c_now)
+    try:
+        pool = convert_local.Workers(2)
+    except KeyboardInterrupt:
+        print("interrupted")
+    else:
+        print("carried on")
+        pool.close()
+"""
+
+
+def test_ctrl_c_while_workers_start_is_not_lost() -> None:
+    """Python runs the SIGINT handler inside the at-fork hooks, which swallow its KeyboardInterrupt:
+    a Ctrl-C during a worker's fork was lost and the conversion carried on."""
+    done = run_script(INTERRUPTED_AT_A_FORK)
+    assert done.stdout.split() == ["interrupted"], (done.stdout, done.stderr[-2000:])
+
+
+def deaf_to_sigterm(seconds: float, _: object) -> float:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as some libraries install a handler of their own
+    time.sleep(seconds)
+    return seconds
+
+
+def test_close_does_not_wait_for_ever_on_a_worker_that_ignores_sigterm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(convert_local, "convert_item", deaf_to_sigterm)
+    monkeypatch.setattr(convert_local, "TERMINATE_WAIT_S", 0.5)
+    pool = convert_local.Workers(2)
+    results = pool.imap(iter([(0.0, None), (60.0, None), (60.0, None)]), 4)
+    assert next(results) == 0.0
+    time.sleep(0.3)  # the others are asleep, SIGTERM ignored
+    start = time.monotonic()
+    pool.close()
+    assert time.monotonic() - start < 20
+    assert all(not proc.is_alive() for proc in pool.procs)

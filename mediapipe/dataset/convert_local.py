@@ -4,7 +4,7 @@ Each worker has its own pair of pipes and the main thread alone sends jobs and r
 (`Workers`): no handler threads contending for the GIL with the shard writer, and no single
 result pipe that every worker locks to send a whole image through. A worker reads its jobs on a
 thread of its own, so that the parent's send of a job never waits on the worker's send of a
-result; it dies with the parent (Linux)."""
+result; it dies with the parent (Linux) and ignores Ctrl-C, which the parent handles."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from mediapipe.dataset.transcode import TranscodeOptions
 Job = tuple[InputItem, TranscodeOptions]
 QUEUED_PER_WORKER = 2  # one converting, one waiting in its pipe: a worker never waits for the next job
 RESULT_PIPE_BYTES = 1 << 20  # a worker hands a whole converted image to the pipe and goes on
+TERMINATE_WAIT_S = 10.0  # how long `Workers.close` waits on a worker it sent SIGTERM before it sends SIGKILL
 
 
 def run_local(out: Path, tasks: list[ShardTask], options: TranscodeOptions, workers: int,
@@ -65,20 +66,25 @@ class Workers:
         self.jobs: list[Connection] = []  # parent ends: jobs out, results in
         self.results: list[Connection] = []
         self.procs: list[Any] = []
-        for _ in range(count):
-            job_r, job_w = ctx.Pipe(duplex=False)
-            res_r, res_w = ctx.Pipe(duplex=False)
-            _widen(res_w)
-            # a forked worker closes the parent's ends it inherits (its own and earlier workers'),
-            # so that it sees EOF and exits when the parent dies
-            inherited = [job_w, res_r, *self.jobs, *self.results] if forked else []
-            proc = ctx.Process(target=_serve, args=(job_r, res_w, inherited, parent), daemon=True)
-            proc.start()
-            job_r.close()
-            res_w.close()
-            self.jobs.append(job_w)
-            self.results.append(res_r)
-            self.procs.append(proc)
+        try:
+            with _interrupts_deferred():
+                for _ in range(count):
+                    job_r, job_w = ctx.Pipe(duplex=False)
+                    res_r, res_w = ctx.Pipe(duplex=False)
+                    _widen(res_w)
+                    # a forked worker closes the parent's ends it inherits (its own and earlier workers'),
+                    # so that it sees EOF and exits when the parent dies
+                    inherited = [job_w, res_r, *self.jobs, *self.results] if forked else []
+                    proc = ctx.Process(target=_serve, args=(job_r, res_w, inherited, parent), daemon=True)
+                    proc.start()
+                    job_r.close()
+                    res_w.close()
+                    self.jobs.append(job_w)
+                    self.results.append(res_r)
+                    self.procs.append(proc)
+        except BaseException:  # a Ctrl-C or a failed fork: no worker is left behind
+            self.close()
+            raise
 
     def imap(self, jobs: Iterator[Job], window: int) -> Iterator[ItemResult]:
         """The results of ``jobs`` in their order. A job goes to the worker with the fewest queued
@@ -138,7 +144,10 @@ class Workers:
         for proc in self.procs:
             proc.terminate()
         for proc in self.procs:
-            proc.join()
+            proc.join(timeout=TERMINATE_WAIT_S)
+            if proc.exitcode is None:  # SIGTERM caught or ignored by a library
+                proc.kill()
+                proc.join()
 
 
 def _serve(jobs: Connection, results: Connection, inherited: list[Connection], parent: int | None) -> None:
@@ -193,6 +202,26 @@ def _die_with_parent(parent: int | None) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
     if parent is not None and os.getppid() != parent:
         os._exit(0)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """A Ctrl-C while workers start is raised once they have started, not during a fork: there
+    Python runs the SIGINT handler inside the at-fork hooks, which swallow the KeyboardInterrupt
+    (the conversion carried on). Only the main thread can set a handler, and only one that Python
+    set can be put back: otherwise, no change."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        signal.raise_signal(signal.SIGINT)  # the previous handler's turn: KeyboardInterrupt by default
 
 
 def _widen(conn: Connection) -> None:
