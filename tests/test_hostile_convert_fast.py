@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -252,6 +253,61 @@ def test_ctrl_c_while_workers_start_is_not_lost() -> None:
     a Ctrl-C during a worker's fork was lost and the conversion carried on."""
     done = run_script(INTERRUPTED_AT_A_FORK)
     assert done.stdout.split() == ["interrupted"], (done.stdout, done.stderr[-2000:])
+
+
+def slow_echo(kind: str, _: object) -> str:
+    return raise_in_worker(kind)
+
+
+class TwoArguments(Exception):
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+class HoldsALock(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def raise_in_worker(kind: str) -> str:
+    if kind == "key":
+        return {}["missing"]
+    if kind == "two":
+        raise TwoArguments("this", "that")
+    if kind == "lock":
+        raise HoldsALock("cannot be pickled")
+    return kind
+
+
+@pytest.fixture
+def raising(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(convert_local, "convert_item", slow_echo)
+
+
+def test_an_escaped_exception_keeps_the_workers_traceback(raising: None) -> None:
+    pool = convert_local.Workers(2)
+    try:
+        with pytest.raises(KeyError, match="missing") as caught:
+            list(pool.imap(iter([("ok", None), ("key", None)]), 4))
+    finally:
+        pool.close()
+    assert "raise_in_worker" in str(caught.value.__cause__)  # as multiprocessing.Pool gave it
+
+
+@pytest.mark.parametrize("kind,message", [("two", r"TwoArguments: this and that"),
+                                          ("lock", r"HoldsALock: cannot be pickled")])
+def test_an_exception_that_cannot_cross_the_pipe_is_named_not_a_dead_worker(raising: None, kind: str,
+                                                                            message: str) -> None:
+    """One that cannot be pickled killed the worker ("worker process died"), one that cannot be
+    rebuilt was a TypeError about its __init__: each is now a RuntimeError naming it."""
+    pool = convert_local.Workers(2)
+    try:
+        with pytest.raises(RuntimeError, match=message):
+            list(pool.imap(iter([("ok", None), (kind, None)]), 4))
+        assert all(proc.is_alive() for proc in pool.procs)
+    finally:
+        pool.close()
 
 
 def deaf_to_sigterm(seconds: float, _: object) -> float:

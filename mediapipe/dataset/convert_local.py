@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 import sys
 import threading
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
@@ -127,8 +129,10 @@ class Workers:
             result = self.results[w].recv()
         except (EOFError, OSError) as err:
             raise self._died(w) from err
-        if isinstance(result, BaseException):  # what convert_item let escape, raised here as Pool did
-            raise result
+        except Exception as err:  # noqa: BLE001  a result this process cannot rebuild
+            raise RuntimeError(f"a conversion worker's result could not be read: {type(err).__name__}: {err}") from err
+        if isinstance(result, Escaped):  # what convert_item let escape, raised here as Pool did
+            raise result.error from WorkerTraceback(result.text)
         return result
 
     def _died(self, w: int) -> RuntimeError:
@@ -148,6 +152,26 @@ class Workers:
             if proc.exitcode is None:  # SIGTERM caught or ignored by a library
                 proc.kill()
                 proc.join()
+
+
+class WorkerTraceback(Exception):
+    """The traceback, in a worker, of an exception that escaped `convert_item` (its cause here)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Escaped:
+    """An exception that escaped `convert_item` in a worker, with its traceback there; one that
+    cannot be pickled, or rebuilt from its pickle, travels as a RuntimeError naming it."""
+
+    def __init__(self, err: Exception) -> None:
+        self.text = "".join(traceback.format_exception(err))
+        try:
+            pickle.loads(pickle.dumps(err))
+            self.error: Exception = err
+        except Exception:  # noqa: BLE001  anything pickle raises: the worker must not die of it
+            self.error = RuntimeError(f"{type(err).__name__}: {err}")
 
 
 def _serve(jobs: Connection, results: Connection, inherited: list[Connection], parent: int | None) -> None:
@@ -170,7 +194,7 @@ def _serve(jobs: Connection, results: Connection, inherited: list[Connection], p
                 raise job
             result: Any = convert_item(*job)
         except Exception as err:  # noqa: BLE001  convert_item reports failures itself: this is a bug, raised there
-            result = err
+            result = Escaped(err)
         try:
             results.send(result)
         except OSError:  # the parent is gone
