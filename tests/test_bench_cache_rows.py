@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mediapipe.bench import images, report, scenarios
+from mediapipe.bench import cache_folder, images, report, scenarios
 from mediapipe.bench.core import CACHE_ROWS, Result, ratio_rows
 
 
@@ -52,15 +52,15 @@ def test_the_cached_row_reads_what_its_first_epoch_stored_and_the_fill_row_store
 
 def test_a_dead_bench_process_cache_folder_is_removed_and_a_live_one_kept(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(images, "SHM", str(tmp_path))
-    dead = tmp_path / f"{images.CACHE_PREFIX}{2 ** 22 + 12345}-abc"
-    live = tmp_path / f"{images.CACHE_PREFIX}{os.getpid()}-def"
+    monkeypatch.setattr(cache_folder, "SHM", str(tmp_path))
+    dead = tmp_path / f"{cache_folder.CACHE_PREFIX}{2 ** 22 + 12345}-abc"
+    live = tmp_path / f"{cache_folder.CACHE_PREFIX}{os.getpid()}-def"
     other = tmp_path / "someone-else"
     for d in (dead, live, other):
         d.mkdir()
         (d / "entry").write_bytes(b"x")
-    new = images.bench_cache_folder()
-    assert new.parent == tmp_path and new.name.startswith(f"{images.CACHE_PREFIX}{os.getpid()}-")
+    new = cache_folder.bench_cache_folder()
+    assert new.parent == tmp_path and new.name.startswith(f"{cache_folder.CACHE_PREFIX}{os.getpid()}-")
     assert not dead.exists() and live.exists() and other.exists()
 
 

@@ -21,7 +21,7 @@ from PIL import Image
 
 import mediapipe as mp
 from mediapipe import augment as A
-from mediapipe.bench import images, report
+from mediapipe.bench import cache_folder, images, report
 from mediapipe.bench.core import Result, ratio_rows
 from mediapipe.bench.long_epoch import RepeatedSource
 from mediapipe.loaders.sources.folder import Source
@@ -203,13 +203,13 @@ def _folder_with_entry(path: Path) -> Path:
 def test_a_folder_named_with_a_non_ascii_digit_does_not_break_the_next_cache_row(tmp_path, monkeypatch):
     """'²'.isdigit() is True and int('²') raises: anyone able to make a folder in /dev/shm made every
     cache row of every user fail to open."""
-    monkeypatch.setattr(images, "SHM", str(tmp_path))
-    odd = _folder_with_entry(tmp_path / f"{images.CACHE_PREFIX}\u00b2-x")
-    new = images.bench_cache_folder()
+    monkeypatch.setattr(cache_folder, "SHM", str(tmp_path))
+    odd = _folder_with_entry(tmp_path / f"{cache_folder.CACHE_PREFIX}\u00b2-x")
+    new = cache_folder.bench_cache_folder()
     try:
         assert new.is_dir() and odd.is_dir()
     finally:
-        images.close_cache_folder(new)
+        cache_folder.close_cache_folder(new)
 
 
 def test_the_sweep_keeps_other_users_folders_links_and_live_locked_folders(tmp_path, monkeypatch):
@@ -217,29 +217,29 @@ def test_the_sweep_keeps_other_users_folders_links_and_live_locked_folders(tmp_p
     no process holds. A link named like ours is never followed; another user's folder is theirs;
     a folder whose pid this process cannot see (another pid namespace sharing /dev/shm) but whose
     lock a live process holds is that process's."""
-    monkeypatch.setattr(images, "SHM", str(tmp_path))
+    monkeypatch.setattr(cache_folder, "SHM", str(tmp_path))
     outside = _folder_with_entry(tmp_path / "outside")
-    link = tmp_path / f"{images.CACHE_PREFIX}{DEAD_PID}-link"
+    link = tmp_path / f"{cache_folder.CACHE_PREFIX}{DEAD_PID}-link"
     link.symlink_to(outside, target_is_directory=True)
-    locked = _folder_with_entry(tmp_path / f"{images.CACHE_PREFIX}{DEAD_PID}-locked")
+    locked = _folder_with_entry(tmp_path / f"{cache_folder.CACHE_PREFIX}{DEAD_PID}-locked")
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
                                "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", str(locked)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        theirs = _folder_with_entry(tmp_path / f"{images.CACHE_PREFIX}{DEAD_PID}-theirs")
-        monkeypatch.setattr(images.os, "geteuid", lambda: os.getuid() + 1)  # every folder someone else's
-        images.remove_dead_cache_folders(tmp_path)
+        theirs = _folder_with_entry(tmp_path / f"{cache_folder.CACHE_PREFIX}{DEAD_PID}-theirs")
+        monkeypatch.setattr(cache_folder.os, "geteuid", lambda: os.getuid() + 1)  # every folder someone else's
+        cache_folder.remove_dead_cache_folders(tmp_path)
         assert theirs.is_dir()
         monkeypatch.undo()
-        monkeypatch.setattr(images, "SHM", str(tmp_path))
-        images.remove_dead_cache_folders(tmp_path)
+        monkeypatch.setattr(cache_folder, "SHM", str(tmp_path))
+        cache_folder.remove_dead_cache_folders(tmp_path)
         assert not theirs.exists()  # this user's, its process gone, unlocked
         assert locked.is_dir() and link.is_symlink() and (outside / "entry").exists()
     finally:
         holder.kill()
         holder.wait()
-    images.remove_dead_cache_folders(tmp_path)
+    cache_folder.remove_dead_cache_folders(tmp_path)
     assert not locked.exists() and link.is_symlink() and (outside / "entry").exists()
 
 
@@ -253,8 +253,8 @@ def _wait_gone(path: Path, seconds: float = 20.0) -> bool:
 def test_a_killed_bench_process_folder_is_removed_at_once_not_at_the_next_run(tmp_path):
     """The harness SIGKILLs a row that times out or fails (and every row on Ctrl-C): its folder, the
     whole dataset decoded, stayed in /dev/shm (RAM) until some later cache row opened, maybe never."""
-    code = ("import sys, time; from mediapipe.bench import images; images.SHM = sys.argv[1]; "
-            "f = images.bench_cache_folder(); (f / 'entry').write_bytes(bytes(1000)); print(f, flush=True); "
+    code = ("import sys, time; from mediapipe.bench import cache_folder; cache_folder.SHM = sys.argv[1]; "
+            "f = cache_folder.bench_cache_folder(); (f / 'entry').write_bytes(bytes(1000)); print(f, flush=True); "
             "time.sleep(60)")
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                              cwd=Path(__file__).parent.parent)
@@ -268,19 +268,19 @@ def test_a_killed_bench_process_folder_is_removed_at_once_not_at_the_next_run(tm
 
 
 def test_a_live_process_folder_outlives_a_killed_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(images, "SHM", str(tmp_path))
-    mine = images.bench_cache_folder()
+    monkeypatch.setattr(cache_folder, "SHM", str(tmp_path))
+    mine = cache_folder.bench_cache_folder()
     (mine / "entry").write_bytes(b"x")
     try:
-        images.remove_dead_cache_folders(tmp_path)
+        cache_folder.remove_dead_cache_folders(tmp_path)
         assert (mine / "entry").exists()
     finally:
-        images.close_cache_folder(mine)
+        cache_folder.close_cache_folder(mine)
     assert not mine.exists()
 
 
 def test_a_cache_row_that_fails_to_open_removes_its_folder(image_folder, tmp_path, monkeypatch):
-    monkeypatch.setattr(images, "SHM", str(tmp_path))
+    monkeypatch.setattr(cache_folder, "SHM", str(tmp_path))
 
     def broken(*args, **kwargs):
         raise KeyboardInterrupt  # or a dataset that cannot be read, a loader that refuses the cache
@@ -290,7 +290,7 @@ def test_a_cache_row_that_fails_to_open_removes_its_folder(image_folder, tmp_pat
         with pytest.raises(KeyboardInterrupt):
             images.open_stream("image-train", backend, image_folder, device="cpu", workers=0, batch_size=4,
                                options={"max_batches": 4})
-    assert not list(tmp_path.glob(f"{images.CACHE_PREFIX}*"))
+    assert not list(tmp_path.glob(f"{cache_folder.CACHE_PREFIX}*"))
 
 
 # -- the bench's cache rows: what they measure -------------------------------------------------------
@@ -347,7 +347,7 @@ def test_a_cache_that_cannot_hold_the_dataset_is_said_not_measured_as_cached(ima
             next(iter(stream))
     finally:
         stream.close()
-    assert not list(Path(images.SHM).glob(f"{images.CACHE_PREFIX}{os.getpid()}-*"))
+    assert not list(Path(cache_folder.SHM).glob(f"{cache_folder.CACHE_PREFIX}{os.getpid()}-*"))
 
 
 # -- the long epoch's fingerprint, the ratios, the reports ---------------------------------------------
