@@ -156,6 +156,32 @@ def test_a_tiny_jpeg_is_decoded_at_the_scale_draft_picks_or_in_full() -> None:
     assert wrong == []
 
 
+
+def declaring(data: bytes, width: int, height: int) -> bytes:
+    """``data`` with its frame header declaring ``width`` x ``height``: the scan left as it is."""
+    sof = data.index(b"\xff\xc0")
+    return data[:sof + 5] + height.to_bytes(2, "big") + width.to_bytes(2, "big") + data[sof + 9:]
+
+
+@pytest.mark.parametrize("options", [TranscodeOptions(), TranscodeOptions(reencode=True),
+                                     TranscodeOptions(image_max_side=500)])
+def test_a_small_file_declaring_a_huge_image_is_refused_before_it_is_decoded(
+        options: TranscodeOptions, monkeypatch: pytest.MonkeyPatch) -> None:
+    """12000 x 12000 is under Pillow's DecompressionBombError bound: the strict decode allocated
+    the whole image (576 MB) before libjpeg found the data short; the check before it (1/8 scale)
+    cost 1/64 of that. The header's claim is weighed against the file's size first, as the loaders do."""
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(240, 320, 7)).save(buf, format="JPEG", quality=90)
+    data = declaring(buf.getvalue(), 12000, 12000)
+    import simplejpeg
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", no_decode)
+    with pytest.raises(TranscodeError, match=r"^image: truncated or corrupt: the header declares 12000x12000 pixels"):
+        transcode_image(data, options)
+
 # -- the local engine's workers ------------------------------------------------------------
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -114,12 +114,14 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
     """A JPEG that already fits (and needs no rotation) is copied byte for byte once it
     passes `check_jpeg`; anything else is decoded, EXIF-rotated, resized and re-encoded as
     JPEG without its EXIF data (16-bit grayscale keeps its high byte, see `to_8_bits`).
-    A damaged JPEG is refused either way, never copied or re-encoded half grey. An RGB or
+    A damaged JPEG is refused either way, never copied or re-encoded half grey, and one whose
+    header declares more than its bytes can hold (`jpeg_claim_error`) before any decode. An RGB or
     grayscale JPEG is decoded once, strictly (`decode_jpeg_strict`): that decode is its check;
     so is the first picture of a multi-picture file (MPO), decoded in full as Pillow did. A
     lossless JPEG is re-encoded, never copied: a reduced decode of it (a loader's) corrupts memory."""
     from PIL import Image, ImageOps
 
+    from mediapipe.decoders.image import jpeg_claim_error
     from mediapipe.decoders.image_pillow import SIXTEEN_BIT_MODES, to_8_bits
 
     try:
@@ -130,6 +132,9 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
                 width, height = height, width
             target = fit_size(width, height, options.image_max_side)
             stored = target if orientation not in (5, 6, 7, 8) else target[::-1]
+            claim = jpeg_claim_error(data) if im.format in ("JPEG", "MPO") else None
+            if claim is not None:  # weighed before any decode allocates what the header declares
+                raise TranscodeError(f"image: {claim}")
             if (im.format == "JPEG" and orientation == 1 and target == (width, height) and not options.reencode
                     and scalable_jpeg(data)):
                 check_jpeg(data)
