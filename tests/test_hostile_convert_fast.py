@@ -168,7 +168,7 @@ def declaring(data: bytes, width: int, height: int) -> bytes:
 def test_a_small_file_declaring_a_huge_image_is_refused_before_it_is_decoded(
         options: TranscodeOptions, monkeypatch: pytest.MonkeyPatch) -> None:
     """12000 x 12000 is under Pillow's DecompressionBombError bound: the strict decode allocated
-    the whole image (576 MB) before libjpeg found the data short; the check before it (1/8 scale)
+    the whole image (4 bytes a pixel) before libjpeg found the data short; the check before it (1/8 scale)
     cost 1/64 of that. The header's claim is weighed against the file's size first, as the loaders do."""
     buf = io.BytesIO()
     Image.fromarray(photo_like(240, 320, 7)).save(buf, format="JPEG", quality=90)
