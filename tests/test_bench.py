@@ -53,6 +53,9 @@ def test_end_to_end_json_has_the_documented_fields(bench_run: dict) -> None:
             assert r["peak_rss_mb"] > 50  # a process with torch imported, at least
             assert r["rss_growth_pct"] is not None and r["first_batch_s"] > 0
             assert len(r["uss_mb_by_rep"]) == 2 and 0 < r["uss_mb_by_rep"][0] < r["peak_rss_mb"]
+            # private <= proportional <= resident, summed over the tree after each repetition
+            assert len(r["pss_mb_by_rep"]) == 2
+            assert all(u <= p <= rss for u, p, rss in zip(r["uss_mb_by_rep"], r["pss_mb_by_rep"], r["rss_mb_by_rep"]))
             assert r["decoded_mpix_per_s"] > 0 and r["input_mb_per_s"] > 0
             assert r["stages"]["total"] > 0 and r["input_bound"] in (True, False)
             assert r["epochs"] > 2  # 24 images, batches of 8: the stream ran over several passes

@@ -85,21 +85,32 @@ def tree_rss_mb(root: int) -> float | None:
     return sum(values) if values else None
 
 
-def uss_mb(pid: int) -> float | None:
-    """Unique set size of one process (private clean + dirty pages), in MiB: what it alone
-    holds, so pages a forked worker shares with its parent are not counted twice. Costs a
+def rollup_mb(pid: int, fields: tuple[str, ...]) -> float | None:
+    """The sum of ``fields`` ("Pss:", "Private_Clean:"...) of one process's smaps_rollup, in MiB. Costs a
     few milliseconds (the kernel walks the mappings): read between timed windows only."""
     try:
         text = (_PROC / str(pid) / "smaps_rollup").read_text()
     except OSError:
         return None
-    kb = sum(int(line.split()[1]) for line in text.splitlines() if line.startswith(("Private_Clean:", "Private_Dirty:")))
-    return kb / 1024
+    return sum(int(line.split()[1]) for line in text.splitlines() if line.startswith(fields)) / 1024
+
+
+def uss_mb(pid: int) -> float | None:
+    """Unique set size of one process (private clean + dirty pages), in MiB: what it alone
+    holds, so pages a forked worker shares with its parent are not counted twice."""
+    return rollup_mb(pid, ("Private_Clean:", "Private_Dirty:"))
 
 
 def tree_uss_mb(root: int) -> float | None:
     """Sum of the unique set sizes over the tree, in MiB (None without smaps_rollup)."""
     values = [v for v in (uss_mb(p) for p in tree_pids(root)) if v is not None]
+    return sum(values) if values else None
+
+
+def tree_pss_mb(root: int) -> float | None:
+    """Sum of the proportional set sizes over the tree, in MiB: each shared page divided among the
+    processes that map it (None without smaps_rollup)."""
+    values = [v for v in (rollup_mb(p, ("Pss:",)) for p in tree_pids(root)) if v is not None]
     return sum(values) if values else None
 
 
@@ -187,6 +198,7 @@ class Rep:
     peak_rss_mb: float | None = None
     end_rss_mb: float | None = None
     end_uss_mb: float | None = None
+    end_pss_mb: float | None = None
     end_gpu_mb: float | None = None  # torch's GPU memory in use (allocated) at the end; None without CUDA
 
     @property
@@ -225,6 +237,7 @@ class Result:
     rss_growth_pct: float | None = None
     uss_mb_by_rep: list[float] = field(default_factory=list)  # private memory: shared pages not double counted
     uss_growth_pct: float | None = None
+    pss_mb_by_rep: list[float] = field(default_factory=list)  # proportional set size of the tree after each repetition
     gpu_mb_by_rep: list[float] = field(default_factory=list)  # torch.cuda.memory_allocated after each repetition
     gpu_growth_pct: float | None = None
     epochs: float | None = None
@@ -281,6 +294,7 @@ def summarise(result: Result, reps: list[Rep], *, dataset: dict[str, Any] | None
     result.rss_growth_pct = growth_pct(result.rss_mb_by_rep)
     result.uss_mb_by_rep = [r.end_uss_mb for r in reps if r.end_uss_mb is not None]
     result.uss_growth_pct = growth_pct(result.uss_mb_by_rep)
+    result.pss_mb_by_rep = [r.end_pss_mb for r in reps if r.end_pss_mb is not None]
     result.gpu_mb_by_rep = [r.end_gpu_mb for r in reps if r.end_gpu_mb is not None]
     result.gpu_growth_pct = growth_pct(result.gpu_mb_by_rep)
     result.wait_s = sum(r.wait for r in reps)

@@ -62,6 +62,8 @@ NOTES = {
     "uss_mb_by_rep": "private memory (smaps_rollup Private_Clean + Private_Dirty) of the tree after each "
                      "repetition: pages a forked worker shares with its parent count once; uss_growth_pct as "
                      "rss_growth_pct",
+    "pss_mb_by_rep": "proportional set size (smaps_rollup Pss) of the tree after each repetition: each shared "
+                     "page divided among the processes mapping it, the other rows' processes too",
     "frames_per_s": ("video: useful_frames_per_s (clips/s x clip_len) for clip rows, decoded frames/s for the "
                      "sequential ceilings; decoded_frames_per_s counts every frame the decoder produced (lead-in "
                      "from the key frame included, frames skip_frame='NONREF' skipped not); ceiling_fraction is "

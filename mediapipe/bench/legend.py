@@ -25,6 +25,8 @@ COLUMNS: dict[str, str] = {
                   "across repetitions, so growth is memory kept per batch",
     "private": "memory no other process maps (Private_Clean + Private_Dirty) after the last repetition: "
                "what the loader really costs",
+    "PSS": "proportional set size of the backend's process and its workers after the last repetition: each "
+           "shared page divided among the processes that map it (an epoch cache, read not mapped, is not in it)",
     "input-bound": f"with --step-ms: 'yes' when the training step waited for input more than "
                    f"{INPUT_BOUND_FRACTION:.0%} of the simulated step time; (N% wait) is that wait as a share of "
                    "the step time",
@@ -37,8 +39,8 @@ COLUMNS: dict[str, str] = {
 # backend name -> what it runs
 BACKENDS: dict[str, str] = {
     "mediapipe": "this library's loader (torch backend, worker processes)",
-    "mediapipe-cached": "this library's loader with an epoch cache (mp.EpochCache) in RAM, filled by one untimed "
-                        "epoch first: the second epoch on (decoded images read, the random ops run)",
+    "mediapipe-cached": "this library's loader with an epoch cache (mp.EpochCache) in RAM, images decoded in the "
+                        "workers, filled by one untimed epoch first: the second epoch on (decoded images read, the random ops run)",
     "mediapipe-cache-fill": "this library's loader with an epoch cache that every sample is new to (decoded whole, "
                             "then stored): the first epoch's cost",
     "mediapipe-dali": "this library's pipeline lowered onto DALI: pipe.loader(backend='dali')",

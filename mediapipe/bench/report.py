@@ -93,6 +93,7 @@ COST_COLUMNS: list[Column] = [
     ("peak RSS", lambda rep, r: _num(r.get("peak_rss_mb"), "{:.0f} MB")),
     ("RSS growth", lambda rep, r: _num(r.get("rss_growth_pct"), "{:+.1f}%")),
     ("private", lambda rep, r: _num((r.get("uss_mb_by_rep") or [None])[-1], "{:.0f} MB")),
+    ("PSS", lambda rep, r: _num((r.get("pss_mb_by_rep") or [None])[-1], "{:.0f} MB")),
     ("input-bound", lambda rep, r: _input_bound(r)),
 ]
 COLUMNS: list[Column] = [*KEY_COLUMNS, *SPEED_COLUMNS, *COST_COLUMNS]

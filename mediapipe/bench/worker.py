@@ -21,7 +21,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mediapipe.bench.core import Rep, rss_mb, tree_cpu_seconds, tree_pids, tree_rss_mb, tree_uss_mb
+from mediapipe.bench.core import (
+    Rep,
+    rss_mb,
+    tree_cpu_seconds,
+    tree_pids,
+    tree_pss_mb,
+    tree_rss_mb,
+    tree_uss_mb,
+)
 
 RSS_SAMPLE_SECONDS = 0.1
 
@@ -100,7 +108,8 @@ class _Backend:
         stages = {k: v - stages0.get(k, 0.0) for k, v in stages1.items()}
         rep = Rep(batches=batches, samples=samples, seconds=seconds, units=units if have_units else None,
                   wait=wait, step=step, cpu_seconds=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                  stages=stages, end_rss_mb=tree_rss_mb(me), end_uss_mb=tree_uss_mb(me), end_gpu_mb=gpu_mb())
+                  stages=stages, end_rss_mb=tree_rss_mb(me), end_uss_mb=tree_uss_mb(me),
+                  end_pss_mb=tree_pss_mb(me), end_gpu_mb=gpu_mb())
         return {"rep": rep.__dict__, "delivered": self.delivered}
 
     def close(self) -> dict[str, Any]:
