@@ -100,7 +100,7 @@ def check_jpeg(data: bytes) -> None:
     truncated file, a missing end marker, a bad Huffman table or damaged entropy-coded
     data. This is the loader's own test (libjpeg-turbo, strict). The scan is decoded in
     full at 1/8 scale, so every Huffman code is read while the inverse DCT and colour
-    conversion cost almost nothing."""
+    conversion cost almost nothing; a frame TurboJPEG cannot reduce (`scalable_jpeg`) at full scale."""
     import simplejpeg
 
     least = 1 if scalable_jpeg(data) else 0  # 1: the smallest scale TurboJPEG has
