@@ -85,9 +85,13 @@ class ImageDecoder(Decoder):
     options_type: ClassVar[type[DecoderOptions]] = ImageOptions
     options: ImageOptions
 
-    def plan(self, hint: DecodeHint, full: tuple[int, int]) -> ScaledDecode:
-        """The DCT scale to decode at (`plan_decode`; full scale when ``exact``)."""
-        return FULL_SCALE if self.options.exact else plan_decode(hint, full)
+    def plan(self, hint: DecodeHint, full: tuple[int, int], data: bytes | None = None) -> ScaledDecode:
+        """The DCT scale to decode at (`plan_decode`; full scale when ``exact``, and for ``data`` whose
+        frame cannot be decoded reduced: `scalable_frame`)."""
+        if self.options.exact:
+            return FULL_SCALE
+        plan = plan_decode(hint, full)
+        return FULL_SCALE if plan.denominator > 1 and data is not None and not scalable_frame(data) else plan
 
     def scans(self, data: bytes, hint: DecodeHint) -> bytes:
         """The JPEG to decode for this hint: ``data``, or a progressive JPEG without its final
@@ -232,6 +236,16 @@ def jpeg_frame(data: bytes) -> JpegFrame | None:
 
 
 _last_frame: tuple[bytes, JpegFrame | None] | None = None  # (data, its frame): one file's, see jpeg_frame
+_DCT_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})  # baseline, extended, progressive; Huffman or arithmetic
+
+
+def scalable_frame(data: bytes) -> bool:
+    """Whether libjpeg-turbo may decode ``data`` at a reduced scale: its frame (`jpeg_frame`) is a
+    DCT one. A lossless (SOF3) frame is decoded whole whatever scale is asked, into the smaller
+    buffer TurboJPEG sized for that scale (a heap overrun); a header the walk cannot read is
+    decoded at full scale too, which is safe whatever frame libjpeg finds."""
+    frame = jpeg_frame(data)
+    return frame is not None and frame.marker in _DCT_SOF
 
 
 def _walk_to_frame(data: bytes) -> JpegFrame | None:

@@ -81,7 +81,7 @@ class TurboImageDecoder(ImageDecoder):
             return self._fallback.decode(blob, hint, rng, meta)
         height, width, _ = header
         self.check_pixels(width, height, blob.name)
-        plan = self.plan(hint, (height, width))
+        plan = self.plan(hint, (height, width), data)
         data = self.scans(data, hint)
         array = self.decode_array(data, blob.name, plan, (height, width))
         if array.shape[:2] != plan.reduced_size((height, width)):  # a tiny image: libjpeg chose another scale

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from mediapipe.decoders.image import scalable_frame
 from mediapipe.decoders.streams import main_stream
 from mediapipe.encoder_logs import quiet_svt
 
@@ -100,10 +101,10 @@ def check_jpeg(data: bytes) -> None:
     truncated file, a missing end marker, a bad Huffman table or damaged entropy-coded
     data. This is the loader's own test (libjpeg-turbo, strict). The scan is decoded in
     full at 1/8 scale, so every Huffman code is read while the inverse DCT and colour
-    conversion cost almost nothing; a frame TurboJPEG cannot reduce (`scalable_jpeg`) at full scale."""
+    conversion cost almost nothing; a frame TurboJPEG cannot reduce (`scalable_frame`) at full scale."""
     import simplejpeg
 
-    least = 1 if scalable_jpeg(data) else 0  # 1: the smallest scale TurboJPEG has
+    least = 1 if scalable_frame(data) else 0  # 1: the smallest scale TurboJPEG has
     try:
         simplejpeg.decode_jpeg(data, strict=True, min_height=least, min_width=least)
     except ValueError as err:
@@ -136,7 +137,7 @@ def transcode_image(data: bytes, options: TranscodeOptions) -> tuple[str, bytes,
             if claim is not None:  # weighed before any decode allocates what the header declares
                 raise TranscodeError(f"image: {claim}")
             if (im.format == "JPEG" and orientation == 1 and target == (width, height) and not options.reencode
-                    and scalable_jpeg(data)):
+                    and scalable_frame(data)):
                 check_jpeg(data)
                 return "jpg", data, {"width": width, "height": height, "codec": "jpeg", "copied": True}
             comment = im.info.get("comment")
@@ -180,12 +181,12 @@ def decode_jpeg_strict(data: bytes, mode: str, size: tuple[int, int], wanted: tu
     gives, and the check `check_jpeg` makes, in one decode. Where the image is to be resized to
     ``wanted``, the inverse DCT runs at the scale Pillow's ``draft`` would pick (`draft_scale`), or
     at full scale where TurboJPEG would run it at another (`turbo_takes_scale`) or may not reduce
-    it (`scalable_jpeg`)."""
+    it (`scalable_frame`)."""
     import simplejpeg
     from PIL import Image
 
     min_width = min_height = 0
-    if wanted != size and scalable_jpeg(data):
+    if wanted != size and scalable_frame(data):
         scale = draft_scale(size, wanted)
         if turbo_takes_scale(size, scale):
             min_width, min_height = -(-size[0] // scale), -(-size[1] // scale)
@@ -207,18 +208,6 @@ def turbo_takes_scale(size: tuple[int, int], scale: int) -> bool:
 
 
 # the frames libjpeg-turbo decodes at a reduced scale: sequential and progressive DCT, Huffman or arithmetic
-_DCT_FRAMES = frozenset({0xC0, 0xC1, 0xC2, 0xC9, 0xCA})
-
-
-def scalable_jpeg(data: bytes) -> bool:
-    """Whether libjpeg-turbo may decode ``data`` at a reduced scale: its frame (`jpeg_frame`) is a
-    DCT one. It decodes a lossless (SOF3) frame in full whatever scale is asked, into the smaller
-    buffer TurboJPEG allocated for that scale: a heap overrun. A header the walk cannot read is
-    decoded in full too, which is safe whatever frame libjpeg finds in it."""
-    from mediapipe.decoders.image import jpeg_frame
-
-    frame = jpeg_frame(data)
-    return frame is not None and frame.marker in _DCT_FRAMES
 
 
 # EXIF orientation -> the Image.Transpose that turns it upright, as ImageOps.exif_transpose has it
