@@ -85,3 +85,16 @@ def test_the_cache_rows_are_image_train_rows_and_compared_apart() -> None:
     lines = report.cache_lines({"ratios": ratios})
     assert lines == ["image-train cpu w2 folder: mediapipe-cached is 2.00x mediapipe, 1.60x ffcv",
                      "image-train cpu w2 folder: mediapipe-cache-fill is 0.80x mediapipe, 0.64x ffcv"]
+
+
+def test_the_cache_stages_reach_the_stage_table() -> None:
+    """cache_read and cache_write are worker stages: summed like decode, shown where they took time."""
+    from mediapipe.bench.core import Rep, stage_table
+
+    reps = [Rep(batches=2, samples=8, seconds=1.0, wait=0.9,
+                stages={"cache_read": 0.2, "cache_write": 0.3, "decode": 0.5, "wait": 0.9})] * 2
+    table = stage_table(reps)
+    assert table["cache_read"] == pytest.approx(0.4) and table["cache_write"] == pytest.approx(0.6)
+    columns = list(report.STAGE_COLUMNS)
+    assert columns.index("read") < columns.index("cache_read") < columns.index("decode") < columns.index("cache_write")
+

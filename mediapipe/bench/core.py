@@ -23,7 +23,8 @@ INPUT_BOUND_FRACTION = 0.05  # input-bound: the consumer waited more than 5% of 
 STAGE_SLACK = 0.15  # consumer stages + harness overhead add up to the timed total within 15% (+ 50 ms)
 STAGE_SLACK_SECONDS = 0.05
 OP_PREFIX = "op:"  # a batch-stage op's seconds in the loader's stats
-WORKER_STAGES = ("read", "decode", "sample_ops", "collate", "worker_batch_ops")  # seconds summed over workers
+WORKER_STAGES = ("read", "cache_read", "decode", "cache_write", "sample_ops", "collate",
+                 "worker_batch_ops")  # seconds summed over workers; cache_*: with an epoch cache
 CONSUMER_STAGES = ("wait", "host_to_device", "device_ops", "step", "other")  # wall seconds, add up to total
 LOADER_STAGE_NAMES = {"transfer": "host_to_device"}  # Loader.stats -> report
 DECODE_PARTS = ("decode_open", "decode_index", "decode_seek", "decode_lead_in", "decode_useful", "decode_convert",

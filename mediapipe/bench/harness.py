@@ -51,8 +51,8 @@ from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 OURS = "mediapipe"
 NOTES = {
     "samples_per_s": "median over the timed repetitions; min and max give the spread",
-    "stages": ("seconds over all timed windows. read, decode, sample_ops and collate run in the loader "
-               "workers and are summed over workers; wait (for a batch from the workers), host_to_device, "
+    "stages": ("seconds over all timed windows. read, decode, sample_ops and collate (and an epoch cache's "
+               "cache_read and cache_write) run in the loader workers and are summed over workers; wait (for a batch from the workers), host_to_device, "
                "device_ops, step (--step-ms) and other (the rest: harness and loader overhead) are the "
                f"consumer's wall seconds and add up to total; 'other' stays within {STAGE_SLACK:.0%} of total "
                f"+ {STAGE_SLACK_SECONDS * 1000:.0f} ms. Peers report wait (time inside next()) and total only"),

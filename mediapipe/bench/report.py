@@ -28,8 +28,8 @@ from mediapipe.bench.verdict import LEVEL_WITHIN, short_run_warnings, verdicts
 WIDTH = 100  # the terminal report's lines: wider tables are split into blocks that repeat the row's keys
 EMPTY = ("-", "")  # what a cell without a value shows
 
-STAGE_COLUMNS = ("read", "decode", "sample_ops", "collate", "worker_batch_ops", "wait", "host_to_device",
-                 "device_ops", "step", "other")
+STAGE_COLUMNS = ("read", "cache_read", "decode", "cache_write", "sample_ops", "collate", "worker_batch_ops", "wait",
+                 "host_to_device", "device_ops", "step", "other")
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
