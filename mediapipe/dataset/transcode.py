@@ -207,9 +207,6 @@ def turbo_takes_scale(size: tuple[int, int], scale: int) -> bool:
     return not any(all(-(-side * m // 8) <= r for side, r in zip(size, reduced)) for m in range(8 // scale + 1, 9))
 
 
-# the frames libjpeg-turbo decodes at a reduced scale: sequential and progressive DCT, Huffman or arithmetic
-
-
 # EXIF orientation -> the Image.Transpose that turns it upright, as ImageOps.exif_transpose has it
 EXIF_TRANSPOSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
                   7: "TRANSVERSE", 8: "ROTATE_90"}
