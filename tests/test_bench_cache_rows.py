@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import mediapipe as mp
 from mediapipe.bench import cache_folder, images, report, scenarios
 from mediapipe.bench.core import CACHE_ROWS, Result, ratio_rows
 
@@ -25,13 +26,17 @@ def _run(backend: str, folder: Path, batches: int, monkeypatch: pytest.MonkeyPat
     made: list[Path] = []
     real = images.bench_cache_folder
     monkeypatch.setattr(images, "bench_cache_folder", lambda: made.append(real()) or made[-1])
+    loaders: list = []  # the row's loader first, then the cached row's filling one
+    pipeline_loader = mp.Pipeline.loader
+    monkeypatch.setattr(mp.Pipeline, "loader", lambda self, **kw: loaders.append(pipeline_loader(self, **kw))
+                        or loaders[-1])
     stream = images.open_stream("image-train", backend, folder, device="cpu", workers=1, batch_size=4,
                                 options={"max_batches": 12})
     try:
         it = iter(stream)
         for _ in range(batches):
             next(it)
-        counts = dict(stream._make_epoch().stats.cache)
+        counts = dict(loaders[0].stats.cache)
     finally:
         stream.close()
     return seen, counts, made[0]

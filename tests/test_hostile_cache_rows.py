@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,6 +170,24 @@ def test_a_forged_shape_is_a_rejected_entry(tmp_path, field):
     _forge(bound, [field])
     stats = StageStats()
     assert bound.read(0, [["x"]], stats) is None and stats.cache == {"rejected": 1, "misses": 1}
+
+
+def test_a_removed_cache_folder_is_not_made_again_by_a_late_write(tmp_path):
+    """A cleared key is made again, but not the cache's own folder: a worker still writing after its
+    owner removed the whole folder (the bench's row at close) made it, and its parents, again."""
+    root = tmp_path / "cache"
+    cache = E.EpochCache(root, max_bytes=1 << 24)
+    bound = E.CacheBinding(cache, "0" * 32, ("image",), (), ("image",))
+    bound.folder.mkdir()
+    image = torch.from_numpy(photo_like(20, 30, 1)).permute(2, 0, 1)
+    stats = StageStats()
+    bound.write(0, [["x"]], {"image": image}, stats)
+    cache.clear()
+    bound.write(1, [["x"]], {"image": image}, stats)  # a cleared key: made again
+    assert bound.path(1).exists()
+    shutil.rmtree(root)
+    bound.write(2, [["x"]], {"image": image}, stats)  # the cache itself removed: nothing stored
+    assert not root.exists() and stats.cache["stored"] == 2 and stats.cache["skipped"] == 1
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -114,13 +114,20 @@ def open_mediapipe_cached(scenario: str, data: Path, *, device: str, workers: in
         raise
     epochs = 0
     repeated = isinstance(pipe.plan.source, RepeatedSource)  # one long epoch: every pass new to the fill row
+    running: list[Any] = []  # the pass being read: its workers stop before the folder is removed
 
     def epoch() -> Any:
         nonlocal epochs
         if fill and not repeated and epochs:
             cache.clear()
         epochs += 1
-        return loader
+        running[:] = [iter(loader)]
+        return running[0]
+
+    def close() -> None:
+        for one in running:
+            one.close()
+        close_cache_folder(folder)
 
     def touched(batch: Any) -> int:
         skipped = getattr(loader.stats, "cache", {}).get("skipped", 0)
@@ -131,7 +138,7 @@ def open_mediapipe_cached(scenario: str, data: Path, *, device: str, workers: in
 
     prefetch = getattr(loader, "prefetch", 2)
     return EpochStream(epoch, buffered=max(1, workers) * prefetch + 1, stats=lambda: loader_stages(loader),
-                       samples=touched, on_close=lambda: close_cache_folder(folder))
+                       samples=touched, on_close=close)
 
 
 def open_mediapipe_dali(scenario: str, data: Path, *, device: str, workers: int, batch_size: int,

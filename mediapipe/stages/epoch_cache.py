@@ -403,8 +403,8 @@ class CacheBinding:
         total = start + sum(_aligned(f.numel()) for f in flat)
         final = self.path(index)
         try:
-            if not self.folder.is_dir():  # cleared (`EpochCache.clear`) since it was bound: made again
-                _own_folder(self.folder)
+            if not self.folder.is_dir():  # cleared (`EpochCache.clear`) since it was bound: made again, but
+                _own_folder(self.folder, parents=False)  # a removed cache folder is not: nothing is stored
             reserved = total <= min(self.cache.max_bytes, MAX_ENTRY) and self._reserve(final, total)
         except (OSError, PipelineError):  # a read-only or full folder, a ledger that cannot be opened: uncached
             reserved = False
@@ -549,11 +549,12 @@ def _write_all(fd: int, parts: list[Any]) -> None:
             view = view[os.write(fd, view):]
 
 
-def _own_folder(path: Path, strict: bool = True) -> None:
-    """Make ``path`` (mode 0700) or check it is a folder, not a link, and (``strict``) this user's and
-    written by no other: another user's folder under /dev/shm could hand this process entries of its choosing."""
+def _own_folder(path: Path, strict: bool = True, parents: bool = True) -> None:
+    """Make ``path`` (mode 0700; its missing parents too with ``parents``) or check it is a folder, not a
+    link, and (``strict``) this user's and written by no other: another user's folder under /dev/shm
+    could hand this process entries of its choosing."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=parents, exist_ok=True)
         st = os.lstat(path)
     except OSError as err:
         raise PipelineError(f"cache folder {path}: {err.strerror or err}") from None
