@@ -218,12 +218,10 @@ def _die_with_parent(parent: int | None) -> None:
     """Have the kernel SIGKILL this worker when the process that started it dies (Linux's
     PR_SET_PDEATHSIG), rather than finish a long item for no one; a worker whose parent died
     before that took hold exits now. Elsewhere the worker exits after its item, at its pipe's EOF."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
+    from mediapipe.loaders.parent_watch import set_parent_death_signal  # the loader workers' own call
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if not set_parent_death_signal():
+        return
     if parent is not None and os.getppid() != parent:
         os._exit(0)
 
