@@ -46,7 +46,6 @@ from mediapipe.bench.ffcv_peer import bench_conversions
 from mediapipe.bench.progress import make_progress
 from mediapipe.bench.scenarios import GPU_ONLY, SCENARIOS, Scenario, unit_of, why_not
 from mediapipe.bench.verdict import short_run_warnings
-from mediapipe.bench.warm_memory import fill_bytes, touch_memory
 from mediapipe.bench.worker import BackendError, BackendProcess, set_preload
 
 OURS = "mediapipe"
@@ -320,10 +319,6 @@ def _run_group(scenario: Scenario, workers: int, rows: list[Result], data: dict[
     """Every (backend, dataset) row of one (scenario, workers) comparison, alive together, alternated."""
     # batches a stream must be able to give: generous, since drains depend on each backend's prefetch
     max_batches = 2 + settings.warmup + settings.repeats * (settings.batches + 4 * max(1, workers) + 2)
-    # what a cache-fill row will store, written once and freed: its entries then land in pages the
-    # machine has used before, as on any machine but a VM fresh from boot (`warm_memory`)
-    touch_memory(sum(fill_bytes(max_batches, row.batch_size or 64, data_info.get(row.data, {}))
-                     for row in rows if row.backend == "mediapipe-cache-fill"))
     procs: dict[int, BackendProcess] = {}
     reps: dict[int, list[Rep]] = {id(r): [] for r in rows}
     drains: dict[int, int] = {}

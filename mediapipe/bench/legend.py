@@ -42,9 +42,7 @@ BACKENDS: dict[str, str] = {
     "mediapipe-cached": "this library's loader with an epoch cache (mp.EpochCache) in RAM, images decoded in the "
                         "workers, filled by one untimed epoch first: the second epoch on (decoded images read, the random ops run)",
     "mediapipe-cache-fill": "this library's loader with an epoch cache that every sample is new to (decoded whole, "
-                            "then stored): the first epoch's cost; before its group the harness writes and frees as "
-                            "much memory as it will store, so that its entries land in pages the machine has used "
-                            "before (a VM fresh from boot backs each page on its first touch)",
+                            "then stored): the first epoch's cost",
     "mediapipe-dali": "this library's pipeline lowered onto DALI: pipe.loader(backend='dali')",
     "mediapipe-hf": "this library reading a Parquet copy of the images through mp.loaders.huggingface()",
     "mediapipe-ray": "this library with its sample stage on Ray actors: pipe.loader(backend='ray')",
