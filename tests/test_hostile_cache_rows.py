@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from mediapipe.bench.long_epoch import RepeatedSource
 from mediapipe.loaders.sources.folder import Source
 from mediapipe.stages import epoch_cache as E
 from mediapipe.stages import sample_stage
+from mediapipe.stages.checksum import entry_checksum
 from mediapipe.stages.stats import StageStats
 from mediapipe.synthetic import jpeg_bytes, photo_like
 
@@ -143,11 +143,11 @@ def test_the_ops_after_the_cache_see_the_layout_they_see_uncached(tmp_path, monk
 
 
 def _forge(bound: E.CacheBinding, fields) -> None:
-    """Entry 0 with a header of these fields and a CRC that matches it (what a forger computes)."""
+    """Entry 0 with a header of these fields and a checksum that matches it (what a forger computes)."""
     header = json.dumps({"format": E.FORMAT, "stamp": [["x"]], "fields": fields}).encode()
     start = E._aligned(E._PREFIX.size + len(header))
     payload = bytes(64)
-    crc = zlib.crc32(payload, zlib.crc32(header))
+    crc = entry_checksum(header, [torch.zeros(64, dtype=torch.uint8)])
     bound.path(0).write_bytes(E._PREFIX.pack(E.MAGIC, len(header), crc) + header
                               + bytes(start - E._PREFIX.size - len(header)) + payload)
 

@@ -15,7 +15,8 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   killed at any point leaves no torn entry (its temporary file is ignored, and removed when
   a loader next opens the cache and its process is gone). Reading checks the magic, the
   header, every dtype and shape, the size against the budget before anything is allocated,
-  the file's length and a CRC-32: any mismatch is a miss (decoded again), never an error.
+  the file's length and a checksum of every byte it reads: any mismatch is a miss (decoded
+  again), never an error.
 * **Bounded.** ``max_bytes`` bounds the entries of one cache key (one dataset and pipeline),
   shared by every process through a ledger file updated under ``flock``. A sample that does
   not fit is not cached and is decoded each epoch as without a cache. The ledger never
@@ -50,7 +51,6 @@ import secrets
 import shutil
 import stat
 import struct
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,6 +61,7 @@ import torch
 
 from mediapipe.errors import PipelineError
 from mediapipe.loaders.parent_watch import process_alive
+from mediapipe.stages.checksum import entry_checksum
 
 if TYPE_CHECKING:
     from mediapipe.plan import PlacedOp, Plan
@@ -69,9 +70,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SHARE", "DETERMINISTIC_OPS", "EpochCache", "CacheBinding", "cache_counts", "resolve_cache"]
 
-FORMAT = 2  # 2: each field stored in its memory order (``order``)
+FORMAT = 3  # 2: each field stored in its memory order (``order``); 3: checked by `entry_checksum`
 MAGIC = b"MPEC\x01\x00\x00\x00"
-_PREFIX = struct.Struct("<8sII")  # magic, header length, CRC-32 of header and payload
+_PREFIX = struct.Struct("<8sII")  # magic, header length, `entry_checksum` of header and fields
 ALIGN = 64  # each field's bytes start at a multiple of this
 MAX_HEADER = 1 << 16
 MAX_DIMS = 8
@@ -331,8 +332,10 @@ class CacheBinding:
         payload = bytearray(total - start)
         if os.preadv(fd, [payload], start) != len(payload):
             raise ValueError("short read")
-        if len(raw) != header_len or zlib.crc32(payload, zlib.crc32(raw)) != crc:
-            raise ValueError("CRC mismatch")
+        data = torch.frombuffer(payload, dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
+        if len(raw) != header_len or entry_checksum(raw, (data[offset:offset + nbytes]
+                                                          for _, _, _, _, offset, nbytes, _ in layout)) != crc:
+            raise ValueError("checksum mismatch")
         return {name: _tensor(payload, dtype, shape, offset, count).permute(_inverse(order))
                 for name, dtype, shape, order, offset, _, count in layout}
 
@@ -396,9 +399,7 @@ class CacheBinding:
         header = json.dumps({"format": FORMAT, "stamp": stamp, "fields": fields}, sort_keys=True).encode()
         start = _aligned(_PREFIX.size + len(header))
         payload = [part for f in flat for part in (f.numpy(), bytes(_aligned(f.numel()) - f.numel()))]
-        crc = zlib.crc32(header)
-        for part in payload:
-            crc = zlib.crc32(part, crc)
+        crc = entry_checksum(header, flat)
         parts = [_PREFIX.pack(MAGIC, len(header), crc), header, bytes(start - _PREFIX.size - len(header)), *payload]
         total = start + sum(_aligned(f.numel()) for f in flat)
         final = self.path(index)

@@ -1,0 +1,94 @@
+"""The epoch cache's entry checksum: the formula written out with numpy, and the damage it must catch."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from mediapipe.stages.checksum import ROW_BYTES, entry_checksum
+
+
+def _photo_bytes(n: int, seed: int = 0) -> torch.Tensor:
+    """Smooth image-like bytes (gradients and a little noise), not uniform noise."""
+    rng = np.random.default_rng(seed)
+    x = np.arange(n)
+    wave = 128 + 60 * np.sin(x / 97.0) + 40 * np.cos(x / 13.0) + rng.normal(0, 3, n)
+    return torch.from_numpy(np.clip(wave, 0, 255).astype(np.uint8))
+
+
+def _oracle(header: bytes, fields: list[torch.Tensor]) -> int:
+    """The check written out: per field, column sums and row-number-weighted row sums of the 64-bit
+    words in whole 512-byte rows (modulo 2**64), then the bytes past them and the length, all CRC-32'd."""
+    crc = zlib.crc32(header)
+    for field in fields:
+        raw = field.numpy().tobytes()
+        whole = len(raw) - len(raw) % ROW_BYTES
+        if whole:
+            words = np.frombuffer(raw[:whole], dtype="<u8").reshape(-1, 64)
+            with np.errstate(over="ignore"):
+                columns = words.sum(axis=0, dtype=np.uint64)
+                rows = words.sum(axis=1, dtype=np.uint64)
+                weighted = (rows * np.arange(1, len(rows) + 1, dtype=np.uint64)).sum(dtype=np.uint64)
+            crc = zlib.crc32(columns.astype("<u8").tobytes() + np.uint64(weighted).astype("<u8").tobytes(), crc)
+            crc = zlib.crc32(raw[whole:] + len(raw).to_bytes(8, "little"), crc)
+        else:
+            crc = zlib.crc32(raw + len(raw).to_bytes(8, "little"), crc)
+    return crc
+
+
+@pytest.mark.parametrize("sizes", [[0], [7], [512], [513 * 64], [150_528, 64, 0], [224 * 224 * 3]])
+def test_the_checksum_is_the_formula(sizes):
+    fields = [_photo_bytes(n, seed=i) for i, n in enumerate(sizes)]
+    assert entry_checksum(b'{"h": 1}', fields) == _oracle(b'{"h": 1}', fields)
+
+
+def test_sums_wrap_modulo_2_to_the_64():
+    fields = [torch.full((ROW_BYTES * 40,), 255, dtype=torch.uint8)]
+    assert entry_checksum(b"", fields) == _oracle(b"", fields)
+
+
+def test_an_unaligned_view_checks_as_its_bytes():
+    base = _photo_bytes(ROW_BYTES * 9 + 11)
+    view = base[3:]
+    assert view.storage_offset() == 3
+    assert entry_checksum(b"", [view]) == entry_checksum(b"", [view.clone()])
+
+
+def _damaged(data: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
+    """``data`` (``rows`` whole rows, then a partial one) damaged in each way a check must catch."""
+    def in_rows(change) -> torch.Tensor:
+        words = data[: rows * ROW_BYTES].clone().view(torch.int64).view(rows, 64)
+        change(words)
+        return torch.cat([words.view(-1).view(torch.uint8), data[rows * ROW_BYTES:]])
+
+    def swap_rows(w): w[[2, 7]] = w[[7, 2]]
+    def swap_in_column(w): w[[1, 5], 9] = w[[5, 1], 9]
+    def swap_in_row(w): w[4, [3, 40]] = w[4, [40, 3]]
+    def flip(w): w[3, 17] ^= 1 << 33
+
+    tail, zeroed = data.clone(), data.clone()
+    tail[-1] ^= 0x80
+    zeroed[len(data) // 2:] = 0
+    return {"one bit in a whole row": in_rows(flip), "one bit past the last whole row": tail,
+            "two rows swapped": in_rows(swap_rows), "two words of one column swapped": in_rows(swap_in_column),
+            "two words of one row swapped": in_rows(swap_in_row), "second half zeroed": zeroed,
+            "cut short by a row": data[:-ROW_BYTES]}
+
+
+def test_damage_changes_the_checksum():
+    data = torch.cat([_photo_bytes(ROW_BYTES * 20), _photo_bytes(100, seed=1)])
+    good = entry_checksum(b"h", [data])
+    for what, bad in _damaged(data, 20).items():
+        assert not torch.equal(bad, data), what
+        assert entry_checksum(b"h", [bad]) != good, what
+
+
+def test_the_header_and_the_field_boundaries_count():
+    a, b = _photo_bytes(ROW_BYTES * 3), _photo_bytes(ROW_BYTES * 2, seed=1)
+    good = entry_checksum(b"h", [a, b])
+    assert entry_checksum(b"H", [a, b]) != good
+    assert entry_checksum(b"h", [b, a]) != good
+    assert entry_checksum(b"h", [torch.cat([a, b])]) != good
