@@ -16,6 +16,7 @@ from helpers import write_image_folder
 from PIL import Image
 
 from mediapipe.bench import ffcv_peer, harness, report, scenarios
+from mediapipe.bench.core import Result
 from mediapipe.bench.image_data import EVAL, IMAGENET_MEAN, IMAGENET_STD, TRAIN
 from mediapipe.errors import SourceError
 
@@ -226,3 +227,66 @@ def test_bench_runs_ffcv_beside_mediapipe_with_the_conversion_table(folder: Path
 
 def test_the_report_without_conversions_has_no_conversion_table() -> None:
     assert "conversion of" not in report.render_table({"results": []})
+
+
+# -- FFCV's output quality against the full-decode reference ------------------------------------------
+def test_the_centre_box_is_the_formula_and_ffcvs() -> None:
+    # int(224/256 * 300) = 262; margins (300 - 262) // 2 = 19 and (400 - 262) // 2 = 69
+    assert ffcv_peer.center_box(300, 400, 224 / 256) == (19, 69, 262, 262)
+    assert ffcv_peer.center_box(401, 299, 0.5) == (126, 75, 149, 149)  # (401 - 149) // 2, (299 - 149) // 2
+    rgb_image = pytest.importorskip("ffcv.fields.rgb_image")
+    for h, w in [(300, 400), (401, 299), (33, 1000), (224, 224)]:
+        assert ffcv_peer.center_box(h, w, 224 / 256) == tuple(rgb_image.get_center_crop(h, w, None, 224 / 256))
+
+
+def test_the_reference_is_torchvisions_resized_crop_of_the_same_region() -> None:
+    tvf = pytest.importorskip("torchvision.transforms.v2.functional")
+    from mediapipe.synthetic import photo_like
+
+    image = photo_like(300, 400, 5)
+    got = ffcv_peer.reference_crop(image, (20, 70, 260, 260), (300, 400), 224)
+    want = tvf.resized_crop(torch.from_numpy(image).permute(2, 0, 1), 20, 70, 260, 260, [224, 224],
+                            antialias=True).permute(1, 2, 0).numpy()
+    assert got.shape == (224, 224, 3) and np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    # a box in a .beton stored at half the size is the same region of the source
+    assert np.array_equal(ffcv_peer.reference_crop(image, (10, 35, 130, 130), (150, 200), 224), got)
+
+
+QUALITY_SCRIPT = """
+import json, os, sys
+from pathlib import Path
+from mediapipe.bench import ffcv_peer
+
+data = Path(sys.argv[1])
+beton = ffcv_peer.ensure_beton(data, workers=1)
+good = ffcv_peer.ffcv_quality(data, beton, samples=4)
+box = ffcv_peer.center_box
+ffcv_peer.center_box = lambda h, w, r: (lambda t, l, a, b: (t + 4, l + 4, a, b))(*box(h, w, r))
+shifted = ffcv_peer.ffcv_quality(data, beton, samples=4)
+print(json.dumps({"good": good, "shifted": shifted}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_ffcv_output_is_scored_against_the_same_region_of_the_source(folder: Path, cache: Path) -> None:
+    pytest.importorskip("ffcv")
+    import json
+
+    done = subprocess.run([sys.executable, "-c", QUALITY_SCRIPT, str(folder)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    scores = json.loads(done.stdout.strip().splitlines()[-1])
+    good, shifted = scores["good"], scores["shifted"]
+    assert good["samples"] == 4 and good["op"] == "CenterCropRGBImageDecoder"
+    assert 30 < good["min_db"] <= good["median_db"] < 100  # a q90 re-encode and another resize: close, not exact
+    assert shifted["median_db"] < good["median_db"] - 5  # the box is where FFCV crops: 4 pixels off is far worse
+
+
+def test_the_psnr_column_shows_ffcvs_own_quality() -> None:
+    row = Result(TRAIN, "ffcv", "cpu", 2, samples_per_s=10.0, samples_per_s_min=9.0, samples_per_s_max=11.0,
+                 quality={"samples": 48, "median_db": 43.97, "min_db": 40.74, "p10_db": 42.2,
+                          "max_abs_error": 28}).as_dict()
+    text = report.render_table({"results": [row]})
+    assert "PSNR med/min" in text and "44.0/40.7 dB" in text
+    assert "43.97" not in report.render_table({"results": [{**row, "quality": {"samples": 0, "error": "x"}}]})

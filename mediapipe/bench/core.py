@@ -245,6 +245,7 @@ class Result:
     step_ms: float | None = None
     wait_s: float | None = None
     input_bound: bool | None = None
+    quality: dict[str, Any] | None = None  # ffcv: its output against the full-decode reference (PSNR)
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ FFCV reads only its own format: each dataset a row runs on is written once into 
 (beside a built-in dataset, else under the bench cache), at the max side and JPEG quality the
 ``--as-shards`` copy is converted with, and named by the data's identity (files, sizes, mtimes,
 labels, settings), so a changed folder is written again. `bench_conversions` times FFCV's
-DatasetWriter against `mediapipe convert` on the same folder and workers, in the run.
+DatasetWriter against `mediapipe convert` on the same folder and workers, in the run;
+`ffcv_quality` scores FFCV's own output against the full-decode reference (the PSNR column).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mediapipe.bench import datasets
+from mediapipe.bench.fused_quality import PSNR_CAP
 from mediapipe.bench.image_data import (
     EVAL,
     IMAGE_EXTENSIONS,
@@ -291,6 +293,70 @@ def open_ffcv(scenario: str, data: Path, *, device: str, workers: int, batch_siz
                        samples=lambda batch: touch_image({"image": batch[0]}))
 
 
+# -- what FFCV's output costs in quality ------------------------------------------------------------
+QUALITY_SAMPLES = 48  # images per dataset, spread over it (as the fused decode's PSNR)
+QUALITY_SIDE = 224
+QUALITY_RATIO = 224 / 256
+
+
+def center_box(height: int, width: int, ratio: float) -> tuple[int, int, int, int]:
+    """(top, left, height, width) of the centre crop FFCV's `CenterCropRGBImageDecoder` takes: a
+    square of ``int(ratio * shorter side)``, its corner at half the margins (floored)."""
+    side = int(ratio * min(height, width))
+    return (height - side) // 2, (width - side) // 2, side, side
+
+
+def reference_crop(image: np.ndarray, box: tuple[int, int, int, int], stored: tuple[int, int], side: int) -> np.ndarray:
+    """The box (in the ``stored`` (height, width) of the .beton) of the source ``image`` (HxWx3
+    uint8, fully decoded), mapped onto the source's own size, resized to ``side`` with the
+    antialiased bilinear resize this library's ops use: the reference FFCV's output is scored against."""
+    import torch
+
+    from mediapipe.augment.functional.geometry import resize_image
+
+    sy, sx = image.shape[0] / stored[0], image.shape[1] / stored[1]
+    top, left, h, w = box
+    y0, x0 = round(top * sy), round(left * sx)
+    y1, x1 = max(y0 + 1, round((top + h) * sy)), max(x0 + 1, round((left + w) * sx))
+    region = torch.from_numpy(np.ascontiguousarray(image[y0:y1, x0:x1])).permute(2, 0, 1)
+    return resize_image(region, (side, side), "bilinear", antialias=True).permute(1, 2, 0).numpy()
+
+
+def ffcv_quality(data: Path, beton: Path, samples: int = QUALITY_SAMPLES) -> dict[str, Any]:
+    """FFCV's own output against the full-decode reference the fused decode's PSNR uses: its
+    `CenterCropRGBImageDecoder` (its JPEG decode of the .beton's re-encoded image, crop and
+    resize, the path its RandomResizedCrop decoder runs on a random box, which its loader does
+    not expose) against a Pillow decode of the source image, the same box, `reference_crop`.
+    PSNR in dB (median, 10th percentile, min) and the largest absolute error."""
+    import_ffcv()
+    from ffcv.fields.decoders import CenterCropRGBImageDecoder, IntDecoder
+    from ffcv.loader import Loader, OrderOption
+    from ffcv.reader import Reader
+    from ffcv.transforms import ToTensor
+    from PIL import Image
+
+    rows = image_rows(Path(data))
+    picks = np.arange(0, len(rows), max(1, len(rows) // samples))[:samples]
+    meta = Reader(str(beton)).metadata["f0"]  # the fields in `write_beton`'s order: image, label
+    loader = Loader(str(beton), batch_size=len(picks), num_workers=1, order=OrderOption.SEQUENTIAL,
+                    indices=picks, drop_last=False, pipelines={
+                        "image": [CenterCropRGBImageDecoder((QUALITY_SIDE, QUALITY_SIDE), ratio=QUALITY_RATIO),
+                                  ToTensor()], "label": [IntDecoder(), ToTensor()]})
+    got = np.concatenate([batch[0].numpy() for batch in loader])
+    scores, worst = [], 0
+    for out, index in zip(got, picks):
+        stored = (int(meta[index]["height"]), int(meta[index]["width"]))
+        with Image.open(io.BytesIO(read_row(rows[index][0]))) as im:
+            source = np.asarray(im.convert("RGB"))
+        want = reference_crop(source, center_box(*stored, QUALITY_RATIO), stored, QUALITY_SIDE)
+        error = out.astype(np.int32) - want.astype(np.int32)
+        mse = float(np.mean(error.astype(np.float64) ** 2))
+        scores.append(PSNR_CAP if mse == 0 else min(PSNR_CAP, 10 * float(np.log10(255**2 / mse))))
+        worst = max(worst, int(np.abs(error).max()))
+    return {"samples": len(scores), "op": "CenterCropRGBImageDecoder", "median_db": float(np.median(scores)),
+            "p10_db": float(np.percentile(scores, 10)), "min_db": float(min(scores)), "max_abs_error": worst}
+
+
 # -- conversion time, in the bench run ---------------------------------------------------------------
 def _read_all(rows: list[Row]) -> None:
     """Every image read once, so each timed conversion starts from the same (warm) page cache."""
@@ -341,6 +407,14 @@ def measure_conversions(folder: Path, workers: int) -> list[dict[str, Any]]:
     return results
 
 
+def _quality_or_error(data: Path, beton: Path) -> dict[str, Any]:
+    """`ffcv_quality`, or why it failed (the speed rows do not depend on it)."""
+    try:
+        return ffcv_quality(data, beton)
+    except Exception as err:  # noqa: BLE001 - FFCV's loader raises whatever its pipeline does
+        return {"samples": 0, "error": f"{type(err).__name__}: {err}"}
+
+
 def _convert_or_fail(result: Any, folder: Path) -> None:
     if result.failures:
         raise SourceError(str(folder), f"mediapipe convert: {len(result.failures)} images failed, first "
@@ -359,15 +433,19 @@ def bench_conversions(live: list[tuple[Any, Any]], data: dict[str, dict[str, Any
     if not rows:
         return []
     folders: dict[tuple[str, int], tuple[str, Path]] = {}
+    qualities: dict[Path, dict[str, Any]] = {}
     bar = make_progress(len(rows), "datasets", "bench: FFCV .beton files", progress)
     try:
         for scenario, row in rows:
             path = Path(data[scenario.name][row.data].path)
             try:
-                ensure_beton(path, workers=ffcv_threads(row.workers))
+                beton = ensure_beton(path, workers=ffcv_threads(row.workers))
             except (NotImplementedError, OSError, ValueError) as err:
                 row.error = str(err) if str(err).startswith("not ") else f"writing FFCV's .beton: {err}"
             else:
+                if beton not in qualities:
+                    qualities[beton] = _quality_or_error(path, beton)
+                row.quality = qualities[beton]
                 if dataset_layout(path) == "folder":
                     folders.setdefault((str(path.resolve()), row.workers), (row.data, path))
             bar.update(1)

@@ -32,7 +32,10 @@ COLUMNS: dict[str, str] = {
                    "the step time",
     "PSNR med/min": "the fused decode (crop chosen before decoding, reduced DCT scale, a progressive JPEG's final "
                     "refinement scans skipped) against a full decode then "
-                    "the same crop: median/minimum dB over the dataset; 'exact' when bit-identical",
+                    "the same crop: median/minimum dB over the dataset; 'exact' when bit-identical. ffcv: its "
+                    "centre-crop decoder's output (its decode of the .beton's re-encoded JPEG, crop and resize, "
+                    "as its random-crop decoder runs them) against a full decode of the source image, the "
+                    "same box, antialiased bilinear resize",
     "mediapipe/peer": "this library's samples/s over the row's, same scenario, device, workers and data",
 }
 
