@@ -92,3 +92,47 @@ def test_the_header_and_the_field_boundaries_count():
     assert entry_checksum(b"H", [a, b]) != good
     assert entry_checksum(b"h", [b, a]) != good
     assert entry_checksum(b"h", [torch.cat([a, b])]) != good
+
+
+def _stored_and_read(tmp_path, value: torch.Tensor) -> torch.Tensor:
+    from mediapipe.stages import epoch_cache as E
+    from mediapipe.stages.stats import StageStats
+
+    bound = E.CacheBinding(E.EpochCache(tmp_path, max_bytes=1 << 24), "0" * 32, ("image",), (), ("image",))
+    bound.folder.mkdir()
+    stats = StageStats()
+    bound.write(0, [["x"]], {"image": value}, stats)
+    got = bound.read(0, [["x"]], stats)
+    assert got is not None and stats.cache == {"stored": 1, "hits": 1}, dict(stats.cache)
+    return got["image"]
+
+
+_WORDS = torch.arange(0, 6000, dtype=torch.int64).to(torch.uint8)
+
+
+@pytest.mark.parametrize("value", [
+    torch.rand(7, 9, 3, generator=torch.Generator().manual_seed(0)) > 0.5,
+    torch.randn(3, 17, 5, generator=torch.Generator().manual_seed(1)).half(),
+    torch.randint(-300, 300, (3, 11, 13), dtype=torch.int16, generator=torch.Generator().manual_seed(2)),
+    _WORDS[3 : 3 + 3 * 40 * 41].view(3, 40, 41),  # starts 3 bytes into its storage
+    torch.tensor([1, 2, 3], dtype=torch.uint8).view(3, 1, 1).expand(3, 64, 64),
+    torch.zeros(3, 0, 5, dtype=torch.uint8),
+    _photo_bytes(600 * 700 * 3).view(600, 700, 3).permute(2, 0, 1),
+    torch.randn(3, 100, 100, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 1e300,
+], ids=["bool", "float16", "int16-odd-bytes", "unaligned-view", "expanded", "empty", "channels-last", "float64-huge"])
+def test_every_kind_of_field_is_stored_and_read_back_checked(tmp_path, value):
+    got = _stored_and_read(tmp_path, value)
+    assert got.dtype == value.dtype and got.shape == value.shape and torch.equal(got, value)
+
+
+def test_the_check_is_the_same_on_any_number_of_threads():
+    data = torch.full((ROW_BYTES * 300,), 255, dtype=torch.uint8)
+    data[::7] = 3  # sums that wrap
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = entry_checksum(b"h", [data])
+        torch.set_num_threads(2)
+        assert entry_checksum(b"h", [data]) == one == _oracle(b"h", [data])
+    finally:
+        torch.set_num_threads(threads)
