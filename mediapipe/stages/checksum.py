@@ -1,10 +1,11 @@
 """The epoch cache's entry check: a 32-bit sum over 64-bit words, cheaper than CRC-32 over every byte.
 
-Each field's bytes are read as rows of 64 little 64-bit words: the 64 column sums catch any changed
-word (a flipped bit, a zeroed or torn tail), and the sum of row sums weighted by row number catches
-rows or words moved between rows. CRC-32 of those sums, of the few bytes past the last whole row and
-of the header gives the stored 32-bit value. It guards against damage, not forgery: the cache folder's
-owner check is what keeps other users' entries out.
+Each field's bytes are read as rows of 64 64-bit words, in native byte order (an entry is read on
+the machine that wrote it): the 64 column sums catch any changed word (a flipped bit, a zeroed or
+torn tail), and the sum of row sums weighted by row number catches rows or words moved between
+rows. CRC-32 of those sums, of the few bytes past the last whole row and of the header gives the
+stored 32-bit value. It guards against damage, not forgery: the cache folder's owner check is what
+keeps other users' entries out.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   killed at any point leaves no torn entry (its temporary file is ignored, and removed when
   a loader next opens the cache and its process is gone). Reading checks the magic, the
   header, every dtype and shape, the size against the budget before anything is allocated,
-  the file's length and a checksum of every byte it reads: any mismatch is a miss (decoded
-  again), never an error.
+  the file's length and a checksum of the header and every field's bytes: any mismatch is a
+  miss (decoded again), never an error.
 * **Bounded.** ``max_bytes`` bounds the entries of one cache key (one dataset and pipeline),
   shared by every process through a ledger file updated under ``flock``. A sample that does
   not fit is not cached and is decoded each epoch as without a cache. The ledger never
