@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SHARE", "DETERMINISTIC_OPS", "EpochCache", "CacheBinding", "cache_counts", "resolve_cache"]
 
-FORMAT = 3  # 2: each field stored in its memory order (``order``); 3: checked by `entry_checksum`
+FORMAT = 4  # 2: each field stored in its memory order (``order``); 4: checked by `entry_checksum`
 MAGIC = b"MPEC\x01\x00\x00\x00"
 _PREFIX = struct.Struct("<8sII")  # magic, header length, `entry_checksum` of header and fields
 ALIGN = 64  # each field's bytes start at a multiple of this
