@@ -1,12 +1,14 @@
-"""The epoch cache's entry check: CRC-32C written out bit by bit, and the damage it must catch."""
+"""The epoch cache's entry check: the CRC written out bit by bit, and the damage it must catch."""
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pytest
 import torch
 
-from mediapipe.stages.checksum import entry_checksum
+from mediapipe.stages.checksum import ALGORITHM, entry_checksum
 
 ROW_BYTES = 512  # a block of the damage below
 
@@ -30,12 +32,19 @@ def _crc32c(data: bytes, crc: int = 0) -> int:
 
 
 def _oracle(header: bytes, fields: list[torch.Tensor]) -> int:
-    """The check written out: CRC-32C of the header, then of each field's bytes and its length."""
-    crc = _crc32c(header)
+    """The check written out: the CRC of the header, then of each field's bytes and its length;
+    CRC-32C bit by bit where the library uses crc32c, else zlib's CRC-32."""
+    crc_of = _crc32c if ALGORITHM == "crc32c" else zlib.crc32
+    crc = crc_of(header)
     for field in fields:
         raw = field.numpy().tobytes()
-        crc = _crc32c(raw + len(raw).to_bytes(8, "little"), crc)
+        crc = crc_of(raw + len(raw).to_bytes(8, "little"), crc)
     return crc
+
+
+def test_the_dev_install_checks_with_crc32c():
+    pytest.importorskip("crc32c")
+    assert ALGORITHM == "crc32c"
 
 
 def test_the_oracle_is_crc32c():
