@@ -126,11 +126,10 @@ PSNR_CAP = 100.0  # what the benchmark gives a bit-exact output (mediapipe.bench
 
 def _fused_psnr(report: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
     """The fused decode's quality on the row's dataset (`mediapipe.bench.fused_quality.fused_psnr`),
-    for this library's CPU rows: what the speed was bought at; for an ffcv row its own output's
-    (`mediapipe.bench.ffcv_peer.ffcv_quality`)."""
-    if row.get("backend") == "ffcv":
-        quality = row.get("quality")
-        return quality if quality and quality.get("samples") else None
+    for this library's CPU rows: what the speed was bought at; a row that measured its own output
+    (an ffcv row: `mediapipe.bench.ffcv_peer.ffcv_quality`) has it in ``quality``."""
+    if "quality" in row and row["quality"] is not None:
+        return row["quality"] if row["quality"].get("samples") else None
     if row.get("backend") != "mediapipe" or row.get("device") != "cpu":
         return None
     by_label = (report.get("data") or {}).get(row["scenario"]) or {}

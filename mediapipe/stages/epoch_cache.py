@@ -214,8 +214,9 @@ def cache_key(plan: Plan, fields: list[str], prefix: list[PlacedOp], max_side: i
     if config is None and source.fingerprint is None:
         raise PipelineError(f"cache=: source {type(source).__name__} has neither a fingerprint nor a config "
                             "(to_config) to key its cache by: a changed dataset could be read from old entries")
-    described = {"format": FORMAT, "check": ALGORITHM, "source": {"type": type(source).__name__, "fingerprint": source.fingerprint,
-                                             "config": config, "len": len(source)},
+    described = {"format": FORMAT, "check": ALGORITHM,
+                 "source": {"type": type(source).__name__, "fingerprint": source.fingerprint, "config": config,
+                            "len": len(source)},
                  "decode": {n: plan.decode[n].to_config() for n in fields},
                  "limits": dataclasses.asdict(plan.limits),  # a limit refusing a file refuses its entry too
                  "ops": [p.op.to_config() for p in prefix], "max_side": max_side}
