@@ -126,7 +126,7 @@ PSNR_CAP = 100.0  # what the benchmark gives a bit-exact output (mediapipe.bench
 
 def _fused_psnr(report: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
     """The fused decode's quality on the row's dataset (`mediapipe.bench.fused_quality.fused_psnr`),
-    for this library's CPU rows: what the speed was bought at; a row that measured its own output
+    for this library's CPU rows: what the speed was bought at; a row that scored its own output
     (an ffcv row: `mediapipe.bench.ffcv_peer.ffcv_quality`) has it in ``quality``."""
     if "quality" in row and row["quality"] is not None:
         return row["quality"] if row["quality"].get("samples") else None
