@@ -258,6 +258,7 @@ def alive(pid: int) -> bool:
 INTERRUPTED_AT_A_FORK = """
     import os, signal
     from mediapipe.dataset import convert_local
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job inherits SIGINT ignored)
     fired = []
     def ctrl_c_now():  # Ctrl-C arriving while a worker is forked
         if not fired:
