@@ -267,7 +267,7 @@ def test_bad_cache_arguments_are_refused(image_folder, tmp_path):
     with pytest.raises(mp.PipelineError, match="neither a fingerprint nor a config"):
         unkeyed.loader(cache=mp.EpochCache(tmp_path))
     key = binding(pipe.loader(cache=mp.EpochCache(tmp_path / "c"))).key
-    (tmp_path / "c" / key).rmdir()
+    shutil.rmtree(tmp_path / "c" / key)  # its lock file and format record
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "c" / key).symlink_to(tmp_path / "elsewhere")  # entries of someone else's choosing
     with pytest.raises(mp.PipelineError, match="not a folder"):

@@ -24,6 +24,12 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   counted, so the cache may hold a little less than its budget, never more.
   `EpochCache.clear` removes the entries. A folder that takes no writes (read-only, full) is
   read, and each sample it cannot store is decoded as without a cache.
+* **Not left behind.** Each key's folder records the entry format that made it (``format``), and
+  each loader holds a shared lock on its key's ``users`` file while it lives. Binding a cache
+  removes the folders of another entry format that no live loader holds (those from before the
+  record: when untouched for `STALE_UNRECORDED` seconds), so a library upgrade does not leave its
+  old entries in RAM; `EpochCache.prune` removes every folder no live loader holds (old pipelines'
+  entries), `EpochCache.clear` every folder.
 * **Lossless by default.** A cached field is decoded whole, at full scale: the op the plan
   would fuse into the decoder (a RandomResizedCrop decoded as a DCT-scaled region) runs after
   the cache as an ordinary sample op. Batches are then bit-identical with the cache on, in
@@ -51,6 +57,7 @@ import secrets
 import shutil
 import stat
 import struct
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,6 +93,9 @@ DTYPES: dict[str, torch.dtype] = {str(d).removeprefix("torch."): d for d in (
 _ENTRY = re.compile(r"^(\d+)\.mpc$")
 _TEMP = re.compile(r"^\.(\d+)\.(\d+)\.[0-9a-f]+\.tmp$")  # .<index>.<pid>.<random>.tmp
 _KEY = re.compile(r"^[0-9a-f]{32}$")
+RECORD = "format"  # in a key's folder: {"format": FORMAT} of the library that made it
+USERS = "users"  # in a key's folder: each live loader holds a shared flock on it
+STALE_UNRECORDED = 600.0  # a folder without a record (made before records) untouched this long is another format's
 
 
 def cache_counts(stats: StageStats) -> Counter:
@@ -128,15 +138,66 @@ class EpochCache:
         fields, prefix = cached_fields(plan), stored_prefix(plan)
         binding = CacheBinding(self, cache_key(plan, fields, prefix, self.max_side), tuple(fields),
                                tuple(p.index for p in prefix), stored_names(plan, fields, prefix))
-        _own_folder(binding.folder)
+        binding.hold()
         binding.remove_stale_temps()
+        self._remove(lambda folder: folder.name != binding.key and _other_format(folder))
         return binding
 
     def clear(self) -> None:
         """Remove every entry this cache's folder holds (every key's); a loader using it fills it again."""
-        for child in self.root.iterdir():
-            if _KEY.match(child.name) and child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
+        for child in self._key_folders():
+            shutil.rmtree(child, ignore_errors=True)
+
+    def prune(self) -> list[str]:
+        """Remove the key folders no live loader holds (other pipelines' and datasets' entries, any
+        format's); the keys removed. A loader that binds one again fills it again."""
+        return self._remove(lambda folder: True)
+
+    def _key_folders(self) -> list[Path]:
+        return [c for c in self.root.iterdir() if _KEY.match(c.name) and c.is_dir() and not c.is_symlink()]
+
+    def _remove(self, chosen: Any) -> list[str]:
+        """Remove the key folders ``chosen(folder)`` picks that no live loader holds (their ``users``
+        lock taken without waiting, and kept while they are removed); the keys removed."""
+        removed = []
+        for folder in self._key_folders():
+            if not chosen(folder):
+                continue
+            try:
+                fd = os.open(folder / USERS, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except OSError:  # gone already, or not ours to lock: left as it is
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # a live loader holds it
+                os.close(fd)
+                continue
+            try:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder.name)
+            finally:
+                os.close(fd)
+        return removed
+
+
+def _other_format(folder: Path) -> bool:
+    """Whether a key's folder was made by a library of another entry format: its record says so (or
+    cannot be read), or it has none and is older than records and untouched for `STALE_UNRECORDED`."""
+    try:
+        fd = os.open(folder / RECORD, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            return time.time() - os.lstat(folder).st_mtime > STALE_UNRECORDED
+        return False
+    except OSError:
+        return True
+    try:
+        record = json.loads(os.pread(fd, 256, 0))
+        return not isinstance(record, dict) or record.get("format") != FORMAT
+    except (OSError, ValueError, UnicodeDecodeError):
+        return True
+    finally:
+        os.close(fd)
 
 
 def resolve_cache(cache: Any) -> EpochCache | None:
@@ -256,11 +317,41 @@ class CacheBinding:
 
     def __post_init__(self) -> None:
         self._ledger: tuple[int, int] | None = None  # (pid, fd)
+        self._users: tuple[int, int] | None = None  # (pid, fd) holding the shared lock on ``users``
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_ledger"] = None
+        state["_ledger"] = state["_users"] = None
         return state
+
+    def __del__(self) -> None:
+        users = getattr(self, "_users", None)
+        if users is not None and users[0] == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(users[1])
+
+    def hold(self) -> None:
+        """Make the key's folder and record its format, holding the shared lock on its ``users`` file
+        for as long as this binding lives (a forked worker shares it): `EpochCache.prune` and a
+        library of another format leave the folder alone while it is held."""
+        for _ in range(3):  # the folder removed by a pruner between making it and locking it: again
+            _own_folder(self.folder)
+            try:
+                fd = os.open(self.folder / USERS, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except OSError:  # a read-only folder takes no lock file: read as it is, held by nobody
+                return
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if os.fstat(fd).st_nlink and self.folder.is_dir():
+                self._users = (os.getpid(), fd)
+                break
+            os.close(fd)
+        with contextlib.suppress(FileExistsError, OSError):
+            record = os.open(self.folder / RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                             | os.O_NOFOLLOW, 0o600)
+            try:
+                _write_all(record, [json.dumps({"format": FORMAT}).encode()])
+            finally:
+                os.close(record)
 
     @property
     def folder(self) -> Path:
