@@ -99,3 +99,21 @@ def test_a_folder_whose_lock_file_cannot_be_opened_is_read_without_a_hold(image_
     hits = dict(loader.stats.cache)
     collect(loader)
     assert loader.stats.cache["hits"] - hits.get("hits", 0) == 24 and loader.plan.cache._users is None
+
+
+def test_without_the_cache_folders_lock_a_folder_pruned_while_made_is_made_again(image_folder, tmp_path,
+                                                                                 monkeypatch):
+    (tmp_path / E.ROOT_LOCK).mkdir()  # no lock file can be taken: binders and pruners are not kept apart
+    cache, pruner = mp.EpochCache(tmp_path, max_bytes=1 << 30), mp.EpochCache(tmp_path, max_bytes=1 << 30)
+    real, fired = E._own_folder, []
+
+    def made_then_pruned(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        if E._KEY.match(os.path.basename(path)) and not fired:
+            fired.append(pruner.prune())  # another process's prune() in the window before the hold
+
+    monkeypatch.setattr(E, "_own_folder", made_then_pruned)
+    binding = cache.bind(make(image_folder).plan)
+    assert fired == [[binding.key]]  # removed once, then made again and held
+    assert binding._users is not None and binding.folder.is_dir()
+    assert pruner.prune() == []

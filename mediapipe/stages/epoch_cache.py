@@ -25,7 +25,9 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   `EpochCache.clear` removes the entries. A folder that takes no writes (read-only, full) is
   read, and each sample it cannot store is decoded as without a cache.
 * **Not left behind.** Each key's folder records the entry format that made it (``format``), and
-  each loader holds a shared lock on its key's ``users`` file while it lives. Binding a cache
+  each loader holds a shared lock on its key's ``users`` file while it lives (taken under the cache
+  folder's `ROOT_LOCK`, which a pruner takes exclusively: a folder is never removed between being
+  made and being held; a forked worker closes its copies of the parent's). Binding a cache
   removes the folders of another entry format that no live loader holds (those from before the
   record: when untouched for `STALE_UNRECORDED` seconds), so a library upgrade does not leave its
   old entries in RAM; `EpochCache.prune` removes every folder no live loader holds (old pipelines'
@@ -57,7 +59,9 @@ import secrets
 import shutil
 import stat
 import struct
+import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -96,6 +100,9 @@ _KEY = re.compile(r"^[0-9a-f]{32}$")
 RECORD = "format"  # in a key's folder: {"format": FORMAT} of the library that made it
 USERS = "users"  # in a key's folder: each live loader holds a shared flock on it
 STALE_UNRECORDED = 600.0  # a folder without a record (made before records) untouched this long is another format's
+ROOT_LOCK = ".lock"  # in the cache folder: binders take it shared to make and hold a key's folder, pruners
+# exclusive to remove one, so a folder is never removed between being made and being held
+HOLD_WAIT = 1.0  # seconds a bind waits for a pruner's exclusive lock on ``users``, then goes on unheld
 
 
 def cache_counts(stats: StageStats) -> Counter:
@@ -154,7 +161,11 @@ class EpochCache:
         return self._remove(lambda folder: True)
 
     def _key_folders(self) -> list[Path]:
-        return [c for c in self.root.iterdir() if _KEY.match(c.name) and c.is_dir() and not c.is_symlink()]
+        try:
+            children = list(self.root.iterdir())
+        except FileNotFoundError:  # the cache folder itself was removed
+            return []
+        return [c for c in children if _KEY.match(c.name) and c.is_dir() and not c.is_symlink()]
 
     def _remove(self, chosen: Any) -> list[str]:
         """Remove the key folders ``chosen(folder)`` picks that no live loader holds (their ``users``
@@ -163,21 +174,106 @@ class EpochCache:
         for folder in self._key_folders():
             if not chosen(folder):
                 continue
-            try:
-                fd = os.open(folder / USERS, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            except OSError:  # gone already, or not ours to lock: left as it is
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # a live loader holds it
-                os.close(fd)
-                continue
-            try:
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder.name)
-            finally:
-                os.close(fd)
+            with _root_locked(self.root, fcntl.LOCK_EX) as locked:
+                if locked is False:  # a binder past `HOLD_WAIT` (stopped): left for another time
+                    continue
+                try:
+                    fd = _lock_file(folder / USERS)
+                except OSError:  # gone already
+                    continue
+                if fd is None:  # not a file a lock can be taken on: left as it is
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # a live loader holds it
+                    os.close(fd)
+                    continue
+                try:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    if not os.path.lexists(folder):
+                        removed.append(folder.name)
+                finally:
+                    os.close(fd)
         return removed
+
+
+@contextlib.contextmanager
+def _root_locked(root: Path, operation: int) -> Iterator[bool | None]:
+    """The cache folder's `ROOT_LOCK` taken (``operation``) for the block, waiting `HOLD_WAIT` at most:
+    True when taken, False when another process kept it that long, None when the folder has no such
+    lock file to take (read-only, not a regular file, removed)."""
+    try:
+        fd = _lock_file(root / ROOT_LOCK)
+    except OSError:
+        fd = None
+    if fd is None:
+        yield None
+        return
+    try:
+        taken = _flock_by(fd, operation, time.monotonic() + HOLD_WAIT)
+        yield taken
+    finally:
+        os.close(fd)
+
+
+def _lock_file(path: Path) -> int | None:
+    """A descriptor on the regular file ``path`` (made when missing), opened without blocking (a FIFO
+    there would block an open), or None when it is not a regular file or cannot be opened; raises
+    FileNotFoundError when its folder is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY,
+                     0o600)
+    except FileNotFoundError:
+        raise
+    except OSError:  # a link, a folder, a read-only folder
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _flock_by(fd: int, operation: int, deadline: float) -> bool:
+    """Take ``operation`` (LOCK_SH or LOCK_EX) on ``fd``, waiting until ``deadline`` (monotonic) at most."""
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
+# Descriptors this process opened for bindings (ledgers, ``users`` holds). A forked child closes its
+# copies at once: they are its parent's (a copy would keep the parent's dropped loaders' folders held),
+# and the child opens its own where it uses a binding.
+_OWNED: set[int] = set()
+_HOLDING = threading.Lock()  # one hold at a time in a process (thread workers remaking a cleared folder)
+
+
+def _owned(fd: int, owner: Any) -> int:
+    """Track ``fd``, closed when ``owner`` is collected (or at exit) in this process only."""
+    _OWNED.add(fd)
+    weakref.finalize(owner, _close_owned, os.getpid(), fd)
+    return fd
+
+
+def _close_owned(pid: int, fd: int) -> None:
+    if os.getpid() == pid and fd in _OWNED:
+        _OWNED.discard(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _forget_owned() -> None:
+    for fd in _OWNED:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _OWNED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_owned)
 
 
 def _other_format(folder: Path) -> bool:
@@ -324,27 +420,41 @@ class CacheBinding:
         state["_ledger"] = state["_users"] = None
         return state
 
-    def __del__(self) -> None:
-        users = getattr(self, "_users", None)
-        if users is not None and users[0] == os.getpid():
-            with contextlib.suppress(OSError):
-                os.close(users[1])
-
-    def hold(self) -> None:
+    def hold(self, parents: bool = True) -> None:
         """Make the key's folder and record its format, holding the shared lock on its ``users`` file
-        for as long as this binding lives (a forked worker shares it): `EpochCache.prune` and a
-        library of another format leave the folder alone while it is held."""
-        for _ in range(3):  # the folder removed by a pruner between making it and locking it: again
-            _own_folder(self.folder)
-            try:
-                fd = os.open(self.folder / USERS, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            except OSError:  # a read-only folder takes no lock file: read as it is, held by nobody
-                return
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            if os.fstat(fd).st_nlink and self.folder.is_dir():
-                self._users = (os.getpid(), fd)
-                break
-            os.close(fd)
+        while this binding lives in this process: `EpochCache.prune` and a library of another format
+        leave the folder alone while it is held. A folder whose ``users`` cannot be locked (read-only,
+        not a regular file) or is held exclusively past `HOLD_WAIT` (a pruner) is used unheld."""
+        with _HOLDING, _root_locked(self.cache.root, fcntl.LOCK_SH):
+            deadline = time.monotonic() + HOLD_WAIT
+            while True:
+                try:
+                    _own_folder(self.folder, parents=parents)
+                except PipelineError:  # removed by a pruner between making and looking at it: made again
+                    if os.path.lexists(self.folder) or not self.folder.parent.is_dir() or \
+                            time.monotonic() >= deadline:
+                        raise
+                    continue
+                try:
+                    fd = _lock_file(self.folder / USERS)
+                except FileNotFoundError:  # removed by a pruner since it was made: made again
+                    if time.monotonic() >= deadline:
+                        return
+                    continue
+                if fd is None:
+                    return
+                if not _flock_by(fd, fcntl.LOCK_SH, deadline):
+                    os.close(fd)
+                    return
+                with contextlib.suppress(OSError):
+                    if os.stat(self.folder / USERS, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                        break  # the lock is on the folder's file, not on one a pruner removed meanwhile
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    return
+            old, self._users = self._users, (os.getpid(), _owned(fd, self))
+            if old is not None:
+                _close_owned(*old)
         with contextlib.suppress(FileExistsError, OSError):
             record = os.open(self.folder / RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
                              | os.O_NOFOLLOW, 0o600)
@@ -496,8 +606,8 @@ class CacheBinding:
         total = start + sum(_aligned(f.numel()) for f in flat)
         final = self.path(index)
         try:
-            if not self.folder.is_dir():  # cleared (`EpochCache.clear`) since it was bound: made again, but
-                _own_folder(self.folder, parents=False)  # a removed cache folder is not: nothing is stored
+            if not self.folder.is_dir():  # cleared (`EpochCache.clear`) since it was bound: made again and
+                self.hold(parents=False)  # held, but a removed cache folder is not: nothing is stored
             reserved = total <= min(self.cache.max_bytes, MAX_ENTRY) and self._reserve(final, total)
         except (OSError, PipelineError):  # a read-only or full folder, a ledger that cannot be opened: uncached
             reserved = False
@@ -531,7 +641,7 @@ class CacheBinding:
             # descriptor stays open: a thread worker may be using it, and a closed number is soon reused)
         if self._ledger is None or self._ledger[0] != pid:
             fd = os.open(self.folder / "ledger", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            self._ledger = (pid, fd)
+            self._ledger = (pid, _owned(fd, self))
         return self._ledger[1]
 
     def _used(self, fd: int) -> int:
@@ -592,7 +702,7 @@ class CacheBinding:
 
     def remove_stale_temps(self) -> None:
         """Remove the temporary files of writers that are gone (killed mid-write)."""
-        with os.scandir(self.folder) as it:
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.folder) as it:
             for entry in it:
                 m = _TEMP.match(entry.name)
                 if m and not process_alive(int(m.group(2))):
