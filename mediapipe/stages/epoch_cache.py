@@ -102,7 +102,8 @@ USERS = "users"  # in a key's folder: each live loader holds a shared flock on i
 STALE_UNRECORDED = 600.0  # a folder without a record (made before records) untouched this long is another format's
 ROOT_LOCK = ".lock"  # in the cache folder: binders take it shared to make and hold a key's folder, pruners
 # exclusive to remove one, so a folder is never removed between being made and being held
-HOLD_WAIT = 1.0  # seconds a bind waits for a pruner's exclusive lock on ``users``, then goes on unheld
+HOLD_WAIT = 1.0  # seconds a bind or a prune waits for the other's lock: then a bind goes on unheld, a prune
+# leaves the folder
 
 
 def cache_counts(stats: StageStats) -> Counter:
