@@ -20,6 +20,7 @@ import pytest
 
 import mediapipe as mp
 from mediapipe import augment as A
+from mediapipe.stages import cache_folders as F
 from mediapipe.stages import epoch_cache as E
 from tests.helpers import assert_same, collect, write_image_folder
 from tests.test_epoch_cache import make, reference
@@ -34,7 +35,7 @@ def imgs(tmp_path_factory):
 
 
 def keys(root: Path) -> set[str]:
-    return {p.name for p in root.iterdir() if E._KEY.match(p.name)}
+    return {p.name for p in root.iterdir() if F.KEY.match(p.name)}
 
 
 def plain(imgs) -> mp.Pipeline:
@@ -87,7 +88,7 @@ def test_bind_does_not_hang_on_a_fifo_users_in_its_own_folder(imgs, tmp_path):
     cache = mp.EpochCache(tmp_path, max_bytes=BIG)
     key = make(imgs).loader(cache=cache).plan.cache.key
     gc.collect()
-    users = tmp_path / key / E.USERS
+    users = tmp_path / key / F.USERS
     users.unlink()
     os.mkfifo(users)
     assert finishes(lambda: make(imgs).loader(cache=cache), fifo=users), "bind hung on a FIFO 'users'"
@@ -98,19 +99,19 @@ def test_bind_does_not_hang_on_a_fifo_users_in_another_formats_folder(imgs, tmp_
     stale folder with a FIFO ``users`` hangs every new loader on that root."""
     folder = tmp_path / ("a" * 32)
     folder.mkdir()
-    (folder / E.RECORD).write_text(json.dumps({"format": E.FORMAT - 1}))
-    os.mkfifo(folder / E.USERS)
+    (folder / F.RECORD).write_text(json.dumps({"format": E.FORMAT - 1}))
+    os.mkfifo(folder / F.USERS)
     cache = mp.EpochCache(tmp_path, max_bytes=BIG)
-    assert finishes(lambda: make(imgs).loader(cache=cache), fifo=folder / E.USERS), \
+    assert finishes(lambda: make(imgs).loader(cache=cache), fifo=folder / F.USERS), \
         "bind hung on another format's FIFO 'users'"
 
 
 def test_prune_does_not_hang_on_a_fifo_users(tmp_path):
     folder = tmp_path / ("b" * 32)
     folder.mkdir()
-    os.mkfifo(folder / E.USERS)
+    os.mkfifo(folder / F.USERS)
     cache = mp.EpochCache(tmp_path, max_bytes=BIG)
-    assert finishes(cache.prune, fifo=folder / E.USERS), "prune() hung on a FIFO 'users'"
+    assert finishes(cache.prune, fifo=folder / F.USERS), "prune() hung on a FIFO 'users'"
 
 
 def test_bind_does_not_wait_forever_on_a_users_lock_held_exclusively(imgs, tmp_path):
@@ -120,7 +121,7 @@ def test_bind_does_not_wait_forever_on_a_users_lock_held_exclusively(imgs, tmp_p
     cache = mp.EpochCache(tmp_path, max_bytes=BIG)
     key = make(imgs).loader(cache=cache).plan.cache.key
     gc.collect()
-    fd = os.open(tmp_path / key / E.USERS, os.O_RDONLY)
+    fd = os.open(tmp_path / key / F.USERS, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # as a pruner mid-removal holds it
         done = threading.Event()
@@ -144,7 +145,7 @@ def test_a_loader_after_clear_still_holds_its_folder(imgs, tmp_path):
     collect(loader)  # refills the folder
     assert (tmp_path / key).is_dir()
     assert mp.EpochCache(tmp_path, max_bytes=BIG).prune() == [], "prune() removed a live loader's folder"
-    assert (tmp_path / key / E.RECORD).exists(), "the refilled folder has no format record"
+    assert (tmp_path / key / F.RECORD).exists(), "the refilled folder has no format record"
     hits = dict(loader.stats.cache)
     collect(loader)
     assert loader.stats.cache["hits"] - hits.get("hits", 0) == 24
@@ -160,7 +161,7 @@ def test_a_refilled_folder_after_clear_is_not_taken_for_another_formats(imgs, tm
     key = loader.plan.cache.key
     cache.clear()
     collect(loader)
-    then = time.time() - 2 * E.STALE_UNRECORDED  # its epochs since only read: no write touched it
+    then = time.time() - 2 * F.STALE_UNRECORDED  # its epochs since only read: no write touched it
     os.utime(tmp_path / key, (then, then))
     plain(imgs).loader(cache=mp.EpochCache(tmp_path, max_bytes=BIG))  # another pipeline's loader binds
     assert (tmp_path / key).is_dir(), "another pipeline's bind removed a live loader's folder"
@@ -171,15 +172,15 @@ def test_bind_survives_a_pruner_between_making_and_locking_its_folder(imgs, tmp_
     folder before ``users`` was opened: the open fails (ENOENT), `hold` returns unheld ('a read-only
     folder'), and `remove_stale_temps` then raises FileNotFoundError out of `bind`."""
     cache, pruner = mp.EpochCache(tmp_path, max_bytes=BIG), mp.EpochCache(tmp_path, max_bytes=BIG)
-    real = E._own_folder
+    real = F.own_folder
     fired = []
 
     def own_then_pruned(path, *args, **kwargs):
         real(path, *args, **kwargs)
-        if E._KEY.match(Path(path).name) and not fired:
+        if F.KEY.match(Path(path).name) and not fired:
             fired.append(pruner.prune())  # another process's prune() runs in this window
 
-    monkeypatch.setattr(E, "_own_folder", own_then_pruned)
+    monkeypatch.setattr(F, "own_folder", own_then_pruned)
     binding = cache.bind(make(imgs).plan)
     # was: the pruner removed the fresh folder and bind raised; now binders make and hold a folder
     # under the cache folder's lock (shared), which a pruner takes exclusively: it removes nothing
@@ -291,7 +292,7 @@ def test_hostile_format_records_neither_hang_nor_read_unbounded(imgs, tmp_path):
     root.mkdir()
     kinds = ["fifo", "zero", "huge", "dir", "link"]
     for i, kind in enumerate(kinds):
-        record = root / (str(i) * 32) / E.RECORD
+        record = root / (str(i) * 32) / F.RECORD
         record.parent.mkdir()
         if kind == "fifo":
             os.mkfifo(record)
@@ -313,7 +314,7 @@ def test_hostile_format_records_neither_hang_nor_read_unbounded(imgs, tmp_path):
 def test_key_named_links_and_linked_lock_files_are_left_alone(imgs, tmp_path):
     outside = tmp_path / "outside"
     (outside / "dir").mkdir(parents=True)
-    (outside / "dir" / E.RECORD).write_text(json.dumps({"format": 1}))
+    (outside / "dir" / F.RECORD).write_text(json.dumps({"format": 1}))
     (outside / "dir" / "0.mpc").write_bytes(b"precious")
     (outside / "lockfile").write_bytes(b"precious")
     root = tmp_path / "cache"
@@ -321,13 +322,13 @@ def test_key_named_links_and_linked_lock_files_are_left_alone(imgs, tmp_path):
     os.symlink(outside / "dir", root / ("c" * 32))  # a link named like a key, to another format's folder
     linked = root / ("d" * 32)
     linked.mkdir()
-    (linked / E.RECORD).write_text(json.dumps({"format": 1}))
-    os.symlink(outside / "lockfile", linked / E.USERS)  # its lock file a link out of the root
+    (linked / F.RECORD).write_text(json.dumps({"format": 1}))
+    os.symlink(outside / "lockfile", linked / F.USERS)  # its lock file a link out of the root
     cache = mp.EpochCache(root, max_bytes=BIG)
     loader = make(imgs).loader(cache=cache)
     assert cache.prune() == []  # the loader holds its own; the link is no key folder; the linked users: unlockable
     cache.clear()
-    assert (outside / "dir" / "0.mpc").read_bytes() == b"precious" and (outside / "dir" / E.RECORD).exists()
+    assert (outside / "dir" / "0.mpc").read_bytes() == b"precious" and (outside / "dir" / F.RECORD).exists()
     assert (outside / "lockfile").read_bytes() == b"precious"
     assert (root / ("c" * 32)).is_symlink()
     del loader
@@ -339,7 +340,7 @@ def test_own_folder_with_a_linked_users_is_read_unheld_and_the_target_untouched(
     gc.collect()
     target = tmp_path / "target"
     target.write_bytes(b"precious")
-    users = tmp_path / "cache" / key / E.USERS
+    users = tmp_path / "cache" / key / F.USERS
     users.unlink()
     os.symlink(target, users)
     loader = make(imgs).loader(cache=cache)

@@ -24,14 +24,9 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   counted, so the cache may hold a little less than its budget, never more.
   `EpochCache.clear` removes the entries. A folder that takes no writes (read-only, full) is
   read, and each sample it cannot store is decoded as without a cache.
-* **Not left behind.** Each key's folder records the entry format that made it (``format``), and
-  each loader holds a shared lock on its key's ``users`` file while it lives (taken under the cache
-  folder's `ROOT_LOCK`, which a pruner takes exclusively: a folder is never removed between being
-  made and being held; a forked worker closes its copies of the parent's). Binding a cache
-  removes the folders of another entry format that no live loader holds (those from before the
-  record: when untouched for `STALE_UNRECORDED` seconds), so a library upgrade does not leave its
-  old entries in RAM; `EpochCache.prune` removes every folder no live loader holds (old pipelines'
-  entries), `EpochCache.clear` every folder.
+* **Not left behind.** Each key's folder is recorded and held by its live loaders
+  (`mediapipe.stages.cache_folders`): an upgrade's old entries and, with `EpochCache.prune`, other
+  pipelines' are removed once no loader holds them.
 * **Lossless by default.** A cached field is decoded whole, at full scale: the op the plan
   would fuse into the decoder (a RandomResizedCrop decoded as a DCT-scaled region) runs after
   the cache as an ordinary sample op. Batches are then bit-identical with the cache on, in
@@ -59,9 +54,6 @@ import secrets
 import shutil
 import stat
 import struct
-import threading
-import time
-import weakref
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +64,15 @@ import torch
 
 from mediapipe.errors import PipelineError
 from mediapipe.loaders.parent_watch import process_alive
+from mediapipe.stages.cache_folders import (
+    close_owned,
+    hold_folder,
+    key_folders,
+    other_format,
+    own_folder,
+    owned,
+    remove_unheld,
+)
 from mediapipe.stages.checksum import ALGORITHM, entry_checksum
 
 if TYPE_CHECKING:
@@ -96,14 +97,6 @@ DTYPES: dict[str, torch.dtype] = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.bool)}
 _ENTRY = re.compile(r"^(\d+)\.mpc$")
 _TEMP = re.compile(r"^\.(\d+)\.(\d+)\.[0-9a-f]+\.tmp$")  # .<index>.<pid>.<random>.tmp
-_KEY = re.compile(r"^[0-9a-f]{32}$")
-RECORD = "format"  # in a key's folder: {"format": FORMAT} of the library that made it
-USERS = "users"  # in a key's folder: each live loader holds a shared flock on it
-STALE_UNRECORDED = 600.0  # a folder without a record (made before records) untouched this long is another format's
-ROOT_LOCK = ".lock"  # in the cache folder: binders take it shared to make and hold a key's folder, pruners
-# exclusive to remove one, so a folder is never removed between being made and being held
-HOLD_WAIT = 1.0  # seconds a bind or a prune waits for the other's lock: then a bind goes on unheld, a prune
-# leaves the folder
 
 
 def cache_counts(stats: StageStats) -> Counter:
@@ -131,7 +124,7 @@ class EpochCache:
                 raise ValueError(f"EpochCache({name}={value!r}): expected an int >= 1 or None")
         self.where = str(where)
         self.root = Path(f"{SHM}/mediapipe-epoch-cache-{os.getuid()}" if self.where == "shm" else where)
-        _own_folder(self.root, strict=self.where == "shm")
+        own_folder(self.root, strict=self.where == "shm")
         if max_bytes is None:
             free = shutil.disk_usage(self.root).free
             max_bytes = max(1, int(free * DEFAULT_SHARE))
@@ -148,153 +141,20 @@ class EpochCache:
                                tuple(p.index for p in prefix), stored_names(plan, fields, prefix))
         binding.hold()
         binding.remove_stale_temps()
-        self._remove(lambda folder: folder.name != binding.key and _other_format(folder))
+        remove_unheld(self.root, lambda folder: folder.name != binding.key and other_format(folder, FORMAT))
         return binding
 
     def clear(self) -> None:
         """Remove every entry this cache's folder holds (every key's); a loader using it fills it again."""
-        for child in self._key_folders():
+        for child in key_folders(self.root):
             shutil.rmtree(child, ignore_errors=True)
 
     def prune(self) -> list[str]:
         """Remove the key folders no live loader holds (other pipelines' and datasets' entries, any
         format's); the keys removed. A loader that binds one again fills it again."""
-        return self._remove(lambda folder: True)
-
-    def _key_folders(self) -> list[Path]:
-        try:
-            children = list(self.root.iterdir())
-        except FileNotFoundError:  # the cache folder itself was removed
-            return []
-        return [c for c in children if _KEY.match(c.name) and c.is_dir() and not c.is_symlink()]
-
-    def _remove(self, chosen: Any) -> list[str]:
-        """Remove the key folders ``chosen(folder)`` picks that no live loader holds (their ``users``
-        lock taken without waiting, and kept while they are removed); the keys removed."""
-        removed = []
-        for folder in self._key_folders():
-            if not chosen(folder):
-                continue
-            with _root_locked(self.root, fcntl.LOCK_EX) as locked:
-                if locked is False:  # a binder past `HOLD_WAIT` (stopped): left for another time
-                    continue
-                try:
-                    fd = _lock_file(folder / USERS)
-                except OSError:  # gone already
-                    continue
-                if fd is None:  # not a file a lock can be taken on: left as it is
-                    continue
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:  # a live loader holds it
-                    os.close(fd)
-                    continue
-                try:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    if not os.path.lexists(folder):
-                        removed.append(folder.name)
-                finally:
-                    os.close(fd)
-        return removed
+        return remove_unheld(self.root, lambda folder: True)
 
 
-@contextlib.contextmanager
-def _root_locked(root: Path, operation: int) -> Iterator[bool | None]:
-    """The cache folder's `ROOT_LOCK` taken (``operation``) for the block, waiting `HOLD_WAIT` at most:
-    True when taken, False when another process kept it that long, None when the folder has no such
-    lock file to take (read-only, not a regular file, removed)."""
-    try:
-        fd = _lock_file(root / ROOT_LOCK)
-    except OSError:
-        fd = None
-    if fd is None:
-        yield None
-        return
-    try:
-        taken = _flock_by(fd, operation, time.monotonic() + HOLD_WAIT)
-        yield taken
-    finally:
-        os.close(fd)
-
-
-def _lock_file(path: Path) -> int | None:
-    """A descriptor on the regular file ``path`` (made when missing), opened without blocking (a FIFO
-    there would block an open), or None when it is not a regular file or cannot be opened; raises
-    FileNotFoundError when its folder is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY,
-                     0o600)
-    except FileNotFoundError:
-        raise
-    except OSError:  # a link, a folder, a read-only folder
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
-
-
-def _flock_by(fd: int, operation: int, deadline: float) -> bool:
-    """Take ``operation`` (LOCK_SH or LOCK_EX) on ``fd``, waiting until ``deadline`` (monotonic) at most."""
-    while True:
-        try:
-            fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-
-
-# Descriptors this process opened for bindings (ledgers, ``users`` holds). A forked child closes its
-# copies at once: they are its parent's (a copy would keep the parent's dropped loaders' folders held),
-# and the child opens its own where it uses a binding.
-_OWNED: set[int] = set()
-_HOLDING = threading.Lock()  # one hold at a time in a process (thread workers remaking a cleared folder)
-
-
-def _owned(fd: int, owner: Any) -> int:
-    """Track ``fd``, closed when ``owner`` is collected (or at exit) in this process only."""
-    _OWNED.add(fd)
-    weakref.finalize(owner, _close_owned, os.getpid(), fd)
-    return fd
-
-
-def _close_owned(pid: int, fd: int) -> None:
-    if os.getpid() == pid and fd in _OWNED:
-        _OWNED.discard(fd)
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _forget_owned() -> None:
-    for fd in _OWNED:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _OWNED.clear()
-
-
-os.register_at_fork(after_in_child=_forget_owned)
-
-
-def _other_format(folder: Path) -> bool:
-    """Whether a key's folder was made by a library of another entry format: its record says so (or
-    cannot be read), or it has none and is older than records and untouched for `STALE_UNRECORDED`."""
-    try:
-        fd = os.open(folder / RECORD, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            return time.time() - os.lstat(folder).st_mtime > STALE_UNRECORDED
-        return False
-    except OSError:
-        return True
-    try:
-        record = json.loads(os.pread(fd, 256, 0))
-        return not isinstance(record, dict) or record.get("format") != FORMAT
-    except (OSError, ValueError, UnicodeDecodeError):
-        return True
-    finally:
-        os.close(fd)
 
 
 def resolve_cache(cache: Any) -> EpochCache | None:
@@ -422,47 +282,13 @@ class CacheBinding:
         return state
 
     def hold(self, parents: bool = True) -> None:
-        """Make the key's folder and record its format, holding the shared lock on its ``users`` file
-        while this binding lives in this process: `EpochCache.prune` and a library of another format
-        leave the folder alone while it is held. A folder whose ``users`` cannot be locked (read-only,
-        not a regular file) or is held exclusively past `HOLD_WAIT` (a pruner) is used unheld."""
-        with _HOLDING, _root_locked(self.cache.root, fcntl.LOCK_SH):
-            deadline = time.monotonic() + HOLD_WAIT
-            while True:
-                try:
-                    _own_folder(self.folder, parents=parents)
-                except PipelineError:  # removed by a pruner between making and looking at it: made again
-                    if os.path.lexists(self.folder) or not self.folder.parent.is_dir() or \
-                            time.monotonic() >= deadline:
-                        raise
-                    continue
-                try:
-                    fd = _lock_file(self.folder / USERS)
-                except FileNotFoundError:  # removed by a pruner since it was made: made again
-                    if time.monotonic() >= deadline:
-                        return
-                    continue
-                if fd is None:
-                    return
-                if not _flock_by(fd, fcntl.LOCK_SH, deadline):
-                    os.close(fd)
-                    return
-                with contextlib.suppress(OSError):
-                    if os.stat(self.folder / USERS, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
-                        break  # the lock is on the folder's file, not on one a pruner removed meanwhile
-                os.close(fd)
-                if time.monotonic() >= deadline:
-                    return
-            old, self._users = self._users, (os.getpid(), _owned(fd, self))
+        """Make the key's folder, record its format and hold it while this binding lives in this process
+        (`cache_folders.hold_folder`; unheld where it cannot be)."""
+        held = hold_folder(self.folder, FORMAT, parents)
+        if held is not None:
+            old, self._users = self._users, (os.getpid(), owned(held, self))
             if old is not None:
-                _close_owned(*old)
-        with contextlib.suppress(FileExistsError, OSError):
-            record = os.open(self.folder / RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-                             | os.O_NOFOLLOW, 0o600)
-            try:
-                _write_all(record, [json.dumps({"format": FORMAT}).encode()])
-            finally:
-                os.close(record)
+                close_owned(*old)
 
     @property
     def folder(self) -> Path:
@@ -642,7 +468,7 @@ class CacheBinding:
             # descriptor stays open: a thread worker may be using it, and a closed number is soon reused)
         if self._ledger is None or self._ledger[0] != pid:
             fd = os.open(self.folder / "ledger", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            self._ledger = (pid, _owned(fd, self))
+            self._ledger = (pid, owned(fd, self))
         return self._ledger[1]
 
     def _used(self, fd: int) -> int:
@@ -751,23 +577,3 @@ def _write_all(fd: int, parts: list[Any]) -> None:
         view = memoryview(part).cast("B")
         while view:
             view = view[os.write(fd, view):]
-
-
-def _own_folder(path: Path, strict: bool = True, parents: bool = True) -> None:
-    """Make ``path`` (mode 0700; its missing parents too with ``parents``) or check it is a folder, not a
-    link, and (``strict``) this user's and written by no other: another user's folder under /dev/shm
-    could hand this process entries of its choosing."""
-    try:
-        path.mkdir(mode=0o700, parents=parents, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as err:
-        raise PipelineError(f"cache folder {path}: {err.strerror or err}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise PipelineError(f"cache folder {path}: not a folder (a link or a file)")
-    if not strict:
-        return
-    if st.st_uid != os.getuid():
-        raise PipelineError(f"cache folder {path}: owned by uid {st.st_uid}, not this user ({os.getuid()})")
-    if st.st_mode & 0o022:
-        raise PipelineError(f"cache folder {path}: writable by others (mode {oct(st.st_mode & 0o777)})")
-
