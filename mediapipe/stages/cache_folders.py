@@ -21,7 +21,7 @@ import stat
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,7 @@ def key_folders(root: Path) -> list[Path]:
     return [c for c in children if KEY.match(c.name) and c.is_dir() and not c.is_symlink()]
 
 
-def remove_unheld(root: Path, chosen: Any) -> list[str]:
+def remove_unheld(root: Path, chosen: Callable[[Path], bool]) -> list[str]:
     """Remove the key folders under ``root`` that ``chosen(folder)`` picks and no live loader holds (their
     `USERS` lock taken without waiting, under `ROOT_LOCK`, and kept while they are removed); the keys removed."""
     removed = []

@@ -155,8 +155,6 @@ class EpochCache:
         return remove_unheld(self.root, lambda folder: True)
 
 
-
-
 def resolve_cache(cache: Any) -> EpochCache | None:
     """A loader's ``cache=`` as an `EpochCache`: None (no cache), "shm", a folder path, or one given."""
     if cache is None or isinstance(cache, EpochCache):
