@@ -422,3 +422,19 @@ def test_a_sigkilled_loader_with_fork_workers_releases_its_hold(imgs, tmp_path):
         removed = cache.prune()
         time.sleep(0.05)
     assert removed == [key]
+
+
+def test_a_scheduled_stored_op_makes_only_the_folders_its_epochs_fill(imgs, tmp_path):
+    """The loader's own plan, whose stored Resize holds the `Schedule` itself, makes no folder: each
+    epoch's plan binds the key of that epoch's size, and only those folders exist, each with entries."""
+    pipe = mp.Pipeline(source=mp.loaders.folder(imgs), decode={"image": mp.decoders.image()},
+                       augment=[A.Resize(mp.Schedule({0: 48, 1: 56})), A.CenterCrop(40), A.Normalize()],
+                       batch_size=6, seed=0, device="cpu")
+    loader = pipe.loader(cache=mp.EpochCache(tmp_path, max_bytes=BIG))
+    assert keys(tmp_path) == set()
+    for _ in range(2):
+        assert {b["image"].shape[-1] for b in collect(loader)} == {40}
+    found = keys(tmp_path)
+    assert len(found) == 2
+    for key in found:
+        assert len(list((tmp_path / key).glob("*.mpc"))) == 24

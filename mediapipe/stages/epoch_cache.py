@@ -139,8 +139,9 @@ class EpochCache:
         fields, prefix = cached_fields(plan), stored_prefix(plan)
         binding = CacheBinding(self, cache_key(plan, fields, prefix, self.max_side), tuple(fields),
                                tuple(p.index for p in prefix), stored_names(plan, fields, prefix))
-        binding.hold()
-        binding.remove_stale_temps()
+        if not any(p.op.scheduled for p in prefix):  # else each epoch's plan binds its own key (`Plan.at_epoch`):
+            binding.hold()  # this one's folder, keyed by the `Schedule` itself, would never hold an entry
+            binding.remove_stale_temps()
         remove_unheld(self.root, lambda folder: folder.name != binding.key and other_format(folder, FORMAT))
         return binding
 
