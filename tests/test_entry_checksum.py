@@ -1,4 +1,5 @@
-"""The epoch cache's entry check: the CRC written out bit by bit, and the damage it must catch."""
+"""The epoch cache's entry check: each algorithm's formula written out (the CRC-32C bit by bit, XXH3-64 over
+the bytes joined, checked against its published value), and the damage it must catch."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mediapipe.stages.checksum import ALGORITHM, entry_checksum
+from mediapipe.stages.checksum import ALGORITHM, ALGORITHMS, entry_checksum
 
 ROW_BYTES = 512  # a block of the damage below
 
@@ -31,30 +32,50 @@ def _crc32c(data: bytes, crc: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _oracle(header: bytes, fields: list[torch.Tensor]) -> int:
-    """The check written out: the CRC of the header, then of each field's bytes and its length;
-    CRC-32C bit by bit where the library uses crc32c, else zlib's CRC-32."""
-    crc_of = _crc32c if ALGORITHM == "crc32c" else zlib.crc32
-    crc = crc_of(header)
+def _joined(header: bytes, fields: list[torch.Tensor]) -> bytes:
+    """What is checked, in order: the header, then each field's bytes and its length (8 bytes, little-endian)."""
+    raw = [header]
     for field in fields:
-        raw = field.numpy().tobytes()
-        crc = crc_of(raw + len(raw).to_bytes(8, "little"), crc)
-    return crc
+        data = field.numpy().tobytes()
+        raw += [data, len(data).to_bytes(8, "little")]
+    return b"".join(raw)
 
 
-def test_the_dev_install_checks_with_crc32c():
+def _oracle(header: bytes, fields: list[torch.Tensor], algorithm: str = ALGORITHM) -> int:
+    """The check written out: XXH3-64 (seed 0) of the joined bytes; CRC-32C bit by bit; zlib's CRC-32."""
+    joined = _joined(header, fields)
+    if algorithm == "xxh3_64":
+        import xxhash
+
+        return xxhash.xxh3_64_intdigest(joined)
+    return _crc32c(joined) if algorithm == "crc32c" else zlib.crc32(joined)
+
+
+def test_the_install_checks_with_xxh3():
+    pytest.importorskip("xxhash")
+    assert ALGORITHM == "xxh3_64"
+
+
+def test_the_oracle_is_xxh3_64():
+    xxhash = pytest.importorskip("xxhash")
+    assert xxhash.xxh3_64_intdigest(b"") == 0x2D06800538D394C2  # XXH3-64's published value for no input
+
+
+def test_the_dev_install_has_the_crc_fallbacks():
     pytest.importorskip("crc32c")
-    assert ALGORITHM == "crc32c"
+    assert {"crc32c", "crc32"} <= set(ALGORITHMS)
 
 
 def test_the_oracle_is_crc32c():
     assert _crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
 
 
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 @pytest.mark.parametrize("sizes", [[0], [7], [512], [513 * 8], [3000, 64, 0]])
-def test_the_checksum_is_the_formula(sizes):
+def test_the_checksum_is_the_formula(sizes, algorithm):
     fields = [_photo_bytes(n, seed=i) for i, n in enumerate(sizes)]
-    assert entry_checksum(b'{"h": 1}', fields) == _oracle(b'{"h": 1}', fields)
+    assert ALGORITHMS[algorithm](b'{"h": 1}', fields) == _oracle(b'{"h": 1}', fields, algorithm)
+    assert entry_checksum(b'{"h": 1}', fields) == _oracle(b'{"h": 1}', fields) < 2**64
 
 
 def test_an_unaligned_view_checks_as_its_bytes():
@@ -85,20 +106,24 @@ def _damaged(data: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
             "cut short by a row": data[:-ROW_BYTES]}
 
 
-def test_damage_changes_the_checksum():
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_damage_changes_the_checksum(algorithm):
+    check = ALGORITHMS[algorithm]
     data = torch.cat([_photo_bytes(ROW_BYTES * 20), _photo_bytes(100, seed=1)])
-    good = entry_checksum(b"h", [data])
+    good = check(b"h", [data])
     for what, bad in _damaged(data, 20).items():
         assert not torch.equal(bad, data), what
-        assert entry_checksum(b"h", [bad]) != good, what
+        assert check(b"h", [bad]) != good, what
 
 
-def test_the_header_and_the_field_boundaries_count():
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_the_header_and_the_field_boundaries_count(algorithm):
+    check = ALGORITHMS[algorithm]
     a, b = _photo_bytes(ROW_BYTES * 3), _photo_bytes(ROW_BYTES * 2, seed=1)
-    good = entry_checksum(b"h", [a, b])
-    assert entry_checksum(b"H", [a, b]) != good
-    assert entry_checksum(b"h", [b, a]) != good
-    assert entry_checksum(b"h", [torch.cat([a, b])]) != good
+    good = check(b"h", [a, b])
+    assert check(b"H", [a, b]) != good
+    assert check(b"h", [b, a]) != good
+    assert check(b"h", [torch.cat([a, b])]) != good
 
 
 def _stored_and_read(tmp_path, value: torch.Tensor) -> torch.Tensor:

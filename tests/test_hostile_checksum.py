@@ -1,7 +1,7 @@
 """Hostile review of the epoch cache's entry check (`mediapipe.stages.checksum`).
 
 Written against FORMAT 3's sums of 64-bit words, which let the damage of the first tests through;
-FORMAT 4 checks CRC-32C, which catches it.
+FORMAT 4 checked CRC-32C, which catches it, and FORMAT 5 checks XXH3-64, which catches it too.
 
 Entries are written through `CacheBinding.write`, damaged on disk the way memory, a file system or a
 buggy writer damages bytes, and read back through `CacheBinding.read`: a damaged entry must be a miss
@@ -88,8 +88,8 @@ def _word_at(start: int, row: int, column: int) -> int:
 def test_two_flipped_top_bits_in_one_column_are_a_miss(tmp_path):
     """Two single-bit errors: bit 63 of word (row 0, column 5) and of word (row 2, column 5), i.e. the
     0x80 bit of two pixel bytes 1024 bytes apart. Column 5's sum changes by 2 * 2**63 = 0 mod 2**64 and
-    the weighted row sum by 2**63 * (1 + 3) = 0: accepted, whatever the image. CRC-32 detects every
-    2-bit error in entries below 512 MB."""
+    the weighted row sum by 2**63 * (1 + 3) = 0: accepted, whatever the image. XXH3-64 lets such damage
+    through with a chance of about 2**-64; the CRC-32 fallbacks detect every 2-bit error in entries below 512 MB."""
     bound, image = _binding(tmp_path), _photo()
     bound.write(0, STAMP, {"image": image}, StageStats())
     good = bound.path(0).read_bytes()
@@ -298,9 +298,13 @@ def test_any_layout_and_dtype_round_trips(tmp_path, what):
 
 # -- determinism: threads, processes --------------------------------------------------------------
 def _crc_chain(header: bytes, data: bytes) -> int:
-    """The CRC of the header, then the field's bytes, then its length (the one the library uses)."""
+    """The check of the header, then the field's bytes, then its length, by the algorithm the library
+    uses (XXH3-64 of the bytes joined; a CRC chained over them)."""
+    length = len(data).to_bytes(8, "little")
+    if ALGORITHM == "xxh3_64":
+        return pytest.importorskip("xxhash").xxh3_64_intdigest(header + data + length)
     crc = pytest.importorskip("crc32c").crc32c if ALGORITHM == "crc32c" else zlib.crc32
-    return crc(len(data).to_bytes(8, "little"), crc(data, crc(header)))
+    return crc(length, crc(data, crc(header)))
 
 
 def test_the_checksum_is_the_same_in_any_thread_count():

@@ -1,33 +1,60 @@
-"""The epoch cache's entry check: a CRC of the header, then of each field's bytes and length.
+"""The epoch cache's entry check: a 64-bit XXH3 of the header, then of each field's bytes and length.
 
-CRC-32C through ``crc32c`` (the CPU's CRC instruction) where it is installed, else zlib's CRC-32:
-`ALGORITHM` names which, and the cache key holds it, so processes of either kind never read each
-other's entries. A CRC, not a sum: every error of up to two bits, every burst up to 32 bits and every
-reordering of blocks changes it, where sums of words let errors that cancel through. It guards
-against damage, not forgery: the cache folder's owner check keeps other users' entries out.
+XXH3-64 through ``xxhash`` (a dependency); where it cannot be imported, CRC-32C through ``crc32c``,
+else zlib's CRC-32. `ALGORITHM` names which, and the cache key holds it, so processes of different
+kinds never read each other's entries. A hash of every byte in order, not a sum: damage that
+cancels in a sum of words (two words swapped, opposite changes), blocks reordered, a cut or zeroed
+tail all change it, and any damage passes it with a chance of about 2**-64 (2**-32 for the CRCs,
+which also catch every burst of up to 32 bits for certain). It guards against damage, not
+forgery: the cache folder's owner check keeps other users' entries out.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
-try:
-    from crc32c import crc32c as _crc
-    ALGORITHM = "crc32c"
-except ImportError:  # an optional package (the tfrecord and dev extras install it)
-    _crc = zlib.crc32
-    ALGORITHM = "crc32"
+__all__ = ["ALGORITHM", "ALGORITHMS", "entry_checksum"]
 
-__all__ = ["ALGORITHM", "entry_checksum"]
+
+def _crc(update: Callable[[object, int], int]) -> Callable[[bytes, Iterable[torch.Tensor]], int]:
+    """A CRC's entry check: ``update(data, crc)`` over the header, each field's bytes and length."""
+    def check(header: bytes, fields: Iterable[torch.Tensor]) -> int:
+        crc = update(header, 0)
+        for data in fields:
+            crc = update(data.contiguous().numpy(), crc)
+            crc = update(data.numel().to_bytes(8, "little"), crc)
+        return crc
+    return check
+
+
+def _xxh3(header: bytes, fields: Iterable[torch.Tensor]) -> int:
+    """XXH3-64 of the header, each field's bytes and length, in order (one streaming state)."""
+    state = xxhash.xxh3_64(header)
+    for data in fields:
+        state.update(data.contiguous().numpy())
+        state.update(data.numel().to_bytes(8, "little"))
+    return state.intdigest()
+
+
+ALGORITHMS: dict[str, Callable[[bytes, Iterable[torch.Tensor]], int]] = {"crc32": _crc(zlib.crc32)}
+try:
+    from crc32c import crc32c as _crc32c
+    ALGORITHMS["crc32c"] = _crc(_crc32c)
+except ImportError:  # an optional package (the tfrecord and dev extras install it)
+    pass
+try:
+    import xxhash
+    ALGORITHMS["xxh3_64"] = _xxh3
+except ImportError:  # a dependency; a broken install falls back to a CRC
+    pass
+ALGORITHM = next(name for name in ("xxh3_64", "crc32c", "crc32") if name in ALGORITHMS)
+_CHECK = ALGORITHMS[ALGORITHM]
 
 
 def entry_checksum(header: bytes, fields: Iterable[torch.Tensor]) -> int:
-    """The check value of an entry with this ``header`` and these fields (1-D uint8 CPU tensors, in order)."""
-    crc = _crc(header)
-    for data in fields:
-        crc = _crc(data.contiguous().numpy(), crc)
-        crc = _crc(data.numel().to_bytes(8, "little"), crc)
-    return crc
+    """The check value (below 2**64) of an entry with this ``header`` and these fields (1-D uint8 CPU
+    tensors, in order), by `ALGORITHM`."""
+    return _CHECK(header, fields)

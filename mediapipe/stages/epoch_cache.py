@@ -82,9 +82,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SHARE", "DETERMINISTIC_OPS", "EpochCache", "CacheBinding", "cache_counts", "resolve_cache"]
 
-FORMAT = 4  # 2: each field stored in its memory order (``order``); 4: checked by `entry_checksum`
+FORMAT = 5  # 2: each field stored in its memory order (``order``); 4: checked by `entry_checksum`; 5: a 64-bit check
 MAGIC = b"MPEC\x01\x00\x00\x00"
-_PREFIX = struct.Struct("<8sII")  # magic, header length, `entry_checksum` of header and fields
+_PREFIX = struct.Struct("<8sIQ")  # magic, header length, `entry_checksum` of header and fields
 ALIGN = 64  # each field's bytes start at a multiple of this
 MAX_HEADER = 1 << 16
 MAX_DIMS = 8
@@ -272,6 +272,7 @@ class CacheBinding:
     names: tuple[str, ...]
 
     def __post_init__(self) -> None:
+        self._dir = os.path.join(self.cache.root, self.key)  # the folder as a string: entries are opened by name
         self._ledger: tuple[int, int] | None = None  # (pid, fd)
         self._users: tuple[int, int] | None = None  # (pid, fd) holding the shared lock on ``users``
 
@@ -312,7 +313,10 @@ class CacheBinding:
         return stamps
 
     def path(self, index: int) -> Path:
-        return self.folder / f"{index}.mpc"
+        return Path(self._entry(index))
+
+    def _entry(self, index: int) -> str:
+        return f"{self._dir}/{index}.mpc"
 
     # -- reading --------------------------------------------------------------------------
     def read(self, index: int, stamp: list[Any] | None, stats: StageStats) -> dict[str, torch.Tensor] | None:
@@ -321,7 +325,7 @@ class CacheBinding:
         if stamp is None:
             return None
         try:
-            fd = os.open(self.path(index), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(self._entry(index), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             counts["misses"] += 1
             return None
@@ -343,7 +347,7 @@ class CacheBinding:
         if not stat.S_ISREG(st.st_mode) or not _PREFIX.size <= st.st_size <= limit:
             raise ValueError("not a regular file of a size the budget admits")
         head = os.pread(fd, _PREFIX.size, 0)
-        magic, header_len, crc = _PREFIX.unpack(head) if len(head) == _PREFIX.size else (b"", 0, 0)
+        magic, header_len, check = _PREFIX.unpack(head) if len(head) == _PREFIX.size else (b"", 0, 0)
         if magic != MAGIC or header_len > MAX_HEADER:
             raise ValueError("bad magic or header length")
         raw = os.pread(fd, header_len, _PREFIX.size)
@@ -362,7 +366,7 @@ class CacheBinding:
             raise ValueError("short read")
         data = torch.frombuffer(payload, dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
         if len(raw) != header_len or entry_checksum(raw, (data[offset:offset + nbytes]
-                                                          for _, _, _, _, offset, nbytes, _ in layout)) != crc:
+                                                          for _, _, _, _, offset, nbytes, _ in layout)) != check:
             raise ValueError("checksum mismatch")
         return {name: _tensor(payload, dtype, shape, offset, count).permute(_inverse(order))
                 for name, dtype, shape, order, offset, _, count in layout}
@@ -427,12 +431,12 @@ class CacheBinding:
         header = json.dumps({"format": FORMAT, "stamp": stamp, "fields": fields}, sort_keys=True).encode()
         start = _aligned(_PREFIX.size + len(header))
         payload = [part for f in flat for part in (f.numpy(), bytes(_aligned(f.numel()) - f.numel()))]
-        crc = entry_checksum(header, flat)
-        parts = [_PREFIX.pack(MAGIC, len(header), crc), header, bytes(start - _PREFIX.size - len(header)), *payload]
+        check = entry_checksum(header, flat)
+        parts = [_PREFIX.pack(MAGIC, len(header), check), header, bytes(start - _PREFIX.size - len(header)), *payload]
         total = start + sum(_aligned(f.numel()) for f in flat)
-        final = self.path(index)
+        final = self._entry(index)
         try:
-            if not self.folder.is_dir():  # cleared (`EpochCache.clear`) since it was bound: made again and
+            if not os.path.isdir(self._dir):  # cleared (`EpochCache.clear`) since it was bound: made again and
                 self.hold(parents=False)  # held, but a removed cache folder is not: nothing is stored
             reserved = total <= min(self.cache.max_bytes, MAX_ENTRY) and self._reserve(final, total)
         except (OSError, PipelineError):  # a read-only or full folder, a ledger that cannot be opened: uncached
@@ -440,7 +444,7 @@ class CacheBinding:
         if not reserved:
             counts["skipped"] += 1
             return
-        temp = self.folder / f".{index}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        temp = f"{self._dir}/.{index}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
@@ -503,7 +507,7 @@ class CacheBinding:
     def _set_used(fd: int, used: int) -> None:
         os.pwrite(fd, struct.pack("<q", max(0, used)), 0)
 
-    def _reserve(self, final: Path, nbytes: int) -> bool:
+    def _reserve(self, final: str, nbytes: int) -> bool:
         """Count ``nbytes`` for the entry ``final`` when the budget has room for it in place of what an
         entry there now takes; False when it has not. The replaced entry is uncounted by `_commit`."""
         with self._ledger_locked() as fd:
@@ -513,7 +517,7 @@ class CacheBinding:
             self._set_used(fd, used + nbytes)
             return True
 
-    def _commit(self, temp: Path, final: Path) -> None:
+    def _commit(self, temp: str, final: str) -> None:
         """Rename ``temp`` to ``final`` and uncount the entry it replaces, under the ledger's lock: two
         writers of one entry each uncount the one they replaced, never the same one twice."""
         with self._ledger_locked() as fd:
@@ -559,7 +563,7 @@ def _inverse(order: list[int]) -> list[int]:
     return inverse
 
 
-def _size(path: Path) -> int:
+def _size(path: str) -> int:
     """The size of the entry at ``path``; 0 when there is none."""
     try:
         return os.lstat(path).st_size
