@@ -202,7 +202,7 @@ class Plan:
         plan.scheduled, plan.epoch, plan._base, plan._epochs = False, epoch, self, {}
         plan._decoders = plan._device_decoders = None
         if self.cache is not None and any(self.ops[i].scheduled for i in self.cache.prefix):
-            plan.cache = self.cache.cache.bind(plan)  # entries keyed by the stored ops at this epoch's values
+            plan.cache = self.cache.cache.bind(plan, epoch=True)  # keyed by the stored ops at this epoch's values
         return plan
 
     # -- the fields of a batch -----------------------------------------------------------

@@ -17,8 +17,9 @@ so every worker process and every rank on one machine shares it; `/dev/shm` keep
   header, every dtype and shape, the size against the budget before anything is allocated,
   the file's length and a checksum of the header and every field's bytes: any mismatch is a
   miss (decoded again), never an error.
-* **Bounded.** ``max_bytes`` bounds the entries of one cache key (one dataset and pipeline),
-  shared by every process through a ledger file updated under ``flock``. A sample that does
+* **Bounded.** ``max_bytes`` bounds the entries of one cache key (one dataset and pipeline; each
+  value of a `Schedule`d stored op is a key of its own, with a budget of its own), shared by every
+  process through a ledger file updated under ``flock``. A sample that does
   not fit is not cached and is decoded each epoch as without a cache. The ledger never
   undercounts: a writer killed between reserving and renaming leaves its reservation
   counted, so the cache may hold a little less than its budget, never more.
@@ -73,7 +74,7 @@ from mediapipe.stages.cache_folders import (
     owned,
     remove_unheld,
 )
-from mediapipe.stages.checksum import ALGORITHM, entry_checksum
+from mediapipe.stages.checksum import ALGORITHM, ALGORITHMS
 
 if TYPE_CHECKING:
     from mediapipe.plan import PlacedOp, Plan
@@ -133,12 +134,19 @@ class EpochCache:
     def __repr__(self) -> str:
         return f"EpochCache({self.where!r}, max_bytes={self.max_bytes}, max_side={self.max_side})"
 
-    def bind(self, plan: Plan) -> CacheBinding:
+    def bind(self, plan: Plan, epoch: bool = False) -> CacheBinding:
         """What this cache keeps of ``plan``'s samples, and where (`CacheBinding`); refuses a plan it cannot
-        keep samples of (`PipelineError`, saying why)."""
+        keep samples of (`PipelineError`, saying why). ``epoch``: one epoch's plan of a loader made already
+        (`Plan.at_epoch`), whose key's folder is made where it can be: a removed cache folder is not made
+        again, and where the folder cannot be made the epoch is decoded as without a cache."""
         fields, prefix = cached_fields(plan), stored_prefix(plan)
         binding = CacheBinding(self, cache_key(plan, fields, prefix, self.max_side), tuple(fields),
-                               tuple(p.index for p in prefix), stored_names(plan, fields, prefix))
+                               tuple(p.index for p in prefix), stored_names(plan, fields, prefix), ALGORITHM)
+        if epoch:
+            with contextlib.suppress(OSError, PipelineError):  # unheld: its reads miss, its writes are skipped
+                binding.hold(parents=False)
+            binding.remove_stale_temps()
+            return binding
         if not any(p.op.scheduled for p in prefix):  # else each epoch's plan binds its own key (`Plan.at_epoch`):
             binding.hold()  # this one's folder, keyed by the `Schedule` itself, would never hold an entry
             binding.remove_stale_temps()
@@ -262,14 +270,17 @@ def blob_stamp(blob: Blob) -> list[Any] | None:
 @dataclass
 class CacheBinding:
     """An `EpochCache` bound to one plan: its key's folder, the fields it keeps (``fields``), the
-    sample ops run before storing (``prefix``, op indices) and the names an entry holds (``names``).
-    Pickles to the workers; each process opens the ledger for itself."""
+    sample ops run before storing (``prefix``, op indices), the names an entry holds (``names``) and the
+    check its key names (``algorithm``, one of `checksum.ALGORITHMS`): every process checks by it, and
+    one that cannot (a worker without that package) neither reads nor writes entries. Pickles to the
+    workers; each process opens the ledger for itself."""
 
     cache: EpochCache
     key: str
     fields: tuple[str, ...]
     prefix: tuple[int, ...]
     names: tuple[str, ...]
+    algorithm: str = ALGORITHM
 
     def __post_init__(self) -> None:
         self._dir = os.path.join(self.cache.root, self.key)  # the folder as a string: entries are opened by name
@@ -324,6 +335,9 @@ class CacheBinding:
         counts = cache_counts(stats)
         if stamp is None:
             return None
+        if self.algorithm not in ALGORITHMS:
+            counts["misses"] += 1
+            return None
         try:
             fd = os.open(self._entry(index), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
@@ -365,7 +379,7 @@ class CacheBinding:
         if os.preadv(fd, [payload], start) != len(payload):
             raise ValueError("short read")
         data = torch.frombuffer(payload, dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
-        if len(raw) != header_len or entry_checksum(raw, (data[offset:offset + nbytes]
+        if len(raw) != header_len or ALGORITHMS[self.algorithm](raw, (data[offset:offset + nbytes]
                                                           for _, _, _, _, offset, nbytes, _ in layout)) != check:
             raise ValueError("checksum mismatch")
         return {name: _tensor(payload, dtype, shape, offset, count).permute(_inverse(order))
@@ -419,7 +433,7 @@ class CacheBinding:
         """Store sample ``index``'s fields from ``data`` when they fit the budget (else skipped, counted)."""
         counts = cache_counts(stats)
         values = [data.get(n) for n in self.names]
-        if stamp is None or not all(isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in DTYPES
+        if stamp is None or self.algorithm not in ALGORITHMS or not all(isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in DTYPES
                                     and v.layout == torch.strided and not v.is_nested for v in values):
             counts["skipped"] += 1
             return
@@ -431,17 +445,17 @@ class CacheBinding:
         header = json.dumps({"format": FORMAT, "stamp": stamp, "fields": fields}, sort_keys=True).encode()
         start = _aligned(_PREFIX.size + len(header))
         payload = [part for f in flat for part in (f.numpy(), bytes(_aligned(f.numel()) - f.numel()))]
-        check = entry_checksum(header, flat)
+        check = ALGORITHMS[self.algorithm](header, flat)
         parts = [_PREFIX.pack(MAGIC, len(header), check), header, bytes(start - _PREFIX.size - len(header)), *payload]
         total = start + sum(_aligned(f.numel()) for f in flat)
         final = self._entry(index)
         try:
             if not os.path.isdir(self._dir):  # cleared (`EpochCache.clear`) since it was bound: made again and
                 self.hold(parents=False)  # held, but a removed cache folder is not: nothing is stored
-            reserved = total <= min(self.cache.max_bytes, MAX_ENTRY) and self._reserve(final, total)
+            ledger = self._reserve(final, total) if total <= min(self.cache.max_bytes, MAX_ENTRY) else None
         except (OSError, PipelineError):  # a read-only or full folder, a ledger that cannot be opened: uncached
-            reserved = False
-        if not reserved:
+            ledger = None
+        if ledger is None:
             counts["skipped"] += 1
             return
         temp = f"{self._dir}/.{index}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -451,12 +465,12 @@ class CacheBinding:
                 _write_all(fd, parts)
             finally:
                 os.close(fd)
-            self._commit(temp, final)
+            self._commit(temp, final, total, ledger)
         except OSError:  # a full /dev/shm, a removed folder: this sample is not cached
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             with contextlib.suppress(OSError):
-                self._release(total)
+                self._release(total, ledger)
             counts["skipped"] += 1
             return
         counts["stored"] += 1
@@ -507,32 +521,42 @@ class CacheBinding:
     def _set_used(fd: int, used: int) -> None:
         os.pwrite(fd, struct.pack("<q", max(0, used)), 0)
 
-    def _reserve(self, final: str, nbytes: int) -> bool:
+    def _reserve(self, final: str, nbytes: int) -> int | None:
         """Count ``nbytes`` for the entry ``final`` when the budget has room for it in place of what an
-        entry there now takes; False when it has not. The replaced entry is uncounted by `_commit`."""
+        entry there now takes: the ledger's inode (the ledger counted in); None when it has not. The
+        replaced entry is uncounted by `_commit`."""
         with self._ledger_locked() as fd:
             used = self._used(fd)
             if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
-                return False
+                return None
             self._set_used(fd, used + nbytes)
-            return True
+            return os.fstat(fd).st_ino
 
-    def _commit(self, temp: str, final: str) -> None:
+    def _commit(self, temp: str, final: str, nbytes: int, ledger: int) -> None:
         """Rename ``temp`` to ``final`` and uncount the entry it replaces, under the ledger's lock: two
-        writers of one entry each uncount the one they replaced, never the same one twice."""
+        writers of one entry each uncount the one they replaced, never the same one twice. Where the
+        folder was cleared and made again since ``nbytes`` were reserved in ``ledger``, they are counted
+        in the new ledger first (OSError where its budget has no room: not stored)."""
         with self._ledger_locked() as fd:
+            if os.fstat(fd).st_ino != ledger:
+                used = self._used(fd)
+                if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
+                    raise OSError(f"{final}: no room in the budget of a cache folder made again")
+                self._set_used(fd, used + nbytes)
             old = _size(final)
             os.replace(temp, final)
             if old:
                 self._set_used(fd, self._used(fd) - old)
 
-    def _release(self, nbytes: int) -> None:
+    def _release(self, nbytes: int, ledger: int) -> None:
+        """Uncount a reservation of ``nbytes`` in ``ledger``: not from a ledger made since (a cleared folder's)."""
         with self._ledger_locked() as fd:
-            self._set_used(fd, self._used(fd) - nbytes)
+            if os.fstat(fd).st_ino == ledger:
+                self._set_used(fd, self._used(fd) - nbytes)
 
     def remove_stale_temps(self) -> None:
         """Remove the temporary files of writers that are gone (killed mid-write)."""
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.folder) as it:
+        with contextlib.suppress(OSError), os.scandir(self._dir) as it:  # no folder there (or not one): none
             for entry in it:
                 m = _TEMP.match(entry.name)
                 if m and not process_alive(int(m.group(2))):
