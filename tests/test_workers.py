@@ -625,7 +625,8 @@ def test_a_stopped_worker_ends_the_pass_at_the_timeout_and_is_killed(image_folde
     (SIGTERM stays pending on a stopped process). Batches a worker had already sent when it
     stopped used to hold the consumer forever, whatever the timeout: receiving one fetches its
     tensors' file descriptors from the worker that made it."""
-    loader = make_pipeline(image_folder, batch_size=2).loader(num_workers=2, timeout=2)
+    # the timeout covers the first batch too (the workers' start): long enough for a loaded CI machine
+    loader = make_pipeline(image_folder, batch_size=2).loader(num_workers=2, timeout=5)
     it = iter(loader)
     next(it)
     time.sleep(1.0)  # the workers finish the batches in flight and send them; nobody takes them yet
@@ -633,7 +634,7 @@ def test_a_stopped_worker_ends_the_pass_at_the_timeout_and_is_killed(image_folde
     for p in pids:
         os.kill(p, signal.SIGSTOP)
     t0 = time.monotonic()
-    with pytest.raises(mp.WorkerError, match="no batch from the loader workers in 2 s"):
+    with pytest.raises(mp.WorkerError, match="no batch from the loader workers in 5 s"):
         for _ in it:
             pass
     assert time.monotonic() - t0 < 30

@@ -379,8 +379,8 @@ class CacheBinding:
         if os.preadv(fd, [payload], start) != len(payload):
             raise ValueError("short read")
         data = torch.frombuffer(payload, dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
-        if len(raw) != header_len or ALGORITHMS[self.algorithm](raw, (data[offset:offset + nbytes]
-                                                          for _, _, _, _, offset, nbytes, _ in layout)) != check:
+        fields = (data[offset:offset + nbytes] for _, _, _, _, offset, nbytes, _ in layout)
+        if len(raw) != header_len or ALGORITHMS[self.algorithm](raw, fields) != check:
             raise ValueError("checksum mismatch")
         return {name: _tensor(payload, dtype, shape, offset, count).permute(_inverse(order))
                 for name, dtype, shape, order, offset, _, count in layout}
@@ -433,8 +433,9 @@ class CacheBinding:
         """Store sample ``index``'s fields from ``data`` when they fit the budget (else skipped, counted)."""
         counts = cache_counts(stats)
         values = [data.get(n) for n in self.names]
-        if stamp is None or self.algorithm not in ALGORITHMS or not all(isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in DTYPES
-                                    and v.layout == torch.strided and not v.is_nested for v in values):
+        storable = all(isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in DTYPES
+                       and v.layout == torch.strided and not v.is_nested for v in values)
+        if stamp is None or self.algorithm not in ALGORITHMS or not storable:
             counts["skipped"] += 1
             return
         orders = [memory_order(v) for v in values]
