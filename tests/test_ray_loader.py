@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -189,12 +190,23 @@ def test_two_iterators_on_one_loader_each_get_every_batch(cluster, images):
 
 
 def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images):
-    class _Slow(A.Normalize):  # (local: pickled by value, as a script's own op would be)
-        """Normalize, slowly: a batch is still being built when its actor is killed."""
+    armed, fired, driver = str(images.parent / "kill-armed"), str(images.parent / "kill-fired"), os.getpid()
 
-        def apply_fields(self, data, params):
-            time.sleep(0.6)
-            return super().apply_fields(data, params)
+    class _Slow(A.Normalize):  # (local: pickled by value, as a script's own op would be)
+        """Normalize, slowly; once armed, the first actor to reach this point kills itself: it dies
+        mid-batch whatever the machine's load (an actor whose batches were all built would lose nothing).
+        The kernel itself is slowed: the flip before it is absorbed, so `apply_fields` is not called."""
+
+        def _normalize(self, x, **mirror):
+            time.sleep(0.3)
+            if os.getpid() != driver and os.path.exists(armed):
+                try:
+                    os.close(os.open(fired, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:  # another actor died already
+                    pass
+                else:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return super()._normalize(x, **mirror)
 
     pipe = mp.Pipeline(source=mp.loaders.folder(images), decode={"image": mp.decoders.image()},
                        augment=[A.RandomResizedCrop(24, scale=(0.3, 1.0)), A.HorizontalFlip(), _Slow()],
@@ -206,12 +218,9 @@ def test_a_killed_actor_costs_time_not_data_and_resume_after_it(cluster, images)
         got = [next(it)]
         pool = loader.actors()
         replaced = pool.replaced
-        # the actor with the most batches not yet delivered: one of them is still being built when it
-        # dies (one whose batches were all built, waiting to be taken, would lose nothing)
-        busy = sorted((a for a in pool.live() if a.busy), key=lambda a: -a.busy)
-        assert busy  # batches in flight on an actor: it dies mid-batch
-        os.kill(busy[0].pid, signal.SIGKILL)
+        Path(armed).touch()  # the next batch built dies with its actor
         got += list(it)
+        assert os.path.exists(fired)
         assert_same(want, collect(got))  # none missing, none twice, same values
         assert pool.replaced > replaced and loader.rebuilt >= 1
         # resume after a fault: a state taken after it continues where it says
