@@ -22,8 +22,8 @@ from mediapipe.loaders.sources.targets import BAD_ANNOTATION, frame_problem, ori
 from mediapipe.plan import PlacedOp, Plan
 from mediapipe.rng import decoder_rng
 from mediapipe.sample import SampleRef
+from mediapipe.stages.cache_plan import entry_index
 from mediapipe.stages.draws import draw_within_limits
-from mediapipe.stages.epoch_cache import entry_index
 from mediapipe.stages.progress import PendingDecode, SampleProgress
 from mediapipe.stages.sample_ops import run_sample_ops
 from mediapipe.stages.stats import StageStats
