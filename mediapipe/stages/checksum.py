@@ -12,30 +12,36 @@ forgery: the cache folder's owner check keeps other users' entries out.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
 __all__ = ["ALGORITHM", "ALGORITHMS", "entry_checksum"]
 
 
+def _parts(header: bytes, fields: Iterable[torch.Tensor]) -> Iterator[object]:
+    """What is checked, in order: the header, then each field's bytes and its length (8 bytes, little-endian)."""
+    yield header
+    for data in fields:
+        yield data.contiguous().numpy()
+        yield data.numel().to_bytes(8, "little")
+
+
 def _crc(update: Callable[[object, int], int]) -> Callable[[bytes, Iterable[torch.Tensor]], int]:
-    """A CRC's entry check: ``update(data, crc)`` over the header, each field's bytes and length."""
+    """A CRC's entry check: ``update(data, crc)`` chained over the parts."""
     def check(header: bytes, fields: Iterable[torch.Tensor]) -> int:
-        crc = update(header, 0)
-        for data in fields:
-            crc = update(data.contiguous().numpy(), crc)
-            crc = update(data.numel().to_bytes(8, "little"), crc)
+        crc = 0
+        for part in _parts(header, fields):
+            crc = update(part, crc)
         return crc
     return check
 
 
 def _xxh3(header: bytes, fields: Iterable[torch.Tensor]) -> int:
-    """XXH3-64 of the header, each field's bytes and length, in order (one streaming state)."""
-    state = xxhash.xxh3_64(header)
-    for data in fields:
-        state.update(data.contiguous().numpy())
-        state.update(data.numel().to_bytes(8, "little"))
+    """XXH3-64 of the parts, in order (one streaming state)."""
+    state = xxhash.xxh3_64()
+    for part in _parts(header, fields):
+        state.update(part)
     return state.intdigest()
 
 

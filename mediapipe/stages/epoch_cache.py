@@ -464,11 +464,15 @@ class CacheBinding:
         entry there now takes: the ledger's inode (the ledger counted in); None when it has not. The
         replaced entry is uncounted by `_commit`."""
         with self._ledger_locked() as fd:
-            used = self._used(fd)
-            if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
-                return None
-            self._set_used(fd, used + nbytes)
-            return os.fstat(fd).st_ino
+            return os.fstat(fd).st_ino if self._count_in(fd, final, nbytes) else None
+
+    def _count_in(self, fd: int, final: str, nbytes: int) -> bool:
+        """Under the ledger's lock: count ``nbytes`` for ``final`` where the budget has room (False where not)."""
+        used = self._used(fd)
+        if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
+            return False
+        self._set_used(fd, used + nbytes)
+        return True
 
     def _commit(self, temp: str, final: str, nbytes: int, ledger: int) -> None:
         """Rename ``temp`` to ``final`` and uncount the entry it replaces, under the ledger's lock: two
@@ -476,11 +480,8 @@ class CacheBinding:
         folder was cleared and made again since ``nbytes`` were reserved in ``ledger``, they are counted
         in the new ledger first (OSError where its budget has no room: not stored)."""
         with self._ledger_locked() as fd:
-            if os.fstat(fd).st_ino != ledger:
-                used = self._used(fd)
-                if max(0, used - _size(final)) + nbytes > self.cache.max_bytes:
-                    raise OSError(f"{final}: no room in the budget of a cache folder made again")
-                self._set_used(fd, used + nbytes)
+            if os.fstat(fd).st_ino != ledger and not self._count_in(fd, final, nbytes):
+                raise OSError(f"{final}: no room in the budget of a cache folder made again")
             old = _size(final)
             os.replace(temp, final)
             if old:
