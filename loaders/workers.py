@@ -359,16 +359,37 @@ class ProcessPool:
         else:
             for p in started:
                 p.terminate()
-        for p in started:
-            p.join(timeout=JOIN_SECONDS)
-            if p.is_alive():
-                p.kill()
+        try:
+            for p in started:
                 p.join(timeout=JOIN_SECONDS)
+                if p.is_alive():
+                    p.kill()
+                    p.join(timeout=JOIN_SECONDS)
+        except BaseException:  # a second Ctrl-C while waiting: no worker is left running or unreaped
+            _kill_and_reap(started)
+            raise
         for q in [self.tasks, *self.control, self.results]:
             q.cancel_join_thread()
             q.close()
         self._done.clear()
         self.lent.watching.clear()
+
+
+def _kill_and_reap(procs: Sequence[Any]) -> None:
+    """Kill every process of ``procs`` and wait for each to be reaped, ignoring further interrupts."""
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if previous is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.kill()
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.join(timeout=JOIN_SECONDS)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 # -- interpreter exit ---------------------------------------------------------------------------

@@ -335,6 +335,32 @@ def test_no_worker_or_shared_memory_outlives_a_pass_however_it_ends(image_folder
 
 
 @pytest.mark.timeout(120)
+def test_a_second_ctrl_c_while_the_pool_closes_leaves_no_worker_running_or_unreaped(image_folder, monkeypatch):
+    import multiprocessing
+
+    loader = make_pipeline(image_folder).loader(num_workers=2, persistent_workers=True)
+    collect(loader)
+    pool = loader._pool
+    pids = pool.pids
+    process_type = type(pool.procs[0])
+    join = process_type.join
+    pressed = []
+
+    def join_interrupted_once(self, timeout=None):
+        if not pressed:
+            pressed.append(self.pid)
+            raise KeyboardInterrupt  # as if Ctrl-C landed while close() waits for the first worker
+        return join(self, timeout)
+
+    monkeypatch.setattr(process_type, "join", join_interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        pool.close()
+    monkeypatch.setattr(process_type, "join", join)
+    assert pressed and not any(process_alive(p) for p in pids)
+    assert not [c for c in multiprocessing.active_children() if c.name.startswith("mediapipe")]
+
+
+@pytest.mark.timeout(120)
 def test_an_error_in_a_worker_stops_every_worker(tmp_path):
     from tests.helpers import write_image_folder
 
