@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with StopRequest() as stop:
         while loader.epoch < args.epochs:
             epoch = loader.epoch
+            loader.set_epoch(epoch)  # resumed at this epoch's last step: its pass is empty and its validation runs
             try:
                 for batch in loader:
                     loss = nn.functional.cross_entropy(model(batch["image"]), batch["label"])

@@ -83,19 +83,21 @@ def test_classifier_learns_evaluates_and_checkpoints(uninterrupted, tinted_image
     assert len(val) == 6 and not train & val and len(train | val) == 60
 
 
-def test_classifier_resumes_mid_epoch_with_the_same_batches_and_losses(examples, uninterrupted, tinted_images,
-                                                                       tmp_path: Path):
+@pytest.mark.parametrize("stopped_at", [2, 3], ids=["mid-epoch", "at-the-epoch's-last-step"])
+def test_classifier_resumes_with_the_same_batches_losses_and_validations(examples, uninterrupted, tinted_images,
+                                                                         tmp_path: Path, stopped_at: int):
+    """Stopped mid-epoch, or at an epoch's last step (before its validation: the resume runs it)."""
     module = examples("train_classifier")
     checkpoint = tmp_path / "c.pt"
-    first = module.main(classifier_args(tinted_images, checkpoint, "--max-steps", "2"))
-    assert first["stopped"] == "max-steps" and len(first["steps"]) == 2
+    first = module.main(classifier_args(tinted_images, checkpoint, "--max-steps", str(stopped_at)))
+    assert first["stopped"] == "max-steps" and len(first["steps"]) == stopped_at and not first["val"]
     state = torch.load(checkpoint)
-    assert state["step"] == 2 and state["loader"]["sampler"]["position"] == 2
+    assert state["step"] == stopped_at and state["loader"]["sampler"]["position"] == stopped_at
     assert set(state) >= {"model", "optimizer", "loader"}
     rest = module.main(classifier_args(tinted_images, checkpoint, "--resume"))
     full = uninterrupted["steps"]
-    assert [s[:3] for s in rest["steps"]] == [s[:3] for s in full[2:]]  # step, epoch, sample indices
-    assert [s[3] for s in rest["steps"]] == pytest.approx([s[3] for s in full[2:]], rel=1e-5)
+    assert [s[:3] for s in rest["steps"]] == [s[:3] for s in full[stopped_at:]]  # step, epoch, sample indices
+    assert [s[3] for s in rest["steps"]] == pytest.approx([s[3] for s in full[stopped_at:]], rel=1e-5)
     for ours, theirs in zip(rest["val"], uninterrupted["val"], strict=True):
         assert ours == pytest.approx(theirs, rel=1e-5)
 
