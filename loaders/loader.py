@@ -246,11 +246,13 @@ class LoaderIterator:
         self._closed = True
         self._ahead = None
         hosts, self._hosts = self._hosts, None
-        if hosts is not None:
-            hosts.close()
         pool, self._pool = self._pool, None
-        if pool is not None:
-            self.loader._give_back(pool, self._persistent)
+        try:
+            if hosts is not None:
+                hosts.close()
+        finally:  # (a Ctrl-C while the threads stop: the workers still stop, or go back to the loader)
+            if pool is not None:
+                self.loader._give_back(pool, self._persistent)
 
     def __del__(self) -> None:
         try:  # not contextlib.suppress: at interpreter exit this module's globals may be gone

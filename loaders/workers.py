@@ -350,29 +350,31 @@ class ProcessPool:
         if self._receiver is not None:
             self._receiver.stop.set()  # (a receive stuck on a stopped worker ends when it is killed below)
         started = [p for p in self.procs if p.pid is not None]
-        if self.outstanding == 0 and not _exiting():  # (a put at exit starts a thread, which can hang)
-            for _ in started:
-                try:
-                    self.tasks.put(None)
-                except Exception:  # noqa: BLE001 - the queue may already be broken
-                    break
-        else:
-            for p in started:
-                p.terminate()
-        try:
+        try:  # a Ctrl-C anywhere in here (a put, a terminate, a join): no worker is left running or unreaped
+            if self.outstanding == 0 and not _exiting():  # (a put at exit starts a thread, which can hang)
+                for _ in started:
+                    try:
+                        self.tasks.put(None)
+                    except Exception:  # noqa: BLE001 - the queue may already be broken
+                        break
+            else:
+                for p in started:
+                    p.terminate()
             for p in started:
                 p.join(timeout=JOIN_SECONDS)
                 if p.is_alive():
                     p.kill()
                     p.join(timeout=JOIN_SECONDS)
-        except BaseException:  # a second Ctrl-C while waiting: no worker is left running or unreaped
+        except BaseException:
             _kill_and_reap(started)
             raise
-        for q in [self.tasks, *self.control, self.results]:
-            q.cancel_join_thread()
-            q.close()
-        self._done.clear()
-        self.lent.watching.clear()
+        finally:  # the queues too, however the workers stopped
+            for q in [self.tasks, *self.control, self.results]:
+                with contextlib.suppress(Exception):
+                    q.cancel_join_thread()
+                    q.close()
+            self._done.clear()
+            self.lent.watching.clear()
 
 
 def _kill_and_reap(procs: Sequence[Any]) -> None:
