@@ -96,8 +96,10 @@ def _start_local_ray(ray: Any, num_cpus: int | None) -> _OwnRay:
     """A local Ray of this process, without the dashboard, and a watchdog that stops its
     processes if this process dies without shutting it down (Ray's agents outlive it otherwise)."""
     before = _children(os.getpid())
+    # Ray starts its workers at niceness 15; here they are this training's input pipeline, which would
+    # then starve behind any busy process of normal priority (the training's own threads included)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+             configure_logging=False, _system_config={"worker_niceness": 0})
     # Ray's daemons: the children started meanwhile that run Ray's programs (another thread's
     # subprocess or worker started during ray.init is not Ray's, and outlives it)
     ray_dir = os.path.dirname(os.path.abspath(ray.__file__))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import write_image_folder
+
+# The Rays the tests start themselves (clusters standing for a user's) would run their workers at
+# niceness 15, Ray's default: on a loaded CI machine they starve behind the other tests
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 @pytest.fixture(scope="session")

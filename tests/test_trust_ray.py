@@ -151,6 +151,23 @@ def test_letting_go_of_the_loader_that_started_ray_stops_nothing_the_others_use(
     assert wait_until(lambda: child_processes() <= children, 15), child_processes() - children
 
 
+def test_the_ray_a_loader_starts_runs_its_actors_at_normal_priority(no_ray, images, monkeypatch):
+    """Ray starts its workers at niceness 15 by default: a loader's actors would then starve behind
+    any busy process of normal priority (the training's). The Ray a loader starts runs them at 0."""
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)  # (the tests' own setting, conftest's)
+    pipe = make_pipeline(images)
+    loader = ray_loader(pipe)
+    try:
+        batches = iter(loader)
+        next(batches)
+        table = process_table()
+        actors = [pid for pid in descendants(os.getpid(), table) if table[pid][1].startswith("ray::")]
+        assert actors, "no Ray worker process among this process's descendants"
+        assert {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in actors} == dict.fromkeys(actors, 0)
+    finally:
+        loader.close()
+
+
 def test_a_ray_the_user_started_is_never_shut_down(no_ray, images):
     """A cluster the loaders reach through ``ray_address=`` keeps running after they close (they
     only disconnect, with the last of them), and a Ray this process connected itself
