@@ -102,13 +102,36 @@ def test_classifier_resumes_with_the_same_batches_losses_and_validations(example
         assert ours == pytest.approx(theirs, rel=1e-5)
 
 
+HELD_AT_THE_SECOND_STEP = """
+import os, runpy, sys, time
+import torch
+gate, script = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[2:]
+sys.path.insert(0, os.path.dirname(script))
+step, calls = torch.optim.SGD.step, []
+
+def held(self, *args, **kwargs):
+    calls.append(None)
+    deadline = time.monotonic() + 120
+    while len(calls) == 2 and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return step(self, *args, **kwargs)
+
+torch.optim.SGD.step = held
+runpy.run_path(script, run_name="__main__")
+"""
+
+
 def test_classifier_ctrl_c_saves_and_resume_finishes_the_run(examples, uninterrupted, tinted_images,
                                                              tmp_path: Path):
     """Ctrl-C as a terminal sends it (to the whole process group, workers included), then --resume."""
-    checkpoint = tmp_path / "c.pt"
+    checkpoint, gate = tmp_path / "c.pt", tmp_path / "ctrl-c-sent"
     args = classifier_args(tinted_images, checkpoint)
-    # with a worker process, which gets the Ctrl-C too; the resume below runs without one
-    proc = subprocess.Popen([sys.executable, str(EXAMPLES / "train_classifier.py"), *args, "--workers", "1"],
+    # with a worker process, which gets the Ctrl-C too; the resume below runs without one. The
+    # run's steps after the first take a fraction of a second: held at the second step until the
+    # Ctrl-C is sent, so that on a loaded machine it still lands in training, not after the run
+    proc = subprocess.Popen([sys.executable, "-u", "-c", HELD_AT_THE_SECOND_STEP, str(gate),
+                             str(EXAMPLES / "train_classifier.py"), *args, "--workers", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = []
     try:
@@ -116,6 +139,7 @@ def test_classifier_ctrl_c_saves_and_resume_finishes_the_run(examples, uninterru
             lines.append(line)
             if re.match(r"epoch 1/2 +step +1 ", line):
                 os.killpg(proc.pid, signal.SIGINT)
+                gate.touch()
                 break
         lines += proc.stdout.readlines()
         assert proc.wait(timeout=120) == 130, "".join(lines)
