@@ -264,7 +264,7 @@ def test_hostile_entries_are_misses_without_a_hang_and_the_epoch_is_unchanged(im
     for i, kind in enumerate(DAMAGE):
         t0 = time.monotonic()
         assert bound.read(i, stamp_of(loader, i), StageStats()) is None, kind
-        assert time.monotonic() - t0 < 1.0, kind
+        assert time.monotonic() - t0 < 10.0, kind  # a blocked open never returns: a generous bound for a loaded machine
     again = make(imgs).loader(cache=cache, shuffle=False)
     plain = make(imgs)
     plain.plan.fused = {}
