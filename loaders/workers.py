@@ -360,11 +360,11 @@ class ProcessPool:
             else:
                 for p in started:
                     p.terminate()
-            for p in started:
-                p.join(timeout=JOIN_SECONDS)
-                if p.is_alive():
-                    p.kill()
-                    p.join(timeout=JOIN_SECONDS)
+            _join_all(started, JOIN_SECONDS)  # one deadline for all: those that do not go are killed together
+            stuck = [p for p in started if p.is_alive()]
+            for p in stuck:
+                p.kill()
+            _join_all(stuck, JOIN_SECONDS)
         except BaseException:
             _kill_and_reap(started)
             raise
@@ -377,6 +377,13 @@ class ProcessPool:
             self.lent.watching.clear()
 
 
+def _join_all(procs: Sequence[Any], seconds: float) -> None:
+    """Wait for ``procs`` to exit (and reap them), ``seconds`` at most for all of them together."""
+    deadline = time.monotonic() + seconds
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
 def _kill_and_reap(procs: Sequence[Any]) -> None:
     """Kill every process of ``procs`` and wait for each to be reaped, ignoring further interrupts."""
     previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
@@ -386,9 +393,8 @@ def _kill_and_reap(procs: Sequence[Any]) -> None:
         for p in procs:
             with contextlib.suppress(Exception):
                 p.kill()
-        for p in procs:
-            with contextlib.suppress(Exception):
-                p.join(timeout=JOIN_SECONDS)
+        with contextlib.suppress(Exception):
+            _join_all(procs, JOIN_SECONDS)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)

@@ -723,6 +723,38 @@ def test_a_stopped_worker_ends_the_pass_at_the_timeout_and_is_killed(image_folde
     assert not any(process_alive(p) for p in pids)
 
 
+@pytest.mark.timeout(120)
+def test_closing_workers_that_do_not_stop_waits_one_deadline_for_all_not_one_each(image_folder, monkeypatch):
+    """Stopped workers (SIGTERM stays pending) are waited for JOIN_SECONDS together, then killed
+    together: closing 4 of them waits no longer than 2 (it waited JOIN_SECONDS for each in turn)."""
+    from mediapipe.loaders import workers
+
+    it = iter(make_pipeline(image_folder, batch_size=2).loader(num_workers=4))
+    next(it)
+    pool, pids = it._pool, it.worker_pids
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    process_type = type(pool.procs[0])
+    join, waits = process_type.join, []
+
+    def timed_join(self, timeout=None):
+        t0 = time.monotonic()
+        try:
+            return join(self, timeout)
+        finally:
+            waits.append((self.pid, timeout, time.monotonic() - t0))
+
+    monkeypatch.setattr(process_type, "join", timed_join)
+    pool.close()
+    monkeypatch.setattr(process_type, "join", join)
+    assert not any(process_alive(p) for p in pids)
+    given = [timeout for _, timeout, _ in waits]
+    assert all(t is not None for t in given)
+    first_round = given[: len(pids)]  # before any kill: the stopped workers, one shared deadline
+    assert sum(first_round) <= workers.JOIN_SECONDS * len(pids) / 2
+    assert sum(spent for _, _, spent in waits) < 2 * workers.JOIN_SECONDS + 5  # (5: a loaded machine's reaping)
+
+
 @pytest.mark.timeout(60)
 def test_a_stuck_thread_worker_ends_the_pass_at_the_timeout(image_folder):
     """A read or decode that never returns in a thread worker (a hung network mount): with
