@@ -362,9 +362,8 @@ class ProcessPool:
                     p.terminate()
             _join_all(started, JOIN_SECONDS)  # one deadline for all: those that do not go are killed together
             stuck = [p for p in started if p.is_alive()]
-            for p in stuck:
-                p.kill()
-            _join_all(stuck, JOIN_SECONDS)
+            if stuck:
+                _kill_and_reap(stuck)
         except BaseException:
             _kill_and_reap(started)
             raise
